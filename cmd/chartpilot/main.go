@@ -1,0 +1,41 @@
+// Command chartpilot is the chartpilot operator.
+//
+//	chartpilot run      the manager: reconciles the kinds listed in watches.yaml
+//	chartpilot version  prints the version
+package main
+
+import (
+	"fmt"
+	"os"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+const usage = `chartpilot turns custom resources into healthy Helm releases.
+
+Usage:
+  chartpilot run [flags]     run the operator (chartpilot run --help for flags)
+  chartpilot version         print the version
+`
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	switch os.Args[1] {
+	case "run":
+		if err := run(os.Args[2:]); err != nil {
+			fmt.Fprintf(os.Stderr, "chartpilot run: %v\n", err)
+			os.Exit(1)
+		}
+	case "version", "--version":
+		fmt.Println(version)
+	case "help", "-h", "--help":
+		fmt.Print(usage)
+	default:
+		fmt.Fprintf(os.Stderr, "chartpilot: unknown command %q\n\n%s", os.Args[1], usage)
+		os.Exit(2)
+	}
+}

@@ -1,0 +1,157 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/discovery"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/chartpilot/chartpilot/internal/cliutil"
+)
+
+// runOptions are the flags of `chartpilot run`.
+type runOptions struct {
+	kubeconfig              string
+	watchesFile             string
+	metricsAddr             string
+	probeAddr               string
+	leaderElect             bool
+	leaderElectionID        string
+	leaderElectionNamespace string
+	leaseDuration           time.Duration
+	renewDeadline           time.Duration
+	retryPeriod             time.Duration
+	zap                     zap.Options
+}
+
+func parseRunFlags(args []string) (*runOptions, error) {
+	o := &runOptions{}
+	fs := flag.NewFlagSet("chartpilot run", flag.ContinueOnError)
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "path to a kubeconfig; default $KUBECONFIG, ~/.kube/config, then in-cluster")
+	fs.StringVar(&o.watchesFile, "watches", "watches.yaml", "path to watches.yaml: which kinds map to which charts")
+	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "address of the Prometheus metrics endpoint; 0 disables it")
+	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "address of the /healthz and /readyz endpoints")
+	fs.BoolVar(&o.leaderElect, "leader-elect", false, "elect a leader among replicas so only one reconciles at a time")
+	fs.StringVar(&o.leaderElectionID, "leader-election-id", "chartpilot.chartpilot.dev", "name of the Lease used for leader election")
+	fs.StringVar(&o.leaderElectionNamespace, "leader-election-namespace", "", "namespace of the Lease; default: the pod's namespace")
+	fs.DurationVar(&o.leaseDuration, "leader-elect-lease-duration", 15*time.Second, "how long a non-leader waits before taking over an unrenewed lease")
+	fs.DurationVar(&o.renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "how long the leader retries renewing before it gives up leadership")
+	fs.DurationVar(&o.retryPeriod, "leader-elect-retry-period", 2*time.Second, "how often leader election clients retry")
+	o.zap.Development = false
+	o.zap.BindFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %v: chartpilot run takes flags only", fs.Args())
+	}
+	if o.leaderElect && o.leaderElectionNamespace == "" && !inCluster() {
+		return nil, errors.New("--leader-elect outside a cluster needs --leader-election-namespace")
+	}
+	return o, nil
+}
+
+func inCluster() bool {
+	_, err := rest.InClusterConfig()
+	return err == nil
+}
+
+// run starts the manager and blocks until SIGINT or SIGTERM.
+func run(args []string) error {
+	o, err := parseRunFlags(args)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&o.zap)))
+	log := ctrl.Log.WithName("setup")
+
+	if err := cliutil.CheckFileReadable(o.watchesFile, "--watches"); err != nil {
+		return err
+	}
+	cfg, err := cliutil.LoadKubeconfig(o.kubeconfig)
+	if err != nil {
+		return err
+	}
+	if err := checkReachable(cfg); err != nil {
+		return err
+	}
+	if err := cliutil.CheckPortFree(o.metricsAddr, "--metrics-bind-address"); err != nil {
+		return err
+	}
+	if err := cliutil.CheckPortFree(o.probeAddr, "--health-probe-bind-address"); err != nil {
+		return err
+	}
+
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return err
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                        scheme,
+		Metrics:                       metricsserver.Options{BindAddress: o.metricsAddr},
+		HealthProbeBindAddress:        o.probeAddr,
+		LeaderElection:                o.leaderElect,
+		LeaderElectionID:              o.leaderElectionID,
+		LeaderElectionNamespace:       o.leaderElectionNamespace,
+		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 &o.leaseDuration,
+		RenewDeadline:                 &o.renewDeadline,
+		RetryPeriod:                   &o.retryPeriod,
+	})
+	if err != nil {
+		return fmt.Errorf("creating manager: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	log.Info("Starting manager", "version", version, "watches", o.watchesFile, "apiServer", cfg.Host,
+		"metrics", o.metricsAddr, "probes", o.probeAddr, "leaderElection", o.leaderElect)
+	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+		return fmt.Errorf("running manager: %w", err)
+	}
+	log.Info("Stopped manager")
+	return nil
+}
+
+// checkReachable fails fast, with the address, when the API server does not
+// answer, instead of letting informers retry silently.
+func checkReachable(cfg *rest.Config) error {
+	c := rest.CopyConfig(cfg)
+	c.Timeout = 15 * time.Second
+	dc, err := discovery.NewDiscoveryClientForConfig(c)
+	if err != nil {
+		return fmt.Errorf("building a client for %s: %w", cfg.Host, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := dc.ServerVersion()
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("cannot reach the API server at %s: %v: check --kubeconfig and that the cluster is running", cfg.Host, err)
+		}
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("the API server at %s did not answer within 20s: check --kubeconfig and that the cluster is running", cfg.Host)
+	}
+}

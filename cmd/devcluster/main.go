@@ -1,0 +1,72 @@
+// Command devcluster starts a local Kubernetes control plane (the full tier of
+// internal/testcluster: etcd, kube-apiserver, controller manager, scheduler,
+// kwok nodes and a volume provisioner) for demos and manual testing.
+//
+//	go run ./cmd/devcluster --dir .devcluster
+//
+// It prints one line "ready kubeconfig=<path>" once usable, and runs until
+// interrupted (SIGINT or SIGTERM), then stops every process it started.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/chartpilot/chartpilot/internal/cliutil"
+	"github.com/chartpilot/chartpilot/internal/testcluster"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintf(os.Stderr, "devcluster: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	dir := flag.String("dir", ".devcluster", "working directory: kubeconfig, logs/, volumes/")
+	tier := flag.String("tier", string(testcluster.TierFull), "api (etcd + kube-apiserver) or full (+ controllers, scheduler, kwok nodes, provisioner)")
+	nodes := flag.Int("nodes", 3, "number of fake kwok nodes (full tier)")
+	port := flag.Int("port", 0, "kube-apiserver port on 127.0.0.1 (default: a free port)")
+	binDir := flag.String("bin-dir", "", "directory of the control-plane binaries (default: bin/ of this repository, or $CHARTPILOT_BIN_DIR)")
+	verbose := flag.Bool("v", false, "print start-up steps")
+	flag.Parse()
+
+	if *port != 0 {
+		if err := cliutil.CheckPortFree(fmt.Sprintf("127.0.0.1:%d", *port), "--port"); err != nil {
+			return err
+		}
+	}
+	absDir, err := filepath.Abs(*dir)
+	if err != nil {
+		return err
+	}
+	opts := testcluster.Options{
+		Tier:          testcluster.Tier(*tier),
+		Dir:           absDir,
+		BinDir:        *binDir,
+		Nodes:         *nodes,
+		APIServerPort: *port,
+	}
+	if *verbose {
+		opts.Log = os.Stderr
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	startCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	c, err := testcluster.Start(startCtx, opts)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("ready kubeconfig=%s\n", c.KubeconfigPath)
+	<-ctx.Done()
+	fmt.Fprintln(os.Stderr, "devcluster: stopping")
+	return c.Stop()
+}

@@ -7,6 +7,8 @@ package main
 import (
 	"fmt"
 	"os"
+
+	ctrl "sigs.k8s.io/controller-runtime"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -26,7 +28,7 @@ func main() {
 	}
 	switch os.Args[1] {
 	case "run":
-		if err := run(os.Args[2:]); err != nil {
+		if err := run(ctrl.SetupSignalHandler(), os.Args[2:]); err != nil {
 			fmt.Fprintf(os.Stderr, "chartpilot run: %v\n", err)
 			os.Exit(1)
 		}

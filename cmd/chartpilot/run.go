@@ -66,8 +66,8 @@ func inCluster() bool {
 	return err == nil
 }
 
-// run starts the manager and blocks until SIGINT or SIGTERM.
-func run(args []string) error {
+// run starts the manager and blocks until ctx is done.
+func run(ctx context.Context, args []string) error {
 	o, err := parseRunFlags(args)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -122,7 +122,7 @@ func run(args []string) error {
 	}
 	log.Info("Starting manager", "version", version, "watches", o.watchesFile, "apiServer", cfg.Host,
 		"metrics", o.metricsAddr, "probes", o.probeAddr, "leaderElection", o.leaderElect)
-	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("running manager: %w", err)
 	}
 	log.Info("Stopped manager")

@@ -93,7 +93,7 @@ build_module() {
 		echo "copied ${mod} tools from ${cache}" >&2
 		return 0
 	fi
-	echo "building ${mod} tools into bin/ (first build of kubernetes takes several minutes)" >&2
+	echo "building ${mod} tools into bin/ (a cold build of kubernetes takes about 15 minutes on 2 cores)" >&2
 	local start=${SECONDS}
 	for pair in ${targets[${mod}]}; do
 		pkg="${pair%=*}"

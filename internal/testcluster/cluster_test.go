@@ -53,6 +53,7 @@ func waitFor(t *testing.T, what string, timeout time.Duration, cond func(ctx con
 
 func clientset(t *testing.T) kubernetes.Interface {
 	t.Helper()
+	cluster.Skip(t)
 	cs, err := kubernetes.NewForConfig(cluster.Config)
 	if err != nil {
 		t.Fatal(err)
@@ -233,6 +234,9 @@ func TestCheckBinariesNamesTheFix(t *testing.T) {
 // api-tier cluster and panics, then checks that etcd and kube-apiserver died
 // with it.
 func TestNoOrphansWhenTestPanics(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster")
+	}
 	if os.Getenv(panicHelperEnv) != "" {
 		c, err := Start(context.Background(), Options{Tier: TierAPI, Dir: os.Getenv(panicHelperEnv)})
 		if err != nil {

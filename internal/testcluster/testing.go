@@ -2,6 +2,7 @@ package testcluster
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"strings"
@@ -20,6 +21,7 @@ import (
 //
 //	func TestMain(m *testing.M) { os.Exit(testcluster.RunMain(m, testcluster.Options{}, &cluster)) }
 func RunMain(m *testing.M, opts Options, out **Cluster) int {
+	flag.Parse()
 	if testing.Short() {
 		return m.Run()
 	}
@@ -42,10 +44,19 @@ func RunMain(m *testing.M, opts Options, out **Cluster) int {
 	return code
 }
 
+// Skip skips the test when no cluster runs (go test -short).
+func (c *Cluster) Skip(t testing.TB) {
+	t.Helper()
+	if c == nil {
+		t.Skip("needs the local cluster; not started with -short")
+	}
+}
+
 // Namespace creates a namespace for one test, named after it, and deletes it
-// when the test ends.
+// when the test ends. Without a cluster (-short) it skips the test.
 func (c *Cluster) Namespace(t testing.TB) string {
 	t.Helper()
+	c.Skip(t)
 	cs, err := kubernetes.NewForConfig(c.Config)
 	if err != nil {
 		t.Fatal(err)

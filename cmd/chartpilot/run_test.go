@@ -1,0 +1,152 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/chartpilot/chartpilot/internal/testcluster"
+)
+
+var cluster *testcluster.Cluster
+
+func TestMain(m *testing.M) {
+	os.Exit(testcluster.RunMain(m, testcluster.Options{Tier: testcluster.TierAPI}, &cluster))
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func watchesFile(t *testing.T) string {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "watches.yaml")
+	if err := os.WriteFile(f, []byte("[]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func TestRunServesHealthAndMetricsUntilCancelled(t *testing.T) {
+	cluster.Skip(t)
+	probes, metrics := freeAddr(t), freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{
+			"--kubeconfig", cluster.KubeconfigPath,
+			"--watches", watchesFile(t),
+			"--health-probe-bind-address", probes,
+			"--metrics-bind-address", metrics,
+		})
+	}()
+	get := func(url string) (int, string) {
+		resp, err := http.Get(url)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	var last string
+	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+		select {
+		case err := <-done:
+			return false, fmt.Errorf("run returned early: %v", err)
+		default:
+		}
+		code, body := get("http://" + probes + "/readyz")
+		last = fmt.Sprintf("%d %s", code, body)
+		return code == http.StatusOK, nil
+	})
+	if err != nil {
+		cancel()
+		t.Fatalf("waiting for /readyz: %v (last: %s)", err, last)
+	}
+	if code, body := get("http://" + probes + "/healthz"); code != http.StatusOK || body != "ok" {
+		t.Errorf("/healthz = %d %q", code, body)
+	}
+	if code, body := get("http://" + metrics + "/metrics"); code != http.StatusOK || !strings.Contains(body, "controller_runtime_") {
+		t.Errorf("/metrics = %d, controller-runtime series missing", code)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run after cancel: %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("run did not stop within a minute of cancellation")
+	}
+}
+
+func TestRunRejectsBadInput(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad-kubeconfig")
+	if err := os.WriteFile(bad, []byte("clusters: [oops"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	unreachable := filepath.Join(dir, "unreachable")
+	if err := os.WriteFile(unreachable, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: abc}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w := watchesFile(t)
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	good := ""
+	if cluster != nil {
+		good = cluster.KubeconfigPath
+	}
+	for name, tc := range map[string]struct {
+		args    []string
+		want    []string
+		cluster bool
+	}{
+		"kubeconfig does not parse": {args: []string{"--kubeconfig", bad, "--watches", w}, want: []string{"does not parse", "--kubeconfig"}},
+		"kubeconfig missing":        {args: []string{"--kubeconfig", filepath.Join(dir, "none"), "--watches", w}, want: []string{"cannot be read", "--kubeconfig"}},
+		"api server unreachable":    {args: []string{"--kubeconfig", unreachable, "--watches", w}, want: []string{"cannot reach the API server at https://127.0.0.1:1", "--kubeconfig"}},
+		"watches missing":           {args: []string{"--kubeconfig", bad, "--watches", filepath.Join(dir, "w.yaml")}, want: []string{"--watches", "does not exist"}},
+		"unknown flag":              {args: []string{"--kubeconfg", bad}, want: []string{"kubeconfg"}},
+		"probe port busy":           {args: []string{"--kubeconfig", good, "--watches", w, "--health-probe-bind-address", busy.Addr().String(), "--metrics-bind-address", "0"}, want: []string{"already in use", "--health-probe-bind-address"}, cluster: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if tc.cluster {
+				cluster.Skip(t)
+			}
+			err := run(context.Background(), tc.args)
+			if err == nil {
+				t.Fatal("want an error")
+			}
+			for _, s := range tc.want {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("error %q does not mention %q", err, s)
+				}
+			}
+		})
+	}
+}

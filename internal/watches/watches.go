@@ -1,0 +1,306 @@
+// Package watches parses and validates watches.yaml: which custom resource
+// kinds become Helm releases of which charts, with what overrides, hooks and
+// reconcile settings.
+//
+// Every error names the entry (index and GVK) and the field, and says how to
+// fix it: a bad watches.yaml stops the operator at start-up, before it touches
+// any release.
+package watches
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/yaml"
+)
+
+// Defaults of the optional fields.
+const (
+	DefaultReconcilePeriod         = 10 * time.Hour
+	DefaultMaxConcurrentReconciles = 4
+	DefaultMaxHistory              = 5
+	DefaultTimeout                 = 5 * time.Minute
+)
+
+// entry is the file format of one watch. Field names are the YAML keys.
+type entry struct {
+	Group                   string                `json:"group"`
+	Version                 string                `json:"version"`
+	Kind                    string                `json:"kind"`
+	Chart                   string                `json:"chart"`
+	OverrideValues          map[string]any        `json:"overrideValues,omitempty"`
+	Hooks                   []string              `json:"hooks,omitempty"`
+	ReconcilePeriod         string                `json:"reconcilePeriod,omitempty"`
+	MaxConcurrentReconciles *int                  `json:"maxConcurrentReconciles,omitempty"`
+	WatchDependentResources *bool                 `json:"watchDependentResources,omitempty"`
+	Selector                *metav1.LabelSelector `json:"selector,omitempty"`
+	MaxHistory              *int                  `json:"maxHistory,omitempty"`
+	Timeout                 string                `json:"timeout,omitempty"`
+}
+
+// Watch is one validated entry of watches.yaml.
+type Watch struct {
+	// GVK is the kind whose objects become releases.
+	GVK schema.GroupVersionKind
+	// Chart is the chart's path (a directory or a .tgz), absolute.
+	Chart string
+	// OverrideValues is the highest values layer, with $ENV expanded.
+	OverrideValues map[string]any
+	// Hooks are hook names, run in this order.
+	Hooks []string
+	// ReconcilePeriod is the safety-net resync period.
+	ReconcilePeriod time.Duration
+	// MaxConcurrentReconciles bounds parallel reconciles of this kind.
+	MaxConcurrentReconciles int
+	// WatchDependentResources enables drift detection through the release's objects.
+	WatchDependentResources bool
+	// Selector restricts the objects reconciled (sharding); nil selects all.
+	Selector labels.Selector
+	// SelectorSource is the selector as written, for logs.
+	SelectorSource *metav1.LabelSelector
+	// MaxHistory caps the release revisions kept.
+	MaxHistory int
+	// Timeout bounds each Helm action.
+	Timeout time.Duration
+}
+
+// String names the watch by its GVK, as errors do.
+func (w Watch) String() string {
+	return w.GVK.GroupVersion().String() + " " + w.GVK.Kind
+}
+
+// Load reads and validates path. Relative chart paths are resolved against
+// the directory of path.
+func Load(path string) ([]Watch, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading watches file: %w", err)
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, err
+	}
+	ws, err := Parse(data, filepath.Dir(abs), os.LookupEnv)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return ws, nil
+}
+
+// Parse validates watches.yaml content. baseDir resolves relative chart
+// paths; lookupEnv expands $VAR and ${VAR} in overrideValues strings.
+func Parse(data []byte, baseDir string, lookupEnv func(string) (string, bool)) ([]Watch, error) {
+	var entries []entry
+	if len(bytes.TrimSpace(data)) > 0 {
+		if err := yaml.UnmarshalStrict(data, &entries); err != nil {
+			return nil, fmt.Errorf("not a list of watch entries: %s: fix the YAML (fields: group, version, kind, chart, overrideValues, hooks, reconcilePeriod, maxConcurrentReconciles, watchDependentResources, selector, maxHistory, timeout)", cleanYAMLError(err))
+		}
+	}
+	seen := map[schema.GroupVersionKind]int{}
+	out := make([]Watch, 0, len(entries))
+	for i, e := range entries {
+		w, err := validate(e, baseDir, lookupEnv)
+		if err != nil {
+			return nil, fmt.Errorf("entry %d (%s): %w", i, describe(e), err)
+		}
+		if j, dup := seen[w.GVK]; dup {
+			return nil, fmt.Errorf("entry %d (%s): duplicate of entry %d: each group/version/kind may be watched once", i, describe(e), j)
+		}
+		seen[w.GVK] = i
+		out = append(out, w)
+	}
+	return out, nil
+}
+
+func describe(e entry) string {
+	gv := e.Version
+	if e.Group != "" {
+		gv = e.Group + "/" + e.Version
+	}
+	return strings.TrimSpace(gv + " " + e.Kind)
+}
+
+var (
+	kindPattern    = regexp.MustCompile(`^[A-Z][A-Za-z0-9]*$`)
+	versionPattern = regexp.MustCompile(`^v[1-9][0-9]*((alpha|beta)[1-9][0-9]*)?$`)
+	hookPattern    = regexp.MustCompile(`^[a-z][a-z0-9-]*$`)
+)
+
+func validate(e entry, baseDir string, lookupEnv func(string) (string, bool)) (Watch, error) {
+	w := Watch{}
+	if e.Group == "" {
+		return w, errors.New("field group: required: the API group of the custom resource, e.g. chartpilot.dev")
+	}
+	if errs := validation.IsDNS1123Subdomain(e.Group); len(errs) > 0 || !strings.Contains(e.Group, ".") {
+		return w, fmt.Errorf("field group: %q is not a DNS subdomain with a dot, e.g. chartpilot.dev", e.Group)
+	}
+	if !versionPattern.MatchString(e.Version) {
+		return w, fmt.Errorf("field version: %q is not a Kubernetes API version such as v1 or v1alpha1", e.Version)
+	}
+	if !kindPattern.MatchString(e.Kind) {
+		return w, fmt.Errorf("field kind: %q is not a kind name: CamelCase starting with a capital letter", e.Kind)
+	}
+	w.GVK = schema.GroupVersionKind{Group: e.Group, Version: e.Version, Kind: e.Kind}
+
+	if e.Chart == "" {
+		return w, errors.New("field chart: required: a chart directory or .tgz file")
+	}
+	chart := e.Chart
+	if !filepath.IsAbs(chart) {
+		chart = filepath.Join(baseDir, chart)
+	}
+	if abs, err := filepath.Abs(chart); err == nil {
+		chart = abs
+	}
+	st, err := os.Stat(chart)
+	switch {
+	case err != nil:
+		return w, fmt.Errorf("field chart: %s does not exist: fix the path (relative paths are resolved against the watches file's directory)", e.Chart)
+	case st.IsDir():
+		if _, err := os.Stat(filepath.Join(chart, "Chart.yaml")); err != nil {
+			return w, fmt.Errorf("field chart: directory %s has no Chart.yaml: point at a chart directory", e.Chart)
+		}
+	case !strings.HasSuffix(chart, ".tgz") && !strings.HasSuffix(chart, ".tar.gz"):
+		return w, fmt.Errorf("field chart: %s is a file but not a .tgz chart archive", e.Chart)
+	}
+	w.Chart = chart
+
+	vals, err := expandEnv(e.OverrideValues, "overrideValues", lookupEnv)
+	if err != nil {
+		return w, err
+	}
+	if vals == nil {
+		vals = map[string]any{}
+	}
+	w.OverrideValues = vals.(map[string]any)
+
+	seenHooks := map[string]bool{}
+	for i, h := range e.Hooks {
+		if !hookPattern.MatchString(h) {
+			return w, fmt.Errorf("field hooks[%d]: %q is not a hook name (lower case letters, digits, dashes)", i, h)
+		}
+		if seenHooks[h] {
+			return w, fmt.Errorf("field hooks[%d]: %q is listed twice", i, h)
+		}
+		seenHooks[h] = true
+	}
+	w.Hooks = append([]string(nil), e.Hooks...)
+
+	w.ReconcilePeriod = DefaultReconcilePeriod
+	if e.ReconcilePeriod != "" {
+		d, err := time.ParseDuration(e.ReconcilePeriod)
+		if err != nil || d < time.Minute {
+			return w, fmt.Errorf("field reconcilePeriod: %q is not a duration of at least 1m, e.g. 1h (it is a safety net: changes are seen through watches)", e.ReconcilePeriod)
+		}
+		w.ReconcilePeriod = d
+	}
+	w.Timeout = DefaultTimeout
+	if e.Timeout != "" {
+		d, err := time.ParseDuration(e.Timeout)
+		if err != nil || d < time.Second {
+			return w, fmt.Errorf("field timeout: %q is not a duration of at least 1s, e.g. 5m", e.Timeout)
+		}
+		w.Timeout = d
+	}
+	w.MaxConcurrentReconciles = DefaultMaxConcurrentReconciles
+	if e.MaxConcurrentReconciles != nil {
+		if *e.MaxConcurrentReconciles < 1 || *e.MaxConcurrentReconciles > 256 {
+			return w, fmt.Errorf("field maxConcurrentReconciles: %d is out of range 1..256", *e.MaxConcurrentReconciles)
+		}
+		w.MaxConcurrentReconciles = *e.MaxConcurrentReconciles
+	}
+	w.MaxHistory = DefaultMaxHistory
+	if e.MaxHistory != nil {
+		if *e.MaxHistory < 2 || *e.MaxHistory > 100 {
+			return w, fmt.Errorf("field maxHistory: %d is out of range 2..100 (rollback needs the previous revision)", *e.MaxHistory)
+		}
+		w.MaxHistory = *e.MaxHistory
+	}
+	w.WatchDependentResources = true
+	if e.WatchDependentResources != nil {
+		w.WatchDependentResources = *e.WatchDependentResources
+	}
+	if e.Selector != nil {
+		sel, err := metav1.LabelSelectorAsSelector(e.Selector)
+		if err != nil {
+			return w, fmt.Errorf("field selector: %v: write matchLabels or matchExpressions with operators In, NotIn, Exists, DoesNotExist", err)
+		}
+		w.Selector = sel
+		w.SelectorSource = e.Selector
+	}
+	return w, nil
+}
+
+// envRef matches $VAR and ${VAR}; $$ is a literal dollar.
+var envRef = regexp.MustCompile(`\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)`)
+
+// expandEnv expands environment references in every string of v. An unset
+// variable is an error naming the value's path: an empty image tag or
+// password must not reach a release silently.
+func expandEnv(v any, path string, lookupEnv func(string) (string, bool)) (any, error) {
+	switch t := v.(type) {
+	case map[string]any:
+		if t == nil {
+			return nil, nil
+		}
+		out := make(map[string]any, len(t))
+		keys := make([]string, 0, len(t))
+		for k := range t {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			ev, err := expandEnv(t[k], path+"."+k, lookupEnv)
+			if err != nil {
+				return nil, err
+			}
+			out[k] = ev
+		}
+		return out, nil
+	case []any:
+		out := make([]any, len(t))
+		for i := range t {
+			ev, err := expandEnv(t[i], fmt.Sprintf("%s[%d]", path, i), lookupEnv)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = ev
+		}
+		return out, nil
+	case string:
+		var missing string
+		s := envRef.ReplaceAllStringFunc(t, func(m string) string {
+			if m == "$$" {
+				return "$"
+			}
+			name := strings.Trim(m, "${}")
+			val, ok := lookupEnv(name)
+			if !ok && missing == "" {
+				missing = name
+			}
+			return val
+		})
+		if missing != "" {
+			return nil, fmt.Errorf("field %s: environment variable %s is not set: set it for the operator or write $$ for a literal dollar", path, missing)
+		}
+		return s, nil
+	default:
+		return v, nil
+	}
+}
+
+// cleanYAMLError keeps a YAML error on one line.
+func cleanYAMLError(err error) string {
+	return strings.Join(strings.Fields(err.Error()), " ")
+}

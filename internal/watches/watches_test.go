@@ -1,0 +1,180 @@
+package watches
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func env(vars map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := vars[k]; return v, ok }
+}
+
+func TestParseValid(t *testing.T) {
+	data := []byte(`
+- group: chartpilot.dev
+  version: v1alpha1
+  kind: Redis
+  chart: testdata/chart
+  overrideValues:
+    image:
+      tag: $TAG
+      repo: "${REPO}/redis"
+    price: "$$5"
+    list: ["$TAG", 3]
+  hooks: [tenancy, monitoring]
+  reconcilePeriod: 2h
+  maxConcurrentReconciles: 8
+  watchDependentResources: false
+  maxHistory: 3
+  timeout: 90s
+  selector:
+    matchLabels:
+      shard: a
+- group: example.com
+  version: v1
+  kind: Cache
+  chart: testdata/chart
+`)
+	ws, err := Parse(data, ".", env(map[string]string{"TAG": "7.2", "REPO": "mirror.local"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ws) != 2 {
+		t.Fatalf("want 2 watches, got %d", len(ws))
+	}
+	w := ws[0]
+	if w.GVK.Kind != "Redis" || w.GVK.Group != "chartpilot.dev" || w.GVK.Version != "v1alpha1" {
+		t.Errorf("GVK = %v", w.GVK)
+	}
+	img := w.OverrideValues["image"].(map[string]any)
+	if img["tag"] != "7.2" || img["repo"] != "mirror.local/redis" {
+		t.Errorf("env not expanded: %v", img)
+	}
+	if w.OverrideValues["price"] != "$5" {
+		t.Errorf("$$ not a literal dollar: %v", w.OverrideValues["price"])
+	}
+	if l := w.OverrideValues["list"].([]any); l[0] != "7.2" {
+		t.Errorf("list not expanded: %v", l)
+	}
+	if w.ReconcilePeriod != 2*time.Hour || w.MaxConcurrentReconciles != 8 || w.WatchDependentResources || w.MaxHistory != 3 || w.Timeout != 90*time.Second {
+		t.Errorf("settings not parsed: %+v", w)
+	}
+	if w.Selector == nil || w.Selector.String() != "shard=a" {
+		t.Errorf("selector = %v", w.Selector)
+	}
+	if !filepath.IsAbs(w.Chart) {
+		t.Errorf("chart path not absolute: %s", w.Chart)
+	}
+	d := ws[1]
+	if d.ReconcilePeriod != DefaultReconcilePeriod || d.MaxConcurrentReconciles != DefaultMaxConcurrentReconciles ||
+		!d.WatchDependentResources || d.MaxHistory != DefaultMaxHistory || d.Selector != nil || d.Timeout != DefaultTimeout {
+		t.Errorf("defaults not applied: %+v", d)
+	}
+}
+
+func TestParseErrorsNameEntryAndField(t *testing.T) {
+	base := "- group: chartpilot.dev\n  version: v1\n  kind: Redis\n  chart: testdata/chart\n"
+	for name, tc := range map[string]struct {
+		yaml string
+		want []string
+	}{
+		"unknown field":      {base + "  chrat: x\n", []string{"chrat", "fix the YAML"}},
+		"not a list":         {"group: a.b\n", []string{"not a list"}},
+		"duplicate gvk":      {base + base, []string{"entry 1", "duplicate of entry 0"}},
+		"missing chart":      {"- group: chartpilot.dev\n  version: v1\n  kind: Redis\n  chart: nope\n", []string{"entry 0 (chartpilot.dev/v1 Redis)", "field chart", "nope does not exist"}},
+		"chart without yaml": {"- group: chartpilot.dev\n  version: v1\n  kind: Redis\n  chart: testdata\n", []string{"field chart", "no Chart.yaml"}},
+		"no chart":           {"- group: chartpilot.dev\n  version: v1\n  kind: Redis\n", []string{"field chart: required"}},
+		"bad selector":       {base + "  selector:\n    matchExpressions:\n    - {key: a, operator: Near, values: [b]}\n", []string{"field selector", "Near"}},
+		"bad kind":           {"- group: chartpilot.dev\n  version: v1\n  kind: redis\n  chart: testdata/chart\n", []string{"field kind"}},
+		"bad version":        {"- group: chartpilot.dev\n  version: one\n  kind: Redis\n  chart: testdata/chart\n", []string{"field version"}},
+		"no group":           {"- version: v1\n  kind: Redis\n  chart: testdata/chart\n", []string{"field group: required"}},
+		"unset env":          {base + "  overrideValues:\n    a:\n      b: $NOPE\n", []string{"field overrideValues.a.b", "NOPE is not set"}},
+		"bad period":         {base + "  reconcilePeriod: 5s\n", []string{"field reconcilePeriod"}},
+		"bad concurrency":    {base + "  maxConcurrentReconciles: 0\n", []string{"field maxConcurrentReconciles"}},
+		"bad history":        {base + "  maxHistory: 1\n", []string{"field maxHistory"}},
+		"bad hook":           {base + "  hooks: [Tenancy]\n", []string{"field hooks[0]"}},
+		"duplicate hook":     {base + "  hooks: [a, a]\n", []string{"field hooks[1]", "twice"}},
+		"bad timeout":        {base + "  timeout: soon\n", []string{"field timeout"}},
+		"wrong type":         {base + "  maxHistory: many\n", []string{"fix the YAML"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.yaml), ".", env(nil))
+			if err == nil {
+				t.Fatal("want an error")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+			if strings.Contains(err.Error(), "\n") {
+				t.Errorf("error spans lines: %q", err)
+			}
+		})
+	}
+}
+
+func TestParseEmpty(t *testing.T) {
+	for _, in := range []string{"", "[]", "# only a comment\n[]\n"} {
+		ws, err := Parse([]byte(in), ".", env(nil))
+		if err != nil || len(ws) != 0 {
+			t.Errorf("Parse(%q) = %v, %v; want no watches", in, ws, err)
+		}
+	}
+}
+
+func TestLoadResolvesChartAgainstFileDir(t *testing.T) {
+	dir := t.TempDir()
+	chart := filepath.Join(dir, "charts", "c")
+	if err := os.MkdirAll(chart, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(chart, "Chart.yaml"), []byte("apiVersion: v2\nname: c\nversion: 1.0.0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f := filepath.Join(dir, "watches.yaml")
+	if err := os.WriteFile(f, []byte("- {group: a.io, version: v1, kind: C, chart: charts/c}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ws, err := Load(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ws[0].Chart != chart {
+		t.Errorf("chart = %s, want %s", ws[0].Chart, chart)
+	}
+	if _, err := Load(filepath.Join(dir, "missing.yaml")); err == nil {
+		t.Error("want an error for a missing file")
+	}
+}
+
+// FuzzParse checks that no input makes Parse panic, and that whatever it
+// accepts is internally consistent.
+func FuzzParse(f *testing.F) {
+	f.Add([]byte("- {group: a.io, version: v1, kind: C, chart: testdata/chart}\n"))
+	f.Add([]byte("- group: chartpilot.dev\n  version: v1alpha1\n  kind: Redis\n  chart: testdata/chart\n  overrideValues: {a: [$X, {b: ${Y}}]}\n  selector: {matchLabels: {s: a}}\n"))
+	f.Add([]byte("[]"))
+	f.Add([]byte("- {group: a.io, version: v1, kind: C, chart: testdata/chart, maxHistory: 3, timeout: 1m, reconcilePeriod: 1h}"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		ws, err := Parse(data, ".", env(map[string]string{"X": "x", "Y": "y"}))
+		if err != nil {
+			if strings.Contains(err.Error(), "\n") {
+				t.Fatalf("multi-line error: %q", err)
+			}
+			return
+		}
+		seen := map[string]bool{}
+		for _, w := range ws {
+			if w.Chart == "" || w.MaxHistory < 2 || w.MaxConcurrentReconciles < 1 || w.ReconcilePeriod < time.Minute || w.OverrideValues == nil {
+				t.Fatalf("accepted an inconsistent watch: %+v", w)
+			}
+			if seen[w.GVK.String()] {
+				t.Fatalf("accepted a duplicate GVK %v", w.GVK)
+			}
+			seen[w.GVK.String()] = true
+		}
+	})
+}

@@ -1,0 +1,381 @@
+// Package helm is the only package of chartpilot that imports the Helm SDK
+// (helm.sh/helm/v3). Everything else speaks in this package's types, so a
+// move to Helm 4 is a change of one package.
+//
+// A Client shares one discovery client, one REST mapper and one cached set of
+// cluster capabilities between all actions: Helm would otherwise rediscover
+// the whole API surface for every install and upgrade.
+package helm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/release"
+	"helm.sh/helm/v3/pkg/storage/driver"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// capabilitiesTTL bounds how stale the cached API versions may be; a chart
+// that needs a CRD installed a moment ago gets a refresh on NoKindMatch anyway.
+const capabilitiesTTL = 5 * time.Minute
+
+// Client runs Helm actions against one cluster.
+type Client struct {
+	config *rest.Config
+	disc   discovery.CachedDiscoveryInterface
+	mapper meta.ResettableRESTMapper
+	log    logr.Logger
+
+	capsMu sync.Mutex
+	caps   *chartutil.Capabilities
+	capsAt time.Time
+}
+
+// NewClient builds a Client for cfg.
+func NewClient(cfg *rest.Config, log logr.Logger) (*Client, error) {
+	cfg = rest.CopyConfig(cfg)
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("building discovery client: %w", err)
+	}
+	cached := memory.NewMemCacheClient(dc)
+	return &Client{
+		config: cfg,
+		disc:   cached,
+		mapper: restmapper.NewDeferredDiscoveryRESTMapper(cached),
+		log:    log,
+	}, nil
+}
+
+// RESTMapper is the mapper shared by all actions.
+func (c *Client) RESTMapper() meta.RESTMapper { return c.mapper }
+
+// IsNamespaced reports whether gvk is a namespaced kind.
+func (c *Client) IsNamespaced(gvk schema.GroupVersionKind) (bool, error) {
+	m, err := c.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		return false, err
+	}
+	return m.Scope.Name() == meta.RESTScopeNameNamespace, nil
+}
+
+// capabilities returns the cluster's version and API versions, cached.
+func (c *Client) capabilities() (*chartutil.Capabilities, error) {
+	c.capsMu.Lock()
+	defer c.capsMu.Unlock()
+	if c.caps != nil && time.Since(c.capsAt) < capabilitiesTTL {
+		return c.caps, nil
+	}
+	c.disc.Invalidate()
+	c.mapper.Reset()
+	sv, err := c.disc.ServerVersion()
+	if err != nil {
+		return nil, fmt.Errorf("reading the Kubernetes version: %w", err)
+	}
+	apiVersions, err := action.GetVersionSet(c.disc)
+	if err != nil {
+		return nil, fmt.Errorf("reading the API versions: %w", err)
+	}
+	caps := chartutil.DefaultCapabilities.Copy()
+	caps.KubeVersion = chartutil.KubeVersion{Version: sv.GitVersion, Major: sv.Major, Minor: sv.Minor}
+	caps.APIVersions = apiVersions
+	c.caps, c.capsAt = caps, time.Now()
+	return caps, nil
+}
+
+// InvalidateCapabilities makes the next action rediscover the API (e.g. after
+// a chart failed with a kind the cluster did not know).
+func (c *Client) InvalidateCapabilities() {
+	c.capsMu.Lock()
+	c.caps = nil
+	c.capsMu.Unlock()
+}
+
+// actionConfig builds Helm's configuration for one namespace. It is cheap:
+// discovery, mapper and capabilities are shared.
+func (c *Client) actionConfig(namespace string) (*action.Configuration, error) {
+	caps, err := c.capabilities()
+	if err != nil {
+		return nil, err
+	}
+	cfg := new(action.Configuration)
+	getter := &restGetter{client: c, namespace: namespace}
+	log := c.log.WithValues("namespace", namespace)
+	if err := cfg.Init(getter, namespace, "secret", func(format string, v ...any) {
+		log.V(2).Info(fmt.Sprintf(format, v...))
+	}); err != nil {
+		return nil, fmt.Errorf("initialising helm: %w", err)
+	}
+	cfg.Capabilities = caps
+	return cfg, nil
+}
+
+// restGetter gives Helm the shared clients of a Client.
+type restGetter struct {
+	client    *Client
+	namespace string
+}
+
+var _ genericclioptions.RESTClientGetter = (*restGetter)(nil)
+
+func (g *restGetter) ToRESTConfig() (*rest.Config, error) { return rest.CopyConfig(g.client.config), nil }
+
+func (g *restGetter) ToDiscoveryClient() (discovery.CachedDiscoveryInterface, error) {
+	return g.client.disc, nil
+}
+
+func (g *restGetter) ToRESTMapper() (meta.RESTMapper, error) { return g.client.mapper, nil }
+
+func (g *restGetter) ToRawKubeConfigLoader() clientcmd.ClientConfig {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Contexts["chartpilot"] = &clientcmdapi.Context{Namespace: g.namespace}
+	cfg.CurrentContext = "chartpilot"
+	return clientcmd.NewDefaultClientConfig(*cfg, &clientcmd.ConfigOverrides{Context: clientcmdapi.Context{Namespace: g.namespace}})
+}
+
+// Status is a release's status, as Helm stores it.
+type Status string
+
+// Statuses of a release revision.
+const (
+	StatusDeployed        Status = Status(release.StatusDeployed)
+	StatusFailed          Status = Status(release.StatusFailed)
+	StatusSuperseded      Status = Status(release.StatusSuperseded)
+	StatusUninstalling    Status = Status(release.StatusUninstalling)
+	StatusPendingInstall  Status = Status(release.StatusPendingInstall)
+	StatusPendingUpgrade  Status = Status(release.StatusPendingUpgrade)
+	StatusPendingRollback Status = Status(release.StatusPendingRollback)
+)
+
+// IsPending reports whether s is a pending-* status: an action holds (or held) the release.
+func (s Status) IsPending() bool {
+	return s == StatusPendingInstall || s == StatusPendingUpgrade || s == StatusPendingRollback
+}
+
+// Release is one revision of a release.
+type Release struct {
+	Name, Namespace string
+	Revision        int
+	Status          Status
+	Description     string
+	ChartName       string
+	ChartVersion    string
+	AppVersion      string
+	Labels          map[string]string
+	Manifest        string
+	FirstDeployed   time.Time
+	LastDeployed    time.Time
+}
+
+func fromHelm(r *release.Release) *Release {
+	if r == nil {
+		return nil
+	}
+	out := &Release{
+		Name:      r.Name,
+		Namespace: r.Namespace,
+		Revision:  r.Version,
+		Labels:    r.Labels,
+		Manifest:  r.Manifest,
+	}
+	if r.Info != nil {
+		out.Status = Status(r.Info.Status)
+		out.Description = r.Info.Description
+		out.FirstDeployed = r.Info.FirstDeployed.Time
+		out.LastDeployed = r.Info.LastDeployed.Time
+	}
+	if r.Chart != nil && r.Chart.Metadata != nil {
+		out.ChartName = r.Chart.Metadata.Name
+		out.ChartVersion = r.Chart.Metadata.Version
+		out.AppVersion = r.Chart.Metadata.AppVersion
+	}
+	return out
+}
+
+// History returns every stored revision of a release, oldest first; an
+// absent release has none.
+func (c *Client) History(namespace, name string) ([]*Release, error) {
+	cfg, err := c.actionConfig(namespace)
+	if err != nil {
+		return nil, err
+	}
+	hist, err := cfg.Releases.History(name)
+	if err != nil {
+		if errors.Is(err, driver.ErrReleaseNotFound) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("reading history of release %s/%s: %w", namespace, name, err)
+	}
+	out := make([]*Release, 0, len(hist))
+	for _, r := range hist {
+		out = append(out, fromHelm(r))
+	}
+	sortByRevision(out)
+	return out, nil
+}
+
+func sortByRevision(rs []*Release) {
+	for i := 1; i < len(rs); i++ {
+		for j := i; j > 0 && rs[j].Revision < rs[j-1].Revision; j-- {
+			rs[j], rs[j-1] = rs[j-1], rs[j]
+		}
+	}
+}
+
+// ActionOptions are the inputs shared by install and upgrade.
+type ActionOptions struct {
+	Namespace, Name string
+	Values          map[string]any
+	// Labels are stored on the release records (Helm's storage Secrets).
+	Labels map[string]string
+	// Decorate is applied to every rendered object (see Decorator).
+	Decorate Decorator
+	Timeout  time.Duration
+	// MaxHistory caps the revisions kept.
+	MaxHistory  int
+	Description string
+	// Force replaces objects that cannot be patched.
+	Force bool
+}
+
+// Install installs chart as a new release.
+func (c *Client) Install(ctx context.Context, ch *Chart, o ActionOptions) (*Release, error) {
+	cfg, err := c.actionConfig(o.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	in := action.NewInstall(cfg)
+	in.ReleaseName = o.Name
+	in.Namespace = o.Namespace
+	in.Labels = o.Labels
+	in.Timeout = o.Timeout
+	in.Description = o.Description
+	in.PostRenderer = &postRenderer{decorate: o.Decorate}
+	rel, err := in.RunWithContext(ctx, ch.chart, copyValues(o.Values))
+	return fromHelm(rel), err
+}
+
+// Upgrade upgrades a release to chart with exactly o.Values (no reuse of
+// earlier values: the CR is the source of truth).
+func (c *Client) Upgrade(ctx context.Context, ch *Chart, o ActionOptions) (*Release, error) {
+	cfg, err := c.actionConfig(o.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	up := action.NewUpgrade(cfg)
+	up.Namespace = o.Namespace
+	up.Labels = o.Labels
+	up.Timeout = o.Timeout
+	up.MaxHistory = o.MaxHistory
+	up.Description = o.Description
+	up.ResetValues = true
+	up.Force = o.Force
+	up.PostRenderer = &postRenderer{decorate: o.Decorate}
+	rel, err := up.RunWithContext(ctx, o.Name, ch.chart, copyValues(o.Values))
+	return fromHelm(rel), err
+}
+
+// Rollback rolls a release back to revision (0: the previous one).
+func (c *Client) Rollback(namespace, name string, revision int, timeout time.Duration, maxHistory int) error {
+	cfg, err := c.actionConfig(namespace)
+	if err != nil {
+		return err
+	}
+	rb := action.NewRollback(cfg)
+	rb.Version = revision
+	rb.Timeout = timeout
+	rb.MaxHistory = maxHistory
+	rb.CleanupOnFail = false
+	return rb.Run(name)
+}
+
+// Uninstall removes a release and its objects, except objects annotated
+// helm.sh/resource-policy: keep (data volumes). An absent release is no error.
+func (c *Client) Uninstall(namespace, name string, timeout time.Duration) error {
+	cfg, err := c.actionConfig(namespace)
+	if err != nil {
+		return err
+	}
+	un := action.NewUninstall(cfg)
+	un.Timeout = timeout
+	un.IgnoreNotFound = true
+	un.DeletionPropagation = "background"
+	_, err = un.Run(name)
+	return err
+}
+
+// MarkFailed sets the status of a pending revision to failed, with reason as
+// its description. It is how a release left pending-* by a process that died
+// mid-action is unlocked; it refuses a revision that is not pending.
+func (c *Client) MarkFailed(namespace, name string, revision int, reason string) error {
+	cfg, err := c.actionConfig(namespace)
+	if err != nil {
+		return err
+	}
+	rel, err := cfg.Releases.Get(name, revision)
+	if err != nil {
+		return fmt.Errorf("reading release %s/%s revision %d: %w", namespace, name, revision, err)
+	}
+	if !rel.Info.Status.IsPending() {
+		return fmt.Errorf("release %s/%s revision %d is %s, not pending", namespace, name, revision, rel.Info.Status)
+	}
+	rel.SetStatus(release.StatusFailed, reason)
+	if err := cfg.Releases.Update(rel); err != nil {
+		return fmt.Errorf("unlocking release %s/%s revision %d: %w", namespace, name, revision, err)
+	}
+	return nil
+}
+
+// copyValues returns a deep copy: Helm coalesces chart defaults into the map
+// it is given, and the caller's layers must stay as they were.
+func copyValues(v map[string]any) map[string]any {
+	if v == nil {
+		return map[string]any{}
+	}
+	return deepCopy(v).(map[string]any)
+}
+
+func deepCopy(v any) any {
+	switch t := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(t))
+		for k, e := range t {
+			out[k] = deepCopy(e)
+		}
+		return out
+	case []any:
+		out := make([]any, len(t))
+		for i, e := range t {
+			out[i] = deepCopy(e)
+		}
+		return out
+	default:
+		return v
+	}
+}
+
+// StorageSecretLabels are the labels Helm puts on every release Secret; a
+// metadata-only informer selecting "owner=helm" sees each revision's name,
+// status and version without reading the (large) release content.
+const (
+	StorageLabelOwner   = "owner"
+	StorageOwnerHelm    = "helm"
+	StorageLabelName    = "name"
+	StorageLabelStatus  = "status"
+	StorageLabelVersion = "version"
+)

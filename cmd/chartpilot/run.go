@@ -7,16 +7,14 @@ import (
 	"fmt"
 	"time"
 
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/discovery"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/chartpilot/chartpilot/internal/cliutil"
+	"github.com/chartpilot/chartpilot/internal/operator"
+	"github.com/chartpilot/chartpilot/internal/watches"
 )
 
 // runOptions are the flags of `chartpilot run`.
@@ -95,32 +93,27 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+	ws, err := watches.Load(o.watchesFile)
+	if err != nil {
 		return err
 	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                        scheme,
-		Metrics:                       metricsserver.Options{BindAddress: o.metricsAddr},
-		HealthProbeBindAddress:        o.probeAddr,
-		LeaderElection:                o.leaderElect,
-		LeaderElectionID:              o.leaderElectionID,
-		LeaderElectionNamespace:       o.leaderElectionNamespace,
-		LeaderElectionReleaseOnCancel: true,
-		LeaseDuration:                 &o.leaseDuration,
-		RenewDeadline:                 &o.renewDeadline,
-		RetryPeriod:                   &o.retryPeriod,
+	mgr, err := operator.New(operator.Options{
+		Config:                  cfg,
+		Watches:                 ws,
+		MetricsAddr:             o.metricsAddr,
+		ProbeAddr:               o.probeAddr,
+		LeaderElection:          o.leaderElect,
+		LeaderElectionID:        o.leaderElectionID,
+		LeaderElectionNamespace: o.leaderElectionNamespace,
+		LeaseDuration:           o.leaseDuration,
+		RenewDeadline:           o.renewDeadline,
+		RetryPeriod:             o.retryPeriod,
+		Log:                     ctrl.Log,
 	})
 	if err != nil {
-		return fmt.Errorf("creating manager: %w", err)
-	}
-	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
-	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
-		return err
-	}
-	log.Info("Starting manager", "version", version, "watches", o.watchesFile, "apiServer", cfg.Host,
+	log.Info("Starting manager", "version", version, "watches", o.watchesFile, "kinds", len(ws), "apiServer", cfg.Host,
 		"metrics", o.metricsAddr, "probes", o.probeAddr, "leaderElection", o.leaderElect)
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("running manager: %w", err)

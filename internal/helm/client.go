@@ -133,7 +133,9 @@ type restGetter struct {
 
 var _ genericclioptions.RESTClientGetter = (*restGetter)(nil)
 
-func (g *restGetter) ToRESTConfig() (*rest.Config, error) { return rest.CopyConfig(g.client.config), nil }
+func (g *restGetter) ToRESTConfig() (*rest.Config, error) {
+	return rest.CopyConfig(g.client.config), nil
+}
 
 func (g *restGetter) ToDiscoveryClient() (discovery.CachedDiscoveryInterface, error) {
 	return g.client.disc, nil

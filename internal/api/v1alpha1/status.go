@@ -1,0 +1,100 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Condition types of a managed custom resource. Ready summarises the others.
+const (
+	// ConditionReady is True when the release is deployed from the current
+	// inputs, nothing drifted and no input is stalled.
+	ConditionReady = "Ready"
+	// ConditionReleased is True when the release's last action succeeded.
+	ConditionReleased = "Released"
+	// ConditionReconciling is True while chartpilot is acting or waiting to act.
+	ConditionReconciling = "Reconciling"
+	// ConditionStalled is True when input must change before chartpilot can act.
+	ConditionStalled = "Stalled"
+	// ConditionDrifted is True when objects of the release differ from it.
+	ConditionDrifted = "Drifted"
+)
+
+// Annotations on a managed custom resource.
+const (
+	// AnnotationPause stops all actions while set to "true".
+	AnnotationPause = "chartpilot.dev/pause"
+	// AnnotationForceUpgrade: a new value forces one upgrade with object replacement.
+	AnnotationForceUpgrade = "chartpilot.dev/force-upgrade"
+	// AnnotationReconcileRequestedAt: a new value reconciles now, checks drift
+	// and clears the back-off of a failed action.
+	AnnotationReconcileRequestedAt = "chartpilot.dev/reconcile-requested-at"
+	// AnnotationAdopt "true" lets chartpilot take over a release of the same
+	// name that it did not install.
+	AnnotationAdopt = "chartpilot.dev/adopt"
+)
+
+// Finalizer is put on every managed custom resource before its first install.
+const Finalizer = "chartpilot.dev/uninstall"
+
+// ReleaseStatus is the status shared by every kind chartpilot manages.
+type ReleaseStatus struct {
+	// ObservedGeneration is the generation the conditions describe.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Conditions: Ready, Released, Reconciling, Stalled, Drifted and hook conditions.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// Release describes the deployed (or last attempted) release.
+	// +optional
+	Release *ReleaseInfo `json:"release,omitempty"`
+	// History lists chartpilot's last actions on the release, newest first.
+	// +optional
+	// +kubebuilder:validation:MaxItems=10
+	History []HistoryEntry `json:"history,omitempty"`
+	// LastFailure is the last failed action, for back-off; cleared on success.
+	// +optional
+	LastFailure *Failure `json:"lastFailure,omitempty"`
+}
+
+// ReleaseInfo says what is deployed.
+type ReleaseInfo struct {
+	Name         string `json:"name"`
+	Revision     int    `json:"revision,omitempty"`
+	ChartName    string `json:"chartName,omitempty"`
+	ChartVersion string `json:"chartVersion,omitempty"`
+	AppVersion   string `json:"appVersion,omitempty"`
+	// Status is Helm's status of the revision (deployed, failed, pending-upgrade, ...).
+	Status string `json:"status,omitempty"`
+	// +optional
+	LastDeployed *metav1.Time `json:"lastDeployed,omitempty"`
+	// ValuesDigest hashes the chart, the final values and the relevant annotations.
+	ValuesDigest string `json:"valuesDigest,omitempty"`
+}
+
+// HistoryEntry is one action chartpilot took.
+type HistoryEntry struct {
+	// Action is Install, Upgrade, Rollback, Uninstall, Unlock or CorrectDrift.
+	Action       string      `json:"action"`
+	Revision     int         `json:"revision,omitempty"`
+	ChartVersion string      `json:"chartVersion,omitempty"`
+	Digest       string      `json:"digest,omitempty"`
+	Succeeded    bool        `json:"succeeded"`
+	Time         metav1.Time `json:"time"`
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// Failure records the last failed action and how often it failed in a row.
+type Failure struct {
+	Action string      `json:"action"`
+	Digest string      `json:"digest"`
+	Count  int         `json:"count"`
+	Time   metav1.Time `json:"time"`
+	// RequestedAt is the reconcile-requested-at annotation when it failed: a
+	// new value retries at once.
+	// +optional
+	RequestedAt string `json:"requestedAt,omitempty"`
+	Message     string `json:"message,omitempty"`
+}

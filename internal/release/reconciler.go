@@ -1,0 +1,476 @@
+// Package release is chartpilot's release reconciler: for every custom
+// resource of a watched kind it observes the Helm release, then takes exactly
+// one action (Install, Upgrade, Rollback, Uninstall, Unlock, CorrectDrift) or
+// none, and writes the outcome to the resource's status, events and metrics.
+package release
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/record"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
+	"github.com/chartpilot/chartpilot/internal/helm"
+	"github.com/chartpilot/chartpilot/internal/values"
+	"github.com/chartpilot/chartpilot/internal/watches"
+)
+
+// maxReleaseName is Helm's limit on release names.
+const maxReleaseName = 53
+
+// ValuesFunc turns a custom resource into its values layer. Passthrough kinds
+// use spec as-is; typed kinds register a translator.
+type ValuesFunc func(obj *unstructured.Unstructured) (map[string]any, error)
+
+// Passthrough uses the resource's spec as the chart values.
+func Passthrough(obj *unstructured.Unstructured) (map[string]any, error) {
+	spec, _, err := unstructured.NestedMap(obj.Object, "spec")
+	if err != nil {
+		return nil, fmt.Errorf("spec: %w", err)
+	}
+	if spec == nil {
+		spec = map[string]any{}
+	}
+	return spec, nil
+}
+
+// Reconciler reconciles one watched kind.
+type Reconciler struct {
+	Watch  watches.Watch
+	Chart  *helm.Chart
+	Helm   *helm.Client
+	Client client.Client
+	// Releases reads release records' metadata from a cache (see SetupWithManager).
+	Releases client.Reader
+	Dynamic  dynamic.Interface
+	Recorder record.EventRecorder
+	Log      logr.Logger
+	// Values makes the resource's values layer (default Passthrough).
+	Values ValuesFunc
+	// Now is the clock (tests may replace it).
+	Now func() time.Time
+
+	deps *dependents
+
+	mu sync.Mutex
+	// driftCheck holds resources whose objects may have drifted: flagged by
+	// dependent events, on the first pass after start, and on a reconcile request.
+	driftCheck map[types.NamespacedName]bool
+	// seen holds the resources reconciled since start, and the
+	// reconcile-requested-at value last handled.
+	seen map[types.NamespacedName]string
+}
+
+func (r *Reconciler) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
+func (r *Reconciler) ownerKind() string {
+	return r.Watch.GVK.Kind + "." + r.Watch.GVK.Group
+}
+
+// pass carries one reconcile's inputs and outputs.
+type pass struct {
+	obj    *unstructured.Unstructured
+	key    types.NamespacedName
+	status *v1alpha1.ReleaseStatus
+	log    logr.Logger
+
+	vals   map[string]any
+	digest string
+	force  string
+}
+
+// Reconcile runs one pass for a resource.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
+	start := r.now()
+	log := r.Log.WithValues(strings.ToLower(r.Watch.GVK.Kind), req.NamespacedName)
+	obj := &unstructured.Unstructured{}
+	obj.SetGroupVersionKind(r.Watch.GVK)
+	if err := r.Client.Get(ctx, req.NamespacedName, obj); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.forget(req.NamespacedName)
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	if r.Watch.Selector != nil && !r.Watch.Selector.Matches(labels.Set(obj.GetLabels())) {
+		return ctrl.Result{}, nil
+	}
+	st, err := readStatus(obj)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	p := &pass{obj: obj, key: req.NamespacedName, status: st, log: log}
+	orig := st.DeepCopy()
+	defer func() {
+		result := "success"
+		switch {
+		case retErr != nil:
+			result = "error"
+		case res.RequeueAfter > 0:
+			result = "requeue"
+		}
+		reconcileTotal.WithLabelValues(r.Watch.GVK.Kind, result).Inc()
+		reconcileDuration.WithLabelValues(r.Watch.GVK.Kind, result).Observe(time.Since(start).Seconds())
+		if obj.GetDeletionTimestamp() != nil && !controllerutil.ContainsFinalizer(obj, v1alpha1.Finalizer) {
+			return // gone once the finalizer is off
+		}
+		if err := r.writeStatus(ctx, obj, orig, p.status); err != nil {
+			retErr = errors.Join(retErr, err)
+		}
+	}()
+
+	if obj.GetDeletionTimestamp() != nil {
+		return r.finalize(ctx, p)
+	}
+	if obj.GetAnnotations()[v1alpha1.AnnotationPause] == "true" {
+		setCondition(p.status, obj, v1alpha1.ConditionReconciling, metav1.ConditionFalse, "Paused", "chartpilot.dev/pause is set: no action is taken until it is removed")
+		summarise(p.status, obj)
+		return ctrl.Result{}, nil
+	}
+	if !controllerutil.ContainsFinalizer(obj, v1alpha1.Finalizer) {
+		patch := client.MergeFromWithOptions(obj.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		controllerutil.AddFinalizer(obj, v1alpha1.Finalizer)
+		if err := r.Client.Patch(ctx, obj, patch); err != nil {
+			return ctrl.Result{}, fmt.Errorf("adding finalizer: %w", err)
+		}
+	}
+	if len(obj.GetName()) > maxReleaseName {
+		r.stall(p, "NameTooLong", fmt.Sprintf("metadata.name: Helm release names are limited to %d characters; this one has %d: use a shorter name", maxReleaseName, len(obj.GetName())))
+		return ctrl.Result{}, nil
+	}
+	if err := r.desired(p); err != nil {
+		r.stall(p, "ValuesInvalid", err.Error())
+		return ctrl.Result{}, nil
+	}
+	return r.act(ctx, p)
+}
+
+// desired computes the final values and the digest of all inputs.
+func (r *Reconciler) desired(p *pass) error {
+	vf := r.Values
+	if vf == nil {
+		vf = Passthrough
+	}
+	crVals, err := vf(p.obj)
+	if err != nil {
+		return err
+	}
+	p.vals = values.Merge(
+		values.Layer{Name: "cr", Values: crVals},
+		values.Layer{Name: "overrides", Values: r.Watch.OverrideValues},
+	)
+	p.force = p.obj.GetAnnotations()[v1alpha1.AnnotationForceUpgrade]
+	digest, err := values.Digest(r.Chart.Digest, p.vals, map[string]string{v1alpha1.AnnotationForceUpgrade: p.force})
+	if err != nil {
+		return err
+	}
+	p.digest = digest
+	return nil
+}
+
+// act observes the release and runs the one action it calls for.
+func (r *Reconciler) act(ctx context.Context, p *pass) (ctrl.Result, error) {
+	requested := p.obj.GetAnnotations()[v1alpha1.AnnotationReconcileRequestedAt]
+	checkDrift := r.takeDriftFlag(p.key, requested)
+
+	// Fast path: from the release records' metadata alone, the release is
+	// deployed from exactly these inputs; unless a drift check is due there
+	// is nothing to read, render or write.
+	if !checkDrift && r.inSyncFromCache(ctx, p) {
+		rendersSkipped.WithLabelValues(r.Watch.GVK.Kind).Inc()
+		r.markInSync(p, nil)
+		return ctrl.Result{RequeueAfter: r.Watch.ReconcilePeriod}, nil
+	}
+
+	history, err := r.Helm.History(p.key.Namespace, p.key.Name)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	adopt := p.obj.GetAnnotations()[v1alpha1.AnnotationAdopt] == "true"
+	o := observe(history, string(p.obj.GetUID()), p.digest, adopt)
+	p.log.V(1).Info("Observed release", "state", o.State, "digest", p.digest)
+
+	switch o.State {
+	case StateAbsent:
+		if wait := r.backoff(p, "Install", requested); wait > 0 {
+			return ctrl.Result{RequeueAfter: wait}, nil
+		}
+		return r.install(ctx, p)
+	case StateUnmanaged:
+		r.stall(p, "ReleaseNotManaged", fmt.Sprintf("a Helm release %q already exists in %s and was not installed by chartpilot: nothing was changed; set annotation %s: \"true\" to take it over, or rename this resource", p.key.Name, p.key.Namespace, v1alpha1.AnnotationAdopt))
+		return ctrl.Result{}, nil
+	case StateConflict:
+		r.stall(p, "ReleaseConflict", fmt.Sprintf("the Helm release %q in %s belongs to another object (uid %s, kind %s): nothing was changed; rename this resource or uninstall the other release", p.key.Name, p.key.Namespace, o.Latest.Labels[LabelOwnerUID], o.Latest.Labels[LabelOwnerKind]))
+		return ctrl.Result{}, nil
+	case StateLocked:
+		return r.unlock(p, o)
+	case StateInterrupted:
+		if o.LastGood == nil {
+			return r.cleanupFailedInstall(p, o, requested, true)
+		}
+		return r.upgrade(ctx, p, o)
+	case StateUninstalling:
+		return r.cleanupFailedInstall(p, o, requested, true)
+	case StateFailedInstall:
+		return r.cleanupFailedInstall(p, o, requested, false)
+	case StateFailedUpgrade:
+		return r.rollback(p, o)
+	case StateOutOfSync:
+		if wait := r.backoff(p, "Upgrade", requested); wait > 0 {
+			return ctrl.Result{RequeueAfter: wait}, nil
+		}
+		return r.upgrade(ctx, p, o)
+	case StateInSync:
+		if r.deps != nil {
+			if err := r.deps.ensure(ctx, r, o.Latest.Manifest); err != nil {
+				p.log.Error(err, "Failed to watch the release's objects")
+			}
+		}
+		if checkDrift {
+			return r.correctDrift(ctx, p, o)
+		}
+		r.markInSync(p, o.Latest)
+		return ctrl.Result{RequeueAfter: r.Watch.ReconcilePeriod}, nil
+	}
+	return ctrl.Result{}, fmt.Errorf("unhandled release state %s", o.State)
+}
+
+// inSyncFromCache reports whether the newest release record, as the
+// metadata cache sees it, is deployed from the desired digest by this owner.
+func (r *Reconciler) inSyncFromCache(ctx context.Context, p *pass) bool {
+	if r.Releases == nil {
+		return false
+	}
+	list := &metav1.PartialObjectMetadataList{}
+	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("SecretList"))
+	if err := r.Releases.List(ctx, list, client.InNamespace(p.key.Namespace), client.MatchingLabels{
+		helm.StorageLabelOwner: helm.StorageOwnerHelm,
+		helm.StorageLabelName:  p.key.Name,
+	}); err != nil {
+		return false
+	}
+	var latest map[string]string
+	best := 0
+	for i := range list.Items {
+		l := list.Items[i].GetLabels()
+		if v := revisionOf(l); v > best {
+			best, latest = v, l
+		}
+	}
+	if latest == nil || p.status.Release == nil || best < p.status.Release.Revision {
+		return false // absent, or the cache lags behind what this operator did
+	}
+	return latest[helm.StorageLabelStatus] == string(helm.StatusDeployed) &&
+		latest[LabelDigest] == p.digest &&
+		latest[LabelOwnerUID] == string(p.obj.GetUID())
+}
+
+// takeDriftFlag reports whether a drift check is due, and clears the flag.
+func (r *Reconciler) takeDriftFlag(key types.NamespacedName, requested string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.driftCheck == nil {
+		r.driftCheck = map[types.NamespacedName]bool{}
+		r.seen = map[types.NamespacedName]string{}
+	}
+	last, seen := r.seen[key]
+	due := r.driftCheck[key] || !seen || last != requested
+	delete(r.driftCheck, key)
+	r.seen[key] = requested
+	return due && r.Watch.WatchDependentResources
+}
+
+// flagDrift asks for a drift check on the next pass.
+func (r *Reconciler) flagDrift(key types.NamespacedName) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.driftCheck == nil {
+		r.driftCheck = map[types.NamespacedName]bool{}
+		r.seen = map[types.NamespacedName]string{}
+	}
+	r.driftCheck[key] = true
+}
+
+func (r *Reconciler) forget(key types.NamespacedName) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.driftCheck, key)
+	delete(r.seen, key)
+	releaseInfo.DeletePartialMatch(map[string]string{"kind": r.Watch.GVK.Kind, "namespace": key.Namespace, "name": key.Name})
+}
+
+// actionOptions are the Helm inputs of install and upgrade.
+func (r *Reconciler) actionOptions(p *pass, description string) helm.ActionOptions {
+	return helm.ActionOptions{
+		Namespace: p.key.Namespace,
+		Name:      p.key.Name,
+		Values:    p.vals,
+		Labels: map[string]string{
+			LabelOwnerUID:   string(p.obj.GetUID()),
+			LabelOwnerKind:  r.ownerKind(),
+			LabelDigest:     p.digest,
+			LabelForceToken: labelSafe(p.force),
+		},
+		Decorate:    r.decorator(p.obj),
+		Timeout:     r.Watch.Timeout,
+		MaxHistory:  r.Watch.MaxHistory,
+		Description: description,
+	}
+}
+
+// labelSafe makes an annotation value usable as a label value (or empty).
+func labelSafe(s string) string {
+	out := make([]rune, 0, len(s))
+	for _, c := range s {
+		if (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.' {
+			out = append(out, c)
+		}
+	}
+	if len(out) > 63 {
+		out = out[len(out)-63:]
+	}
+	return strings.Trim(string(out), "-_.")
+}
+
+// decorator labels every object of the release so that dependent informers
+// can select exactly chartpilot's objects, records the owner in an
+// annotation (the only way for cluster-scoped and cross-namespace objects),
+// and adds an owner reference where Kubernetes allows one.
+func (r *Reconciler) decorator(owner *unstructured.Unstructured) helm.Decorator {
+	ownerRef := metav1.OwnerReference{
+		APIVersion:         owner.GetAPIVersion(),
+		Kind:               owner.GetKind(),
+		Name:               owner.GetName(),
+		UID:                owner.GetUID(),
+		BlockOwnerDeletion: ptrFalse(),
+	}
+	ownerAnn := r.ownerKind() + "/" + owner.GetNamespace() + "/" + owner.GetName()
+	return func(obj *unstructured.Unstructured) error {
+		labels := obj.GetLabels()
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		labels[LabelManagedBy] = ManagedByChartpilot
+		labels[LabelRelease] = owner.GetName()
+		obj.SetLabels(labels)
+		ann := obj.GetAnnotations()
+		if ann == nil {
+			ann = map[string]string{}
+		}
+		ann[AnnotationOwner] = ownerAnn
+		obj.SetAnnotations(ann)
+		ns := obj.GetNamespace()
+		sameNS := ns == "" || ns == owner.GetNamespace()
+		// Objects Helm keeps on uninstall (data volumes) never get an owner
+		// reference: garbage collection would delete them with the owner.
+		keep := strings.Contains(ann["helm.sh/resource-policy"], "keep")
+		if sameNS && !keep {
+			if namespaced, err := r.Helm.IsNamespaced(obj.GroupVersionKind()); err == nil && namespaced {
+				refs := obj.GetOwnerReferences()
+				for _, ref := range refs {
+					if ref.UID == ownerRef.UID {
+						return nil
+					}
+				}
+				obj.SetOwnerReferences(append(refs, ownerRef))
+			}
+		}
+		return nil
+	}
+}
+
+func ptrFalse() *bool { b := false; return &b }
+
+// readStatus decodes the resource's status.
+func readStatus(obj *unstructured.Unstructured) (*v1alpha1.ReleaseStatus, error) {
+	st := &v1alpha1.ReleaseStatus{}
+	raw, ok := obj.Object["status"].(map[string]any)
+	if !ok || raw == nil {
+		return st, nil
+	}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, st); err != nil {
+		// A status someone else wrote in another shape is replaced, not fatal.
+		return &v1alpha1.ReleaseStatus{}, nil
+	}
+	return st, nil
+}
+
+// writeStatus patches the status subresource when, and only when, it changed.
+func (r *Reconciler) writeStatus(ctx context.Context, obj *unstructured.Unstructured, orig, st *v1alpha1.ReleaseStatus) error {
+	if apiEqual(orig, st) {
+		return nil
+	}
+	raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(st)
+	if err != nil {
+		return err
+	}
+	base := obj.DeepCopy()
+	withStatus := obj.DeepCopy()
+	withStatus.Object["status"] = raw
+	if err := r.Client.Status().Patch(ctx, withStatus, client.MergeFrom(base)); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("writing status: %w", err)
+	}
+	return nil
+}
+
+// setCondition sets a condition; LastTransitionTime moves only on a flip
+// (apimeta.SetStatusCondition keeps it otherwise).
+func setCondition(st *v1alpha1.ReleaseStatus, obj *unstructured.Unstructured, typ string, status metav1.ConditionStatus, reason, msg string) {
+	apimeta.SetStatusCondition(&st.Conditions, metav1.Condition{
+		Type:               typ,
+		Status:             status,
+		Reason:             reason,
+		Message:            msg,
+		ObservedGeneration: obj.GetGeneration(),
+	})
+}
+
+// summarise derives Ready from the other conditions and moves observedGeneration.
+func summarise(st *v1alpha1.ReleaseStatus, obj *unstructured.Unstructured) {
+	st.ObservedGeneration = obj.GetGeneration()
+	get := func(t string) *metav1.Condition { return apimeta.FindStatusCondition(st.Conditions, t) }
+	switch stalled, released, reconciling, drifted := get(v1alpha1.ConditionStalled), get(v1alpha1.ConditionReleased), get(v1alpha1.ConditionReconciling), get(v1alpha1.ConditionDrifted); {
+	case stalled != nil && stalled.Status == metav1.ConditionTrue:
+		setCondition(st, obj, v1alpha1.ConditionReady, metav1.ConditionFalse, stalled.Reason, stalled.Message)
+	case reconciling != nil && reconciling.Reason == "Paused":
+		setCondition(st, obj, v1alpha1.ConditionReady, metav1.ConditionUnknown, "Paused", reconciling.Message)
+	case released == nil || released.Status != metav1.ConditionTrue:
+		reason, msg := "Progressing", "the release is not deployed yet"
+		if released != nil {
+			reason, msg = released.Reason, released.Message
+		}
+		setCondition(st, obj, v1alpha1.ConditionReady, metav1.ConditionFalse, reason, msg)
+	case drifted != nil && drifted.Status == metav1.ConditionTrue:
+		setCondition(st, obj, v1alpha1.ConditionReady, metav1.ConditionFalse, drifted.Reason, drifted.Message)
+	case reconciling != nil && reconciling.Status == metav1.ConditionTrue:
+		setCondition(st, obj, v1alpha1.ConditionReady, metav1.ConditionFalse, reconciling.Reason, reconciling.Message)
+	default:
+		setCondition(st, obj, v1alpha1.ConditionReady, metav1.ConditionTrue, released.Reason, released.Message)
+	}
+}

@@ -1,0 +1,235 @@
+package release
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/chartpilot/chartpilot/internal/helm"
+	"github.com/chartpilot/chartpilot/internal/watches"
+)
+
+// CacheByObject restricts the manager's cache of each watched kind to the
+// watch's selector, so an operator shard caches only the resources it owns.
+func CacheByObject(ws []watches.Watch) map[client.Object]cache.ByObject {
+	out := map[client.Object]cache.ByObject{}
+	for _, w := range ws {
+		if w.Selector == nil {
+			continue
+		}
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(w.GVK)
+		out[u] = cache.ByObject{Label: w.Selector}
+	}
+	return out
+}
+
+// Shared holds what all reconcilers of one manager share: the Helm client and
+// two metadata-only caches, one of Helm's release records (owner=helm) and
+// one of the objects of chartpilot's releases (managed-by=chartpilot).
+// Neither caches Secret contents or whole objects.
+type Shared struct {
+	Helm       *helm.Client
+	Dynamic    dynamic.Interface
+	Releases   cache.Cache
+	Dependents cache.Cache
+}
+
+// NewShared builds the shared clients and caches and adds the caches to mgr.
+func NewShared(mgr manager.Manager) (*Shared, error) {
+	cfg := mgr.GetConfig()
+	hc, err := helm.NewClient(cfg, mgr.GetLogger().WithName("helm"))
+	if err != nil {
+		return nil, err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	newCache := func(sel labels.Selector) (cache.Cache, error) {
+		return cache.New(cfg, cache.Options{
+			HTTPClient:           mgr.GetHTTPClient(),
+			Scheme:               mgr.GetScheme(),
+			Mapper:               mgr.GetRESTMapper(),
+			DefaultLabelSelector: sel,
+			// Only metadata is ever read from these caches.
+			DefaultTransform: cache.TransformStripManagedFields(),
+		})
+	}
+	releases, err := newCache(labels.SelectorFromSet(labels.Set{helm.StorageLabelOwner: helm.StorageOwnerHelm}))
+	if err != nil {
+		return nil, err
+	}
+	deps, err := newCache(labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedByChartpilot}))
+	if err != nil {
+		return nil, err
+	}
+	if err := mgr.Add(releases); err != nil {
+		return nil, err
+	}
+	if err := mgr.Add(deps); err != nil {
+		return nil, err
+	}
+	return &Shared{Helm: hc, Dynamic: dyn, Releases: releases, Dependents: deps}, nil
+}
+
+// SetupWithManager builds the controller of r's kind.
+func (r *Reconciler) SetupWithManager(mgr manager.Manager, sh *Shared) error {
+	r.Helm = sh.Helm
+	r.Dynamic = sh.Dynamic
+	r.Releases = sh.Releases
+	if r.Client == nil {
+		r.Client = mgr.GetClient()
+	}
+	if r.Recorder == nil {
+		r.Recorder = mgr.GetEventRecorderFor("chartpilot")
+	}
+	if r.Log.GetSink() == nil {
+		r.Log = mgr.GetLogger().WithName("release").WithValues("kind", r.Watch.GVK.Kind)
+	}
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(r.Watch.GVK)
+	primary := predicate.Or(
+		predicate.GenerationChangedPredicate{},
+		predicate.AnnotationChangedPredicate{},
+		predicate.LabelChangedPredicate{},
+		deletionPredicate(),
+	)
+	name := strings.ToLower(r.Watch.GVK.Kind + "." + r.Watch.GVK.Group)
+	c, err := ctrl.NewControllerManagedBy(mgr).
+		Named(name).
+		For(u, builder.WithPredicates(primary)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.Watch.MaxConcurrentReconciles}).
+		Build(r)
+	if err != nil {
+		return fmt.Errorf("building controller for %s: %w", r.Watch, err)
+	}
+	// A change of a release record (deleted by hand, or left by another
+	// process) reconciles its owner.
+	secret := &metav1.PartialObjectMetadata{}
+	secret.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+	if err := c.Watch(source.Kind(sh.Releases, client.Object(secret), handler.EnqueueRequestsFromMapFunc(r.mapReleaseRecord), releaseRecordPredicate())); err != nil {
+		return err
+	}
+	if r.Watch.WatchDependentResources {
+		r.deps = &dependents{cache: sh.Dependents, ctrl: c, watched: map[schema.GroupVersionKind]bool{}}
+	}
+	return nil
+}
+
+func deletionPredicate() predicate.Predicate {
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		return e.ObjectNew.GetDeletionTimestamp() != nil && e.ObjectOld.GetDeletionTimestamp() == nil
+	}}
+}
+
+// mapReleaseRecord maps a release Secret to the resource that owns it.
+func (r *Reconciler) mapReleaseRecord(_ context.Context, o client.Object) []reconcile.Request {
+	l := o.GetLabels()
+	if l[LabelOwnerKind] != r.ownerKind() || l[helm.StorageLabelName] == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: l[helm.StorageLabelName]}}}
+}
+
+// releaseRecordPredicate passes deletions only: chartpilot's own actions
+// create and update records and need no echo; a record deleted by someone
+// else must be noticed.
+func releaseRecordPredicate() predicate.Predicate {
+	return predicate.Funcs{
+		CreateFunc:  func(event.CreateEvent) bool { return false },
+		UpdateFunc:  func(event.UpdateEvent) bool { return false },
+		DeleteFunc:  func(event.DeleteEvent) bool { return true },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+}
+
+// dependents adds, on demand, a metadata-only watch for each kind of object
+// the releases of one controller contain.
+type dependents struct {
+	cache   cache.Cache
+	ctrl    controller.Controller
+	mu      sync.Mutex
+	watched map[schema.GroupVersionKind]bool
+}
+
+// ensure watches every kind of object in manifest.
+func (d *dependents) ensure(_ context.Context, r *Reconciler, manifest string) error {
+	objs, err := helm.ParseManifest(manifest)
+	if err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, o := range objs {
+		gvk := o.GroupVersionKind()
+		if d.watched[gvk] {
+			continue
+		}
+		m := &metav1.PartialObjectMetadata{}
+		m.SetGroupVersionKind(gvk)
+		if err := d.ctrl.Watch(source.Kind(d.cache, client.Object(m), handler.EnqueueRequestsFromMapFunc(r.mapDependent), dependentPredicate())); err != nil {
+			return fmt.Errorf("watching %s: %w", gvk, err)
+		}
+		d.watched[gvk] = true
+	}
+	return nil
+}
+
+// mapDependent maps an object of a release to its owner and asks for a drift check.
+func (r *Reconciler) mapDependent(_ context.Context, o client.Object) []reconcile.Request {
+	owner := o.GetAnnotations()[AnnotationOwner]
+	kind, rest, ok := strings.Cut(owner, "/")
+	if !ok || kind != r.ownerKind() {
+		return nil
+	}
+	ns, name, ok := strings.Cut(rest, "/")
+	if !ok {
+		return nil
+	}
+	key := types.NamespacedName{Namespace: ns, Name: name}
+	r.flagDrift(key)
+	return []reconcile.Request{{NamespacedName: key}}
+}
+
+// dependentPredicate passes changes that may be drift: deletions, spec
+// changes (generation), label changes, and any change of objects without a
+// generation (ConfigMaps, Secrets). Status-only updates and the initial list
+// are ignored.
+func dependentPredicate() predicate.Predicate {
+	return predicate.Funcs{
+		CreateFunc: func(event.CreateEvent) bool { return false },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, n := e.ObjectOld, e.ObjectNew
+			if o.GetGeneration() != n.GetGeneration() {
+				return true
+			}
+			if !labels.Equals(o.GetLabels(), n.GetLabels()) {
+				return true
+			}
+			return n.GetGeneration() == 0 && o.GetResourceVersion() != n.GetResourceVersion()
+		},
+		DeleteFunc:  func(event.DeleteEvent) bool { return true },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+}

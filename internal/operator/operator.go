@@ -36,6 +36,9 @@ type Options struct {
 	RenewDeadline           time.Duration
 	RetryPeriod             time.Duration
 	Log                     logr.Logger
+	// SeveralInProcess allows more than one manager per process (tests):
+	// controller names then need not be unique.
+	SeveralInProcess bool
 }
 
 // New builds the manager. Every chart is loaded up front: a chart that does
@@ -101,6 +104,7 @@ func New(o Options) (manager.Manager, error) {
 	if err != nil {
 		return nil, err
 	}
+	shared.SkipNameValidation = o.SeveralInProcess
 	for i, w := range o.Watches {
 		r := &release.Reconciler{Watch: w, Chart: charts[i]}
 		if err := r.SetupWithManager(mgr, shared); err != nil {

@@ -43,11 +43,13 @@ const (
 )
 
 // Labels and annotations chartpilot puts on every object of a release.
+// Helm itself sets app.kubernetes.io/managed-by=Helm on every object it
+// applies and refuses to upgrade objects without it (its ownership check),
+// so chartpilot's own label chartpilot.dev/release is what dependent
+// informers select on.
 const (
-	LabelManagedBy      = "app.kubernetes.io/managed-by"
-	ManagedByChartpilot = "chartpilot"
-	LabelRelease        = "chartpilot.dev/release"
-	AnnotationOwner     = "chartpilot.dev/owner"
+	LabelRelease    = "chartpilot.dev/release"
+	AnnotationOwner = "chartpilot.dev/owner"
 )
 
 // unlockedPrefix marks a revision that chartpilot unlocked after a process

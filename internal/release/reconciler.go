@@ -373,7 +373,6 @@ func (r *Reconciler) decorator(owner *unstructured.Unstructured) helm.Decorator 
 		if labels == nil {
 			labels = map[string]string{}
 		}
-		labels[LabelManagedBy] = ManagedByChartpilot
 		labels[LabelRelease] = owner.GetName()
 		obj.SetLabels(labels)
 		ann := obj.GetAnnotations()

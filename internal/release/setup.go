@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -46,13 +47,15 @@ func CacheByObject(ws []watches.Watch) map[client.Object]cache.ByObject {
 
 // Shared holds what all reconcilers of one manager share: the Helm client and
 // two metadata-only caches, one of Helm's release records (owner=helm) and
-// one of the objects of chartpilot's releases (managed-by=chartpilot).
+// one of the objects of chartpilot's releases (label chartpilot.dev/release).
 // Neither caches Secret contents or whole objects.
 type Shared struct {
 	Helm       *helm.Client
 	Dynamic    dynamic.Interface
 	Releases   cache.Cache
 	Dependents cache.Cache
+	// SkipNameValidation allows several managers in one process (tests).
+	SkipNameValidation bool
 }
 
 // NewShared builds the shared clients and caches and adds the caches to mgr.
@@ -80,7 +83,11 @@ func NewShared(mgr manager.Manager) (*Shared, error) {
 	if err != nil {
 		return nil, err
 	}
-	deps, err := newCache(labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedByChartpilot}))
+	hasRelease, err := labels.NewRequirement(LabelRelease, selection.Exists, nil)
+	if err != nil {
+		return nil, err
+	}
+	deps, err := newCache(labels.NewSelector().Add(*hasRelease))
 	if err != nil {
 		return nil, err
 	}
@@ -119,7 +126,7 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager, sh *Shared) error {
 	c, err := ctrl.NewControllerManagedBy(mgr).
 		Named(name).
 		For(u, builder.WithPredicates(primary)).
-		WithOptions(controller.Options{MaxConcurrentReconciles: r.Watch.MaxConcurrentReconciles}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.Watch.MaxConcurrentReconciles, SkipNameValidation: &sh.SkipNameValidation}).
 		Build(r)
 	if err != nil {
 		return fmt.Errorf("building controller for %s: %w", r.Watch, err)

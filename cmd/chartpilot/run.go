@@ -29,6 +29,8 @@ type runOptions struct {
 	leaseDuration           time.Duration
 	renewDeadline           time.Duration
 	retryPeriod             time.Duration
+	qps                     float64
+	burst                   int
 	zap                     zap.Options
 }
 
@@ -45,6 +47,8 @@ func parseRunFlags(args []string) (*runOptions, error) {
 	fs.DurationVar(&o.leaseDuration, "leader-elect-lease-duration", 15*time.Second, "how long a non-leader waits before taking over an unrenewed lease")
 	fs.DurationVar(&o.renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "how long the leader retries renewing before it gives up leadership")
 	fs.DurationVar(&o.retryPeriod, "leader-elect-retry-period", 2*time.Second, "how often leader election clients retry")
+	fs.Float64Var(&o.qps, "kube-api-qps", 100, "client-side limit of requests per second to the API server (the server's priority and fairness still applies)")
+	fs.IntVar(&o.burst, "kube-api-burst", 200, "client-side burst of requests to the API server")
 	o.zap.Development = false
 	o.zap.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -83,6 +87,7 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	cfg.QPS, cfg.Burst = float32(o.qps), o.burst
 	if err := checkReachable(cfg); err != nil {
 		return err
 	}

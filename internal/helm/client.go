@@ -268,6 +268,9 @@ func (c *Client) Install(ctx context.Context, ch *Chart, o ActionOptions) (*Rele
 	in.Timeout = o.Timeout
 	in.Description = o.Description
 	in.PostRenderer = &postRenderer{decorate: o.Decorate}
+	// The API server validates every object anyway; client-side OpenAPI
+	// validation would download the cluster's schemas on every action.
+	in.DisableOpenAPIValidation = true
 	rel, err := in.RunWithContext(ctx, ch.chart, copyValues(o.Values))
 	return fromHelm(rel), err
 }
@@ -288,6 +291,7 @@ func (c *Client) Upgrade(ctx context.Context, ch *Chart, o ActionOptions) (*Rele
 	up.ResetValues = true
 	up.Force = o.Force
 	up.PostRenderer = &postRenderer{decorate: o.Decorate}
+	up.DisableOpenAPIValidation = true
 	rel, err := up.RunWithContext(ctx, o.Name, ch.chart, copyValues(o.Values))
 	return fromHelm(rel), err
 }

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -87,6 +88,10 @@ func New(o Options) (manager.Manager, error) {
 		RenewDeadline:                 &o.RenewDeadline,
 		RetryPeriod:                   &o.RetryPeriod,
 		Cache:                         cache.Options{ByObject: release.CacheByObject(o.Watches)},
+		// The watched kinds are read as unstructured objects: serve those
+		// reads from the informer cache too (controller-runtime's default
+		// sends them to the API server).
+		Client: client.Options{Cache: &client.CacheOptions{Unstructured: true}},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating manager: %w", err)

@@ -3,11 +3,11 @@ package release
 import (
 	"context"
 	"fmt"
-	"reflect"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -54,7 +54,7 @@ func (r *Reconciler) failed(p *pass, action, reason string, err error, rel *helm
 		count = f.Count + 1
 	}
 	p.status.LastFailure = &v1alpha1.Failure{
-		Action: action, Digest: p.digest, Count: count, Time: metav1.NewTime(r.now()),
+		Action: action, Digest: p.digest, Count: count, Time: metav1.NewTime(r.now().Truncate(time.Second).UTC()),
 		RequestedAt: requested, Message: msg,
 	}
 	setCondition(p.status, p.obj, v1alpha1.ConditionReleased, metav1.ConditionFalse, reason, msg)
@@ -123,7 +123,7 @@ func (r *Reconciler) setReleaseInfo(p *pass, rel *helm.Release) {
 		ValuesDigest: rel.Labels[LabelDigest],
 	}
 	if !rel.LastDeployed.IsZero() {
-		t := metav1.NewTime(rel.LastDeployed.Truncate(time.Second))
+		t := metav1.NewTime(rel.LastDeployed.Truncate(time.Second).UTC())
 		info.LastDeployed = &t
 	}
 	p.status.Release = info
@@ -136,7 +136,7 @@ func (r *Reconciler) recordHistory(p *pass, action string, rel *helm.Release, ok
 		Action:    action,
 		Digest:    p.digest,
 		Succeeded: ok,
-		Time:      metav1.NewTime(r.now()),
+		Time:      metav1.NewTime(r.now().Truncate(time.Second).UTC()),
 		Message:   msg,
 	}
 	if rel != nil {
@@ -338,4 +338,6 @@ func oneLine(s string) string {
 	return s
 }
 
-func apiEqual(a, b *v1alpha1.ReleaseStatus) bool { return reflect.DeepEqual(a, b) }
+// apiEqual compares statuses as the API server would store them (times by
+// instant, not by location), so an unchanged status is never written.
+func apiEqual(a, b *v1alpha1.ReleaseStatus) bool { return equality.Semantic.DeepEqual(a, b) }

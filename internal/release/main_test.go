@@ -44,7 +44,7 @@ func TestMain(m *testing.M) {
 	ctrl.SetLogger(zap.New(zap.WriteTo(testLogWriter()), zap.UseDevMode(false)))
 	os.Exit(testcluster.RunMain(m, testcluster.Options{
 		Tier:    testcluster.TierAPI,
-		CRDDirs: []string{filepath.Join("testdata", "crds")},
+		CRDDirs: []string{filepath.Join("..", "..", "test", "crds")},
 	}, &cluster))
 }
 
@@ -89,7 +89,7 @@ func newEnv(t *testing.T) *env {
 // watch returns the watches.yaml entry for the test kind.
 func webappWatch(t *testing.T, mutate ...func(*watches.Watch)) watches.Watch {
 	t.Helper()
-	yaml := fmt.Sprintf("- {group: test.chartpilot.dev, version: v1alpha1, kind: Webapp, chart: %s, timeout: 60s}\n", filepath.Join("testdata", "webapp"))
+	yaml := fmt.Sprintf("- {group: test.chartpilot.dev, version: v1alpha1, kind: Webapp, chart: %s, timeout: 60s}\n", filepath.Join("..", "..", "test", "charts", "webapp"))
 	ws, err := watches.Parse([]byte(yaml), ".", os.LookupEnv)
 	if err != nil {
 		t.Fatal(err)

@@ -278,7 +278,7 @@ func TestNeverInstalledDeletedAtOnce(t *testing.T) {
 // someone else is reported and never changed.
 func TestUnmanagedReleaseUntouched(t *testing.T) {
 	e := newEnv(t)
-	ch, err := helm.LoadChart(filepath.Join("testdata", "webapp"))
+	ch, err := helm.LoadChart(filepath.Join("..", "..", "test", "charts", "webapp"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,7 +313,7 @@ func TestShardsBySelector(t *testing.T) {
 	e := newEnv(t)
 	shard := func(v string) func(*watches.Watch) {
 		return func(w *watches.Watch) {
-			ws, err := watches.Parse([]byte(fmt.Sprintf("- {group: test.chartpilot.dev, version: v1alpha1, kind: Webapp, chart: %s, selector: {matchLabels: {shard: %s}}}\n", filepath.Join("testdata", "webapp"), v)), ".", os.LookupEnv)
+			ws, err := watches.Parse([]byte(fmt.Sprintf("- {group: test.chartpilot.dev, version: v1alpha1, kind: Webapp, chart: %s, selector: {matchLabels: {shard: %s}}}\n", filepath.Join("..", "..", "test", "charts", "webapp"), v)), ".", os.LookupEnv)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -393,7 +393,7 @@ func runOperatorHelper() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	ws, err := watches.Parse([]byte(fmt.Sprintf("- {group: test.chartpilot.dev, version: v1alpha1, kind: Webapp, chart: %s, timeout: 10m}\n", filepath.Join("testdata", "webapp"))), ".", os.LookupEnv)
+	ws, err := watches.Parse([]byte(fmt.Sprintf("- {group: test.chartpilot.dev, version: v1alpha1, kind: Webapp, chart: %s, timeout: 10m}\n", filepath.Join("..", "..", "test", "charts", "webapp"))), ".", os.LookupEnv)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)

@@ -1,0 +1,479 @@
+// Command bench measures chartpilot on the local cluster and prints a table.
+//
+//	go run ./test/bench -n 100,500
+//
+// For each N it starts a fresh full-tier cluster, runs bin/chartpilot as its
+// own process, and measures:
+//   - converge: N resources of a small passthrough chart (ConfigMap, Service,
+//     Deployment) created at once; wall time until every one is Ready=True;
+//   - reconcile request: chartpilot.dev/reconcile-requested-at bumped on every
+//     resource (which also checks drift); the operator's API requests by verb
+//     (from its own client metrics), Helm actions run, releases rendered;
+//   - resync: a label touched on every resource (a plain re-reconcile, the
+//     same path as the periodic resync); same figures;
+//   - idle: 30 seconds with nothing to do; API requests by verb;
+//   - the operator's peak RSS (VmHWM) and peak Go heap in use.
+package main
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/chartpilot/chartpilot/internal/testcluster"
+)
+
+var gvr = schema.GroupVersionResource{Group: "test.chartpilot.dev", Version: "v1alpha1", Resource: "webapps"}
+
+func main() {
+	ns := flag.String("n", "100,500", "comma-separated numbers of resources to converge")
+	concurrency := flag.Int("concurrency", 16, "maxConcurrentReconciles of the benchmark's watch")
+	idle := flag.Duration("idle", 30*time.Second, "idle period measured after convergence")
+	flag.Parse()
+	root, err := testcluster.ModuleRoot()
+	if err != nil {
+		fail(err)
+	}
+	var rows []result
+	for _, f := range strings.Split(*ns, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			fail(fmt.Errorf("-n: %q is not a positive number", f))
+		}
+		r, err := runOne(root, n, *concurrency, *idle)
+		if err != nil {
+			fail(fmt.Errorf("N=%d: %w", n, err))
+		}
+		rows = append(rows, r)
+	}
+	printTable(rows, *concurrency)
+}
+
+func fail(err error) {
+	fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+	os.Exit(1)
+}
+
+type phase struct {
+	requests map[string]float64 // operator's API requests by HTTP method
+	helm     float64            // Helm actions run
+	skipped  float64            // passes that rendered nothing (fast path)
+	drift    float64            // drift checks
+	wall     time.Duration
+}
+
+type result struct {
+	n                int
+	converge         time.Duration
+	reconcileRequest phase
+	resync           phase
+	idle             phase
+	peakRSS          float64 // MiB
+	peakHeap         float64 // MiB
+}
+
+func runOne(root string, n, concurrency int, idle time.Duration) (result, error) {
+	res := result{n: n}
+	ctx := context.Background()
+	logf("N=%d: starting the full local cluster", n)
+	c, err := testcluster.Start(ctx, testcluster.Options{Tier: testcluster.TierFull, CRDDirs: []string{filepath.Join(root, "test", "crds")}})
+	if err != nil {
+		return res, err
+	}
+	defer c.Stop()
+	dyn, err := dynamic.NewForConfig(c.Config)
+	if err != nil {
+		return res, err
+	}
+	cs, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		return res, err
+	}
+	watchesFile := filepath.Join(c.Dir, "watches.yaml")
+	if err := os.WriteFile(watchesFile, []byte(fmt.Sprintf(
+		"- {group: test.chartpilot.dev, version: v1alpha1, kind: Webapp, chart: %s, maxConcurrentReconciles: %d}\n",
+		filepath.Join(root, "test", "charts", "webapp"), concurrency)), 0o644); err != nil {
+		return res, err
+	}
+	metricsAddr, err := freeAddr()
+	if err != nil {
+		return res, err
+	}
+	probeAddr, err := freeAddr()
+	if err != nil {
+		return res, err
+	}
+	logPath := filepath.Join(c.LogDir, "chartpilot.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return res, err
+	}
+	defer logFile.Close()
+	op := exec.Command(filepath.Join(root, "bin", "chartpilot"), "run",
+		"--kubeconfig", c.KubeconfigPath, "--watches", watchesFile,
+		"--metrics-bind-address", metricsAddr, "--health-probe-bind-address", probeAddr)
+	op.Stdout, op.Stderr = logFile, logFile
+	op.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := op.Start(); err != nil {
+		return res, fmt.Errorf("starting bin/chartpilot (run make build): %w", err)
+	}
+	defer func() {
+		_ = op.Process.Signal(syscall.SIGTERM)
+		_ = op.Wait()
+	}()
+	if err := waitHTTP("http://" + probeAddr + "/readyz"); err != nil {
+		return res, fmt.Errorf("operator not ready (log %s): %w", logPath, err)
+	}
+
+	// Sample peak heap while the operator works.
+	var heapMu sync.Mutex
+	peakHeap := 0.0
+	stopSampling := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-stopSampling:
+				return
+			case <-time.After(500 * time.Millisecond):
+			}
+			if m, err := scrape("http://" + metricsAddr + "/metrics"); err == nil {
+				heapMu.Lock()
+				peakHeap = math.Max(peakHeap, m.sum("go_memstats_heap_inuse_bytes", nil))
+				heapMu.Unlock()
+			}
+		}
+	}()
+
+	// Converge: spread over 10 namespaces, as a fleet would be.
+	namespaces := make([]string, 10)
+	for i := range namespaces {
+		namespaces[i] = fmt.Sprintf("bench-%d", i)
+		if _, err := cs.CoreV1().Namespaces().Create(ctx, nsObject(namespaces[i]), metav1.CreateOptions{}); err != nil {
+			return res, err
+		}
+	}
+	logf("N=%d: creating %d resources", n, n)
+	start := time.Now()
+	if err := parallel(n, 16, func(i int) error {
+		u := &unstructured.Unstructured{}
+		u.SetAPIVersion("test.chartpilot.dev/v1alpha1")
+		u.SetKind("Webapp")
+		u.SetName(fmt.Sprintf("app-%04d", i))
+		u.Object["spec"] = map[string]any{"message": fmt.Sprintf("hello %d", i)}
+		_, err := dyn.Resource(gvr).Namespace(namespaces[i%len(namespaces)]).Create(ctx, u, metav1.CreateOptions{})
+		return err
+	}); err != nil {
+		return res, err
+	}
+	if err := waitAllReady(ctx, dyn, n, 20*time.Minute); err != nil {
+		return res, err
+	}
+	res.converge = time.Since(start)
+	logf("N=%d: converged in %s", n, res.converge.Round(time.Millisecond))
+	time.Sleep(5 * time.Second) // let the last status writes and events settle
+
+	touch := func(patch func(i int) string) error {
+		return parallel(n, 16, func(i int) error {
+			_, err := dyn.Resource(gvr).Namespace(namespaces[i%len(namespaces)]).Patch(ctx, fmt.Sprintf("app-%04d", i),
+				types.MergePatchType, []byte(patch(i)), metav1.PatchOptions{})
+			return err
+		})
+	}
+	res.reconcileRequest, err = measure(metricsAddr, n, func() error {
+		return touch(func(int) string {
+			return `{"metadata":{"annotations":{"chartpilot.dev/reconcile-requested-at":"` + time.Now().Format(time.RFC3339Nano) + `"}}}`
+		})
+	})
+	if err != nil {
+		return res, err
+	}
+	res.resync, err = measure(metricsAddr, n, func() error {
+		return touch(func(int) string { return `{"metadata":{"labels":{"bench-touch":"1"}}}` })
+	})
+	if err != nil {
+		return res, err
+	}
+	res.idle, err = measure(metricsAddr, 0, func() error { time.Sleep(idle); return nil })
+	if err != nil {
+		return res, err
+	}
+	close(stopSampling)
+	heapMu.Lock()
+	res.peakHeap = peakHeap / (1 << 20)
+	heapMu.Unlock()
+	res.peakRSS, err = peakRSS(op.Process.Pid)
+	return res, err
+}
+
+// measure runs action and reports the operator's work until it is quiet again.
+func measure(metricsAddr string, passes int, action func() error) (phase, error) {
+	url := "http://" + metricsAddr + "/metrics"
+	before, err := scrape(url)
+	if err != nil {
+		return phase{}, err
+	}
+	start := time.Now()
+	if err := action(); err != nil {
+		return phase{}, err
+	}
+	// Wait until the operator has run the passes and then been quiet for 3s.
+	deadline := time.Now().Add(10 * time.Minute)
+	var after metrics
+	last, quietSince := -1.0, time.Now()
+	for time.Now().Before(deadline) {
+		time.Sleep(500 * time.Millisecond)
+		after, err = scrape(url)
+		if err != nil {
+			return phase{}, err
+		}
+		total := after.sum("chartpilot_reconcile_total", nil) - before.sum("chartpilot_reconcile_total", nil)
+		if total != last {
+			last, quietSince = total, time.Now()
+			continue
+		}
+		if total >= float64(passes) && time.Since(quietSince) > 3*time.Second {
+			break
+		}
+	}
+	p := phase{requests: map[string]float64{}, wall: time.Since(start)}
+	for _, verb := range []string{"GET", "POST", "PUT", "PATCH", "DELETE"} {
+		p.requests[verb] = after.sum("rest_client_requests_total", map[string]string{"method": verb}) - before.sum("rest_client_requests_total", map[string]string{"method": verb})
+	}
+	p.helm = after.sum("chartpilot_helm_action_duration_seconds_count", nil) - before.sum("chartpilot_helm_action_duration_seconds_count", nil)
+	p.skipped = after.sum("chartpilot_renders_skipped_total", nil) - before.sum("chartpilot_renders_skipped_total", nil)
+	p.drift = after.sum("chartpilot_drift_checks_total", nil) - before.sum("chartpilot_drift_checks_total", nil)
+	return p, nil
+}
+
+func waitAllReady(ctx context.Context, dyn dynamic.Interface, n int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	ready := 0
+	for time.Now().Before(deadline) {
+		list, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{})
+		if err == nil {
+			ready = 0
+			for _, u := range list.Items {
+				conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+				for _, c := range conds {
+					m, _ := c.(map[string]any)
+					if m["type"] == "Ready" && m["status"] == "True" {
+						ready++
+					}
+				}
+			}
+			if ready >= n {
+				return nil
+			}
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	return fmt.Errorf("only %d of %d resources Ready after %s", ready, n, timeout)
+}
+
+// metrics is a parsed Prometheus text exposition: series name → labels → value.
+type metrics map[string][]sample
+
+type sample struct {
+	labels map[string]string
+	value  float64
+}
+
+func (m metrics) sum(name string, match map[string]string) float64 {
+	total := 0.0
+	for _, s := range m[name] {
+		ok := true
+		for k, v := range match {
+			if s.labels[k] != v {
+				ok = false
+			}
+		}
+		if ok {
+			total += s.value
+		}
+	}
+	return total
+}
+
+func scrape(url string) (metrics, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	out := metrics{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		name, rest := line, ""
+		labels := map[string]string{}
+		if i := strings.IndexByte(line, '{'); i >= 0 {
+			j := strings.LastIndexByte(line, '}')
+			name, rest = line[:i], line[j+1:]
+			for _, kv := range splitLabels(line[i+1 : j]) {
+				k, v, _ := strings.Cut(kv, "=")
+				labels[k] = strings.Trim(v, `"`)
+			}
+		} else if i := strings.IndexByte(line, ' '); i >= 0 {
+			name, rest = line[:i], line[i:]
+		}
+		v, err := strconv.ParseFloat(strings.Fields(rest)[0], 64)
+		if err != nil {
+			continue
+		}
+		out[name] = append(out[name], sample{labels: labels, value: v})
+	}
+	return out, sc.Err()
+}
+
+// splitLabels splits `a="x",b="y,z"` on commas outside quotes.
+func splitLabels(s string) []string {
+	var out []string
+	inQuote, start := false, 0
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '\\':
+			i++
+		case '"':
+			inQuote = !inQuote
+		case ',':
+			if !inQuote {
+				out = append(out, s[start:i])
+				start = i + 1
+			}
+		}
+	}
+	if start < len(s) {
+		out = append(out, s[start:])
+	}
+	return out
+}
+
+func peakRSS(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "VmHWM:") {
+			f := strings.Fields(line)
+			kb, err := strconv.ParseFloat(f[1], 64)
+			return kb / 1024, err
+		}
+	}
+	return 0, fmt.Errorf("no VmHWM in /proc/%d/status", pid)
+}
+
+func parallel(n, workers int, f func(i int) error) error {
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	next := make(chan int)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				if err := f(i); err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+func waitHTTP(url string) error {
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(url)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return fmt.Errorf("%s did not answer 200 within 2 minutes", url)
+}
+
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "bench: "+format+"\n", args...)
+}
+
+func printTable(rows []result, concurrency int) {
+	fmt.Printf("\nchartpilot benchmark — passthrough chart (ConfigMap, Service, Deployment), full local cluster, maxConcurrentReconciles=%d, GOMAXPROCS host=%d cores\n\n", concurrency, numCPU())
+	fmt.Println("| N | converge (s) | releases/s | peak RSS (MiB) | peak heap (MiB) |")
+	fmt.Println("|---:|---:|---:|---:|---:|")
+	for _, r := range rows {
+		fmt.Printf("| %d | %.1f | %.1f | %.0f | %.0f |\n", r.n, r.converge.Seconds(), float64(r.n)/r.converge.Seconds(), r.peakRSS, r.peakHeap)
+	}
+	fmt.Println()
+	fmt.Println("| N | phase | helm actions | fast-path passes | drift checks | GET (incl. list) | POST | PUT | PATCH | DELETE |")
+	fmt.Println("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+	for _, r := range rows {
+		for _, p := range []struct {
+			name string
+			ph   phase
+		}{{"reconcile request (+drift check)", r.reconcileRequest}, {"resync (label touch)", r.resync}, {"idle", r.idle}} {
+			verbs := make([]string, 0, 5)
+			for _, v := range []string{"GET", "POST", "PUT", "PATCH", "DELETE"} {
+				verbs = append(verbs, fmt.Sprintf("%.0f", p.ph.requests[v]))
+			}
+			fmt.Printf("| %d | %s (%.0fs) | %.0f | %.0f | %.0f | %s |\n", r.n, p.name, p.ph.wall.Seconds(), p.ph.helm, p.ph.skipped, p.ph.drift, strings.Join(verbs, " | "))
+		}
+	}
+	fmt.Println("\nRequests are the operator's own (client-go rest_client_requests_total); writes are POST, PUT, PATCH, DELETE.")
+}
+
+func numCPU() int {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return 0
+	}
+	return strings.Count(string(b), "processor\t:")
+}
+
+func nsObject(name string) *corev1.Namespace {
+	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+}

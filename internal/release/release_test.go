@@ -4,16 +4,20 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
@@ -139,16 +143,32 @@ func TestLifecycle(t *testing.T) {
 	e.waitEvent("shop", "Uninstalled", "shop")
 }
 
-// TestSteadyStateDoesNothing: reconcile requests on an in-sync release make
-// no Helm revision and no status write.
+// TestSteadyStateDoesNothing: once a release is in sync, reconcile requests
+// and resyncs make no write at all (no Helm revision, no status patch, no
+// event), counted at the operator's own HTTP transport.
 func TestSteadyStateDoesNothing(t *testing.T) {
 	e := newEnv(t)
-	startOperator(t, cluster.Config, []watches.Watch{webappWatch(t)})
+	var writes atomic.Int64
+	var writeLog sync.Map
+	cfg := rest.CopyConfig(cluster.Config)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			if req.Method != http.MethodGet {
+				writes.Add(1)
+				writeLog.Store(req.Method+" "+req.URL.Path, true)
+			}
+			return rt.RoundTrip(req)
+		})
+	})
+	startOperator(t, cfg, []watches.Watch{webappWatch(t)})
 	e.create("calm", map[string]any{"message": "x"}, nil, nil)
 	u := e.waitCondition("calm", v1alpha1.ConditionReady, metav1.ConditionTrue, "")
 	before, _ := json.Marshal(u.Object["status"])
+	time.Sleep(2 * time.Second) // let the install's own writes and events finish
+	base := writes.Load()
+	writeLog.Clear()
 	for i := range 3 {
-		e.patch("calm", fmt.Sprintf(`{"metadata":{"annotations":{%q:"%d"}}}`, v1alpha1.AnnotationReconcileRequestedAt, i))
+		e.patch("calm", fmt.Sprintf(`{"metadata":{"annotations":{%q:"%d"},"labels":{"touch":"%d"}}}`, v1alpha1.AnnotationReconcileRequestedAt, i, i))
 		time.Sleep(time.Second)
 	}
 	after, _ := json.Marshal(e.get("calm").Object["status"])
@@ -158,7 +178,16 @@ func TestSteadyStateDoesNothing(t *testing.T) {
 	if string(before) != string(after) {
 		t.Errorf("status changed on reconcile requests:\nbefore %s\nafter  %s", before, after)
 	}
+	if n := writes.Load() - base; n != 0 {
+		var list []string
+		writeLog.Range(func(k, _ any) bool { list = append(list, k.(string)); return true })
+		t.Errorf("the operator made %d writes in steady state: %v", n, list)
+	}
 }
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // TestPause: no action while paused; the change applies when unpaused.
 func TestPause(t *testing.T) {

@@ -66,7 +66,7 @@ demo: tools build
 
 ## bench: benchmark table (see test/bench)
 bench: tools build
-	@if [ -d test/bench ]; then $(GO) run ./test/bench; else echo "no benchmarks yet"; fi
+	$(GO) run ./test/bench $(BENCH_FLAGS)
 
 clean:
 	rm -rf $(BIN) .devcluster

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -27,9 +28,13 @@ const (
 )
 
 // backoff returns how long to wait before retrying action on the current
-// inputs, or 0 to go ahead. New inputs or a new reconcile request retry at once.
-func (r *Reconciler) backoff(p *pass, action, requested string) time.Duration {
-	f := p.status.LastFailure
+// inputs, or 0 to go ahead. New inputs or a new reconcile request retry at
+// once. The last failure is the newest of three records: the resource's
+// status, this process's memory (the status read may come from a cache that
+// lags behind the write), and failed revisions of these inputs in the
+// release history (observed state, which survives restarts and cache lag).
+func (r *Reconciler) backoff(p *pass, action, requested string, history []*helm.Release) time.Duration {
+	f := r.lastFailure(p, history)
 	if f == nil || f.Digest != p.digest || f.RequestedAt != requested || f.Count == 0 {
 		return 0
 	}
@@ -45,18 +50,69 @@ func (r *Reconciler) backoff(p *pass, action, requested string) time.Duration {
 	return wait - elapsed
 }
 
+// lastFailure merges the failure records described at backoff.
+func (r *Reconciler) lastFailure(p *pass, history []*helm.Release) *v1alpha1.Failure {
+	var f *v1alpha1.Failure
+	newer := func(c *v1alpha1.Failure) {
+		if c == nil {
+			return
+		}
+		if f == nil || c.Time.After(f.Time.Time) {
+			cc := *c
+			if f != nil && f.Digest == cc.Digest && f.Count > cc.Count {
+				cc.Count = f.Count
+			}
+			f = &cc
+		} else if f.Digest == c.Digest && c.Count > f.Count {
+			f.Count = c.Count
+		}
+	}
+	newer(p.status.LastFailure)
+	r.mu.Lock()
+	mem, ok := r.failures[p.key]
+	r.mu.Unlock()
+	if ok {
+		newer(&mem)
+	}
+	count := 0
+	var newest *helm.Release
+	for _, rel := range history {
+		if rel.Status == helm.StatusFailed && rel.Labels[LabelDigest] == p.digest && !strings.HasPrefix(rel.Description, unlockedPrefix) {
+			count++
+			newest = rel
+		}
+	}
+	if newest != nil {
+		newer(&v1alpha1.Failure{
+			Action: "Upgrade", Digest: p.digest, Count: count,
+			Time:        metav1.NewTime(newest.LastDeployed),
+			RequestedAt: newest.Labels[LabelRequestedAt],
+		})
+	}
+	return f
+}
+
 // failed records a failed action: condition, event, history, back-off.
 func (r *Reconciler) failed(p *pass, action, reason string, err error, rel *helm.Release) ctrl.Result {
 	msg := fmt.Sprintf("%s failed: %s", action, oneLine(err.Error()))
 	count := 1
-	requested := p.obj.GetAnnotations()[v1alpha1.AnnotationReconcileRequestedAt]
+	requested := labelSafe(p.obj.GetAnnotations()[v1alpha1.AnnotationReconcileRequestedAt])
 	if f := p.status.LastFailure; f != nil && f.Digest == p.digest && f.Action == action && f.RequestedAt == requested {
 		count = f.Count + 1
+	}
+	if f := r.lastFailure(p, nil); f != nil && f.Digest == p.digest && f.Action == action && f.RequestedAt == requested {
+		count = max(count, f.Count+1)
 	}
 	p.status.LastFailure = &v1alpha1.Failure{
 		Action: action, Digest: p.digest, Count: count, Time: metav1.NewTime(r.now().Truncate(time.Second).UTC()),
 		RequestedAt: requested, Message: msg,
 	}
+	r.mu.Lock()
+	if r.failures == nil {
+		r.failures = map[types.NamespacedName]v1alpha1.Failure{}
+	}
+	r.failures[p.key] = *p.status.LastFailure
+	r.mu.Unlock()
 	setCondition(p.status, p.obj, v1alpha1.ConditionReleased, metav1.ConditionFalse, reason, msg)
 	setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionTrue, reason, msg)
 	r.recordHistory(p, action, rel, false, msg)
@@ -73,6 +129,9 @@ func (r *Reconciler) failed(p *pass, action, reason string, err error, rel *helm
 // succeeded records a successful action.
 func (r *Reconciler) succeeded(p *pass, action, reason, msg string, rel *helm.Release) {
 	p.status.LastFailure = nil
+	r.mu.Lock()
+	delete(r.failures, p.key)
+	r.mu.Unlock()
 	apimeta.RemoveStatusCondition(&p.status.Conditions, v1alpha1.ConditionStalled)
 	setCondition(p.status, p.obj, v1alpha1.ConditionReleased, metav1.ConditionTrue, reason, msg)
 	setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionFalse, reason, msg)
@@ -265,7 +324,7 @@ func (r *Reconciler) unlock(p *pass, o Observation) (ctrl.Result, error) {
 // Install can start again from nothing (after back-off unless interrupted).
 func (r *Reconciler) cleanupFailedInstall(p *pass, o Observation, requested string, interrupted bool) (ctrl.Result, error) {
 	if !interrupted {
-		if wait := r.backoff(p, "Install", requested); wait > 0 {
+		if wait := r.backoff(p, "Install", requested, []*helm.Release{o.Latest}); wait > 0 {
 			return ctrl.Result{RequeueAfter: wait}, nil
 		}
 	}

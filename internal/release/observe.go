@@ -40,6 +40,9 @@ const (
 	LabelOwnerKind  = "chartpilot.dev/owner-kind"
 	LabelDigest     = "chartpilot.dev/digest"
 	LabelForceToken = "chartpilot.dev/force-token"
+	// LabelRequestedAt holds the reconcile-requested-at token an action ran
+	// under: a failed revision is retried at once when the token changes.
+	LabelRequestedAt = "chartpilot.dev/requested-at"
 )
 
 // Labels and annotations chartpilot puts on every object of a release.

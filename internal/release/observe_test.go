@@ -2,7 +2,11 @@ package release
 
 import (
 	"testing"
+	"time"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/helm"
 )
 
@@ -115,5 +119,42 @@ func TestLabelSafe(t *testing.T) {
 		if got := labelSafe(in); got != want {
 			t.Errorf("labelSafe(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+func TestBackoffUsesObservedFailures(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	r := &Reconciler{Now: func() time.Time { return now }}
+	failedAt := func(ago time.Duration, token string) []*helm.Release {
+		ok := rev(1, helm.StatusDeployed, "u", "d1", "")
+		bad := rev(2, helm.StatusFailed, "u", "d2", "")
+		bad.LastDeployed = now.Add(-ago)
+		bad.Labels[LabelRequestedAt] = token
+		return []*helm.Release{ok, bad}
+	}
+	newPass := func() *pass {
+		return &pass{obj: &unstructured.Unstructured{Object: map[string]any{}}, status: &v1alpha1.ReleaseStatus{}, digest: "d2"}
+	}
+	if w := r.backoff(newPass(), "Upgrade", "", failedAt(5*time.Second, "")); w != 10*time.Second {
+		t.Errorf("a failure 5s ago (status not yet updated): wait %s, want 10s", w)
+	}
+	if w := r.backoff(newPass(), "Upgrade", "", failedAt(20*time.Second, "")); w != 0 {
+		t.Errorf("a failure 20s ago: wait %s, want 0", w)
+	}
+	if w := r.backoff(newPass(), "Upgrade", "new-token", failedAt(5*time.Second, "")); w != 0 {
+		t.Errorf("a new reconcile request: wait %s, want 0", w)
+	}
+	p := newPass()
+	p.digest = "d3"
+	if w := r.backoff(p, "Upgrade", "", failedAt(5*time.Second, "")); w != 0 {
+		t.Errorf("new inputs: wait %s, want 0", w)
+	}
+	// Two failed revisions of the same inputs double the wait.
+	h := failedAt(20*time.Second, "")
+	older := rev(0, helm.StatusFailed, "u", "d2", "")
+	older.LastDeployed = now.Add(-time.Minute)
+	h = append([]*helm.Release{older}, h...)
+	if w := r.backoff(newPass(), "Upgrade", "", h); w != 10*time.Second {
+		t.Errorf("second failure 20s ago: wait %s, want 10s (30s back-off)", w)
 	}
 }

@@ -77,6 +77,8 @@ type Reconciler struct {
 	// seen holds the resources reconciled since start, and the
 	// reconcile-requested-at value last handled.
 	seen map[types.NamespacedName]string
+	// failures remembers failed actions in this process (see backoff).
+	failures map[types.NamespacedName]v1alpha1.Failure
 }
 
 func (r *Reconciler) now() time.Time {
@@ -193,7 +195,8 @@ func (r *Reconciler) desired(p *pass) error {
 
 // act observes the release and runs the one action it calls for.
 func (r *Reconciler) act(ctx context.Context, p *pass) (ctrl.Result, error) {
-	requested := p.obj.GetAnnotations()[v1alpha1.AnnotationReconcileRequestedAt]
+	// The token as stored in labels, so that all failure records compare alike.
+	requested := labelSafe(p.obj.GetAnnotations()[v1alpha1.AnnotationReconcileRequestedAt])
 	checkDrift := r.takeDriftFlag(p.key, requested)
 
 	// Fast path: from the release records' metadata alone, the release is
@@ -215,7 +218,7 @@ func (r *Reconciler) act(ctx context.Context, p *pass) (ctrl.Result, error) {
 
 	switch o.State {
 	case StateAbsent:
-		if wait := r.backoff(p, "Install", requested); wait > 0 {
+		if wait := r.backoff(p, "Install", requested, nil); wait > 0 {
 			return ctrl.Result{RequeueAfter: wait}, nil
 		}
 		return r.install(ctx, p)
@@ -239,7 +242,7 @@ func (r *Reconciler) act(ctx context.Context, p *pass) (ctrl.Result, error) {
 	case StateFailedUpgrade:
 		return r.rollback(p, o)
 	case StateOutOfSync:
-		if wait := r.backoff(p, "Upgrade", requested); wait > 0 {
+		if wait := r.backoff(p, "Upgrade", requested, history); wait > 0 {
 			return ctrl.Result{RequeueAfter: wait}, nil
 		}
 		return r.upgrade(ctx, p, o)
@@ -319,6 +322,7 @@ func (r *Reconciler) forget(key types.NamespacedName) {
 	defer r.mu.Unlock()
 	delete(r.driftCheck, key)
 	delete(r.seen, key)
+	delete(r.failures, key)
 	releaseInfo.DeletePartialMatch(map[string]string{"kind": r.Watch.GVK.Kind, "namespace": key.Namespace, "name": key.Name})
 }
 
@@ -329,10 +333,11 @@ func (r *Reconciler) actionOptions(p *pass, description string) helm.ActionOptio
 		Name:      p.key.Name,
 		Values:    p.vals,
 		Labels: map[string]string{
-			LabelOwnerUID:   string(p.obj.GetUID()),
-			LabelOwnerKind:  r.ownerKind(),
-			LabelDigest:     p.digest,
-			LabelForceToken: labelSafe(p.force),
+			LabelOwnerUID:    string(p.obj.GetUID()),
+			LabelOwnerKind:   r.ownerKind(),
+			LabelDigest:      p.digest,
+			LabelForceToken:  labelSafe(p.force),
+			LabelRequestedAt: labelSafe(p.obj.GetAnnotations()[v1alpha1.AnnotationReconcileRequestedAt]),
 		},
 		Decorate:    r.decorator(p.obj),
 		Timeout:     r.Watch.Timeout,

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -41,7 +42,7 @@ func TestMain(m *testing.M) {
 		runOperatorHelper()
 		return
 	}
-	ctrl.SetLogger(zap.New(zap.WriteTo(testLogWriter()), zap.UseDevMode(false)))
+	ctrl.SetLogger(zap.New(zap.WriteTo(testLogWriter()), zap.Level(zapcore.DebugLevel)))
 	os.Exit(testcluster.RunMain(m, testcluster.Options{
 		Tier:    testcluster.TierAPI,
 		CRDDirs: []string{filepath.Join("..", "..", "test", "crds")},

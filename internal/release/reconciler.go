@@ -60,9 +60,11 @@ type Reconciler struct {
 	Client client.Client
 	// Releases reads release records' metadata from a cache (see SetupWithManager).
 	Releases client.Reader
-	Dynamic  dynamic.Interface
-	Recorder record.EventRecorder
-	Log      logr.Logger
+	// APIReader reads the resource from the API server, bypassing the cache.
+	APIReader client.Reader
+	Dynamic   dynamic.Interface
+	Recorder  record.EventRecorder
+	Log       logr.Logger
 	// Values makes the resource's values layer (default Passthrough).
 	Values ValuesFunc
 	// Now is the clock (tests may replace it).
@@ -97,7 +99,9 @@ type pass struct {
 	obj    *unstructured.Unstructured
 	key    types.NamespacedName
 	status *v1alpha1.ReleaseStatus
-	log    logr.Logger
+	// orig is the status as read, to write only what changed.
+	orig *v1alpha1.ReleaseStatus
+	log  logr.Logger
 
 	vals   map[string]any
 	digest string
@@ -124,8 +128,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	p := &pass{obj: obj, key: req.NamespacedName, status: st, log: log}
-	orig := st.DeepCopy()
+	p := &pass{obj: obj, key: req.NamespacedName, status: st, orig: st.DeepCopy(), log: log}
 	defer func() {
 		result := "success"
 		switch {
@@ -136,10 +139,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		}
 		reconcileTotal.WithLabelValues(r.Watch.GVK.Kind, result).Inc()
 		reconcileDuration.WithLabelValues(r.Watch.GVK.Kind, result).Observe(time.Since(start).Seconds())
-		if obj.GetDeletionTimestamp() != nil && !controllerutil.ContainsFinalizer(obj, v1alpha1.Finalizer) {
+		if p.obj.GetDeletionTimestamp() != nil && !controllerutil.ContainsFinalizer(p.obj, v1alpha1.Finalizer) {
 			return // gone once the finalizer is off
 		}
-		if err := r.writeStatus(ctx, obj, orig, p.status); err != nil {
+		if err := r.writeStatus(ctx, p); err != nil {
 			retErr = errors.Join(retErr, err)
 		}
 	}()
@@ -208,6 +211,13 @@ func (r *Reconciler) act(ctx context.Context, p *pass) (ctrl.Result, error) {
 		return ctrl.Result{RequeueAfter: r.Watch.ReconcilePeriod}, nil
 	}
 
+	// Beyond the fast path every decision and status write builds on what
+	// the resource says now: the informer cache may lag behind this
+	// reconciler's own last status write (and a decision on a stale status
+	// would undo it).
+	if err := r.refresh(ctx, p); err != nil {
+		return ctrl.Result{}, err
+	}
 	history, err := r.Helm.History(p.key.Namespace, p.key.Name)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -422,25 +432,60 @@ func readStatus(obj *unstructured.Unstructured) (*v1alpha1.ReleaseStatus, error)
 	return st, nil
 }
 
-// writeStatus patches the status subresource when, and only when, it changed.
-func (r *Reconciler) writeStatus(ctx context.Context, obj *unstructured.Unstructured, orig, st *v1alpha1.ReleaseStatus) error {
-	if apiEqual(orig, st) {
+// refresh re-reads the resource from the API server (not the cache) and
+// recomputes the desired inputs from it.
+func (r *Reconciler) refresh(ctx context.Context, p *pass) error {
+	if r.APIReader == nil {
 		return nil
 	}
-	raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(st)
+	fresh := &unstructured.Unstructured{}
+	fresh.SetGroupVersionKind(r.Watch.GVK)
+	if err := r.APIReader.Get(ctx, p.key, fresh); err != nil {
+		return fmt.Errorf("reading %s: %w", p.key, err)
+	}
+	if fresh.GetResourceVersion() == p.obj.GetResourceVersion() {
+		return nil
+	}
+	st, err := readStatus(fresh)
 	if err != nil {
 		return err
 	}
-	base := obj.DeepCopy()
-	withStatus := obj.DeepCopy()
-	withStatus.Object["status"] = raw
-	if err := r.Client.Status().Patch(ctx, withStatus, client.MergeFrom(base)); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		return fmt.Errorf("writing status: %w", err)
+	p.obj, p.status, p.orig = fresh, st, st.DeepCopy()
+	return r.desired(p)
+}
+
+// writeStatus patches the status subresource when, and only when, it
+// changed, with optimistic locking: a status computed from a stale read is
+// refused by the API server instead of undoing a newer write. This
+// reconciler is the only writer of the status, so on a conflict it applies
+// its status once more on top of a fresh read.
+func (r *Reconciler) writeStatus(ctx context.Context, p *pass) error {
+	if apiEqual(p.orig, p.status) {
+		return nil
 	}
-	return nil
+	raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(p.status)
+	if err != nil {
+		return err
+	}
+	base := p.obj
+	for attempt := 0; ; attempt++ {
+		withStatus := base.DeepCopy()
+		withStatus.Object["status"] = raw
+		err := r.Client.Status().Patch(ctx, withStatus, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
+		switch {
+		case err == nil, apierrors.IsNotFound(err):
+			return nil
+		case apierrors.IsConflict(err) && attempt == 0 && r.APIReader != nil:
+			fresh := &unstructured.Unstructured{}
+			fresh.SetGroupVersionKind(r.Watch.GVK)
+			if err := r.APIReader.Get(ctx, p.key, fresh); err != nil {
+				return fmt.Errorf("writing status: %w", err)
+			}
+			base = fresh
+		default:
+			return fmt.Errorf("writing status: %w", err)
+		}
+	}
 }
 
 // setCondition sets a condition; LastTransitionTime moves only on a flip

@@ -108,6 +108,9 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager, sh *Shared) error {
 	if r.Client == nil {
 		r.Client = mgr.GetClient()
 	}
+	if r.APIReader == nil {
+		r.APIReader = mgr.GetAPIReader()
+	}
 	if r.Recorder == nil {
 		r.Recorder = mgr.GetEventRecorderFor("chartpilot")
 	}

@@ -91,7 +91,7 @@ wait_ready() {
 }
 
 step "apply a Webapp: its spec is the chart's values"
-cat <<CR | tee /dev/stderr | kubectl apply -f -
+cr="$(cat <<CR
 apiVersion: test.chartpilot.dev/v1alpha1
 kind: Webapp
 metadata:
@@ -101,9 +101,12 @@ spec:
   message: hello from chartpilot
   replicas: 2
 CR
+)"
+printf '%s\n' "${cr}"
+printf '%s\n' "${cr}" | kubectl apply -f -
 wait_ready 1
 kubectl -n "${ns}" get webapps
-kubectl -n "${ns}" get deploy,svc,cm,pods -l chartpilot.dev/release=shop
+kubectl -n "${ns}" get deploy,svc,cm -l chartpilot.dev/release=shop
 
 step "change a value: the release is upgraded to revision 2"
 kubectl -n "${ns}" patch webapp shop --type merge -p '{"spec":{"message":"upgraded","replicas":3}}'

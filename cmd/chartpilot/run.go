@@ -146,7 +146,7 @@ func checkReachable(cfg *rest.Config) error {
 	select {
 	case err := <-done:
 		if err != nil {
-			return fmt.Errorf("cannot reach the API server at %s: %v: check --kubeconfig and that the cluster is running", cfg.Host, err)
+			return fmt.Errorf("cannot reach the API server at %s: %w: check --kubeconfig and that the cluster is running", cfg.Host, err)
 		}
 		return nil
 	case <-ctx.Done():

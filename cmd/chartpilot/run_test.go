@@ -68,7 +68,7 @@ func TestRunServesHealthAndMetricsUntilCancelled(t *testing.T) {
 	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
 		select {
 		case err := <-done:
-			return false, fmt.Errorf("run returned early: %v", err)
+			return false, fmt.Errorf("run returned early: %w", err)
 		default:
 		}
 		code, body := get("http://" + probes + "/readyz")

@@ -36,14 +36,14 @@ func CheckPortFree(addr, flag string) error {
 func LoadKubeconfig(path string) (*rest.Config, error) {
 	if path != "" {
 		if _, err := os.Stat(path); err != nil {
-			return nil, fmt.Errorf("kubeconfig %s cannot be read (%v): pass an existing file with --kubeconfig", path, errors.Unwrap(err))
+			return nil, fmt.Errorf("kubeconfig %s cannot be read (%w): pass an existing file with --kubeconfig", path, errors.Unwrap(err))
 		}
 		if _, err := clientcmd.LoadFromFile(path); err != nil {
-			return nil, fmt.Errorf("kubeconfig %s does not parse: %v: pass a valid kubeconfig with --kubeconfig", path, err)
+			return nil, fmt.Errorf("kubeconfig %s does not parse: %w: pass a valid kubeconfig with --kubeconfig", path, err)
 		}
 		cfg, err := clientcmd.BuildConfigFromFlags("", path)
 		if err != nil {
-			return nil, fmt.Errorf("kubeconfig %s is not usable: %v: check its current-context, cluster and user", path, err)
+			return nil, fmt.Errorf("kubeconfig %s is not usable: %w: check its current-context, cluster and user", path, err)
 		}
 		return cfg, nil
 	}
@@ -55,7 +55,7 @@ func LoadKubeconfig(path string) (*rest.Config, error) {
 	if inCluster, icErr := rest.InClusterConfig(); icErr == nil {
 		return inCluster, nil
 	}
-	return nil, fmt.Errorf("no usable kubeconfig (%v): pass one with --kubeconfig or set KUBECONFIG", err)
+	return nil, fmt.Errorf("no usable kubeconfig (%w): pass one with --kubeconfig or set KUBECONFIG", err)
 }
 
 // CheckFileReadable returns a clear error when path cannot be read; flag names
@@ -66,7 +66,7 @@ func CheckFileReadable(path, flag string) error {
 		if errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("%s %s does not exist: create it or pass another path with %s", flag, path, flag)
 		}
-		return fmt.Errorf("%s %s cannot be read: %v", flag, path, errors.Unwrap(err))
+		return fmt.Errorf("%s %s cannot be read: %w", flag, path, errors.Unwrap(err))
 	}
 	return f.Close()
 }

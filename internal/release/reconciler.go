@@ -124,10 +124,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	if r.Watch.Selector != nil && !r.Watch.Selector.Matches(labels.Set(obj.GetLabels())) {
 		return ctrl.Result{}, nil
 	}
-	st, err := readStatus(obj)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
+	st := readStatus(obj)
 	p := &pass{obj: obj, key: req.NamespacedName, status: st, orig: st.DeepCopy(), log: log}
 	defer func() {
 		result := "success"
@@ -419,17 +416,17 @@ func (r *Reconciler) decorator(owner *unstructured.Unstructured) helm.Decorator 
 func ptrFalse() *bool { b := false; return &b }
 
 // readStatus decodes the resource's status.
-func readStatus(obj *unstructured.Unstructured) (*v1alpha1.ReleaseStatus, error) {
+// A status someone else wrote in another shape is replaced, not fatal.
+func readStatus(obj *unstructured.Unstructured) *v1alpha1.ReleaseStatus {
 	st := &v1alpha1.ReleaseStatus{}
 	raw, ok := obj.Object["status"].(map[string]any)
 	if !ok || raw == nil {
-		return st, nil
+		return st
 	}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, st); err != nil {
-		// A status someone else wrote in another shape is replaced, not fatal.
-		return &v1alpha1.ReleaseStatus{}, nil
+	if runtime.DefaultUnstructuredConverter.FromUnstructured(raw, st) != nil {
+		return &v1alpha1.ReleaseStatus{}
 	}
-	return st, nil
+	return st
 }
 
 // refresh re-reads the resource from the API server (not the cache) and
@@ -446,10 +443,7 @@ func (r *Reconciler) refresh(ctx context.Context, p *pass) error {
 	if fresh.GetResourceVersion() == p.obj.GetResourceVersion() {
 		return nil
 	}
-	st, err := readStatus(fresh)
-	if err != nil {
-		return err
-	}
+	st := readStatus(fresh)
 	p.obj, p.status, p.orig = fresh, st, st.DeepCopy()
 	return r.desired(p)
 }

@@ -112,7 +112,10 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager, sh *Shared) error {
 		r.APIReader = mgr.GetAPIReader()
 	}
 	if r.Recorder == nil {
-		r.Recorder = mgr.GetEventRecorderFor("chartpilot")
+		// The core/v1 event recorder: kubectl describe and every event
+		// consumer in the field read these. Moving to events.k8s.io is a
+		// later change of this one line and the Recorder type.
+		r.Recorder = mgr.GetEventRecorderFor("chartpilot") //nolint:staticcheck // see above
 	}
 	if r.Log.GetSink() == nil {
 		r.Log = mgr.GetLogger().WithName("release").WithValues("kind", r.Watch.GVK.Kind)

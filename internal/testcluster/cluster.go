@@ -253,8 +253,8 @@ func (c *Cluster) startAPI(opts Options) error {
 	env.ControlPlane.Etcd = &envtest.Etcd{Out: etcdLog, Err: etcdLog, DataDir: filepath.Join(c.Dir, "etcd")}
 	api := &envtest.APIServer{Out: apiLog, Err: apiLog}
 	if opts.APIServerPort != 0 {
-		api.SecureServing.ListenAddr.Address = "127.0.0.1"
-		api.SecureServing.ListenAddr.Port = strconv.Itoa(opts.APIServerPort)
+		api.Address = "127.0.0.1"
+		api.Port = strconv.Itoa(opts.APIServerPort)
 	}
 	api.Configure().Set("service-cluster-ip-range", ServiceClusterIPRange)
 	env.ControlPlane.APIServer = api
@@ -383,7 +383,7 @@ func (c *Cluster) addProc(p *process) {
 func (c *Cluster) checkProcs() error {
 	for _, p := range c.procs {
 		if done, err := p.exited(); done {
-			return fmt.Errorf("%s exited early (%v); last lines of %s:\n%s", p.name, err, p.logPath, tailFile(p.logPath, 15))
+			return fmt.Errorf("%s exited early (%w); last lines of %s:\n%s", p.name, err, p.logPath, tailFile(p.logPath, 15))
 		}
 	}
 	return nil
@@ -442,7 +442,7 @@ func (c *Cluster) waitNodesReady(ctx context.Context, cs kubernetes.Interface, n
 		nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		if err != nil {
 			last = err.Error()
-			return false, nil
+			return false, nil //nolint:nilerr // an API error while polling means "not yet"
 		}
 		ready := 0
 		for _, nd := range nodes.Items {

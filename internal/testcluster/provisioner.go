@@ -117,7 +117,7 @@ func runResizer(ctx context.Context, cs kubernetes.Interface) {
 	_ = wait.PollUntilContextCancel(ctx, 2*time.Second, false, func(ctx context.Context) (bool, error) {
 		pvcs, err := cs.CoreV1().PersistentVolumeClaims("").List(ctx, metav1.ListOptions{})
 		if err != nil {
-			return false, nil
+			return false, nil //nolint:nilerr // try again next period
 		}
 		for i := range pvcs.Items {
 			resizeClaim(ctx, cs, &pvcs.Items[i])

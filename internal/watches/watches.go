@@ -234,7 +234,7 @@ func validate(e entry, baseDir string, lookupEnv func(string) (string, bool)) (W
 	if e.Selector != nil {
 		sel, err := metav1.LabelSelectorAsSelector(e.Selector)
 		if err != nil {
-			return w, fmt.Errorf("field selector: %v: write matchLabels or matchExpressions with operators In, NotIn, Exists, DoesNotExist", err)
+			return w, fmt.Errorf("field selector: %w: write matchLabels or matchExpressions with operators In, NotIn, Exists, DoesNotExist", err)
 		}
 		w.Selector = sel
 		w.SelectorSource = e.Selector

@@ -63,7 +63,7 @@ func main() {
 		}
 		r, err := runOne(root, n, *concurrency, *idle)
 		if err != nil {
-			fail(fmt.Errorf("N=%d: %w", n, err))
+			fail(fmt.Errorf("with %d resources: %w", n, err))
 		}
 		rows = append(rows, r)
 	}
@@ -101,7 +101,7 @@ func runOne(root string, n, concurrency int, idle time.Duration) (result, error)
 	if err != nil {
 		return res, err
 	}
-	defer c.Stop()
+	defer func() { _ = c.Stop() }()
 	dyn, err := dynamic.NewForConfig(c.Config)
 	if err != nil {
 		return res, err

@@ -42,7 +42,7 @@ generate: tools-dev
 ## manifests: CRDs and RBAC from kubebuilder markers
 manifests: tools-dev
 	@if [ -d internal/api ]; then $(BIN)/controller-gen crd paths=./internal/api/... output:crd:artifacts:config=config/crd/bases; fi
-	$(BIN)/controller-gen rbac:roleName=chartpilot-manager paths=./... output:rbac:artifacts:config=config/rbac
+	@# RBAC is written by hand in config/rbac: the charts decide what the manager creates.
 
 ## lint: golangci-lint v2 (pinned) with .golangci.yml
 lint: tools-dev

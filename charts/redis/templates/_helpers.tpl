@@ -1,0 +1,59 @@
+{{- define "redis.selectorLabels" -}}
+app.kubernetes.io/name: redis
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "redis.labels" -}}
+{{ include "redis.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Values.image.tag | quote }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "redis.podSpec" -}}
+{{- with .Values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+securityContext:
+  runAsNonRoot: true
+  runAsUser: 999
+  fsGroup: 999
+  seccompProfile:
+    type: RuntimeDefault
+containers:
+  - name: redis
+    image: "{{ .Values.image.repository }}:{{ .Values.image.tag }}"
+    imagePullPolicy: {{ .Values.image.pullPolicy }}
+    command: ["sh", "-c"]
+    args:
+      - exec redis-server --port {{ .Values.service.port }} --dir /data{{ if .Values.auth.enabled }} --requirepass "$REDIS_PASSWORD"{{ end }}{{ range .Values.extraArgs }} {{ . | quote }}{{ end }}
+    {{- if .Values.auth.enabled }}
+    env:
+      - name: REDIS_PASSWORD
+        valueFrom: {secretKeyRef: {name: {{ .Release.Name }}-auth, key: password}}
+    {{- end }}
+    ports:
+      - {name: redis, containerPort: {{ .Values.service.port }}}
+    readinessProbe:
+      tcpSocket: {port: redis}
+      periodSeconds: 5
+    livenessProbe:
+      tcpSocket: {port: redis}
+      periodSeconds: 10
+    resources:
+      {{- toYaml .Values.resources | nindent 6 }}
+    securityContext:
+      allowPrivilegeEscalation: false
+      readOnlyRootFilesystem: true
+      capabilities: {drop: ["ALL"]}
+    volumeMounts:
+      - {name: data, mountPath: /data}
+{{- if not .Values.persistence.enabled }}
+volumes:
+  - {name: data, emptyDir: {}}
+{{- end }}
+{{- end -}}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/helm"
+	"github.com/chartpilot/chartpilot/internal/kinds"
 	"github.com/chartpilot/chartpilot/internal/release"
 	"github.com/chartpilot/chartpilot/internal/watches"
 )
@@ -37,6 +39,9 @@ type Options struct {
 	RenewDeadline           time.Duration
 	RetryPeriod             time.Duration
 	Log                     logr.Logger
+	// Kinds are the typed kinds (translators); default kinds.Builtin().
+	// A watched kind not listed is passthrough.
+	Kinds map[schema.GroupVersionKind]release.Kind
 	// SeveralInProcess allows more than one manager per process (tests):
 	// controller names then need not be unique.
 	SeveralInProcess bool
@@ -59,6 +64,9 @@ func New(o Options) (manager.Manager, error) {
 			return nil, fmt.Errorf("watch %s: %w", w, err)
 		}
 		charts[i] = ch
+	}
+	if o.Kinds == nil {
+		o.Kinds = kinds.Builtin()
 	}
 	if o.LeaderElectionID == "" {
 		o.LeaderElectionID = "chartpilot.chartpilot.dev"
@@ -111,7 +119,7 @@ func New(o Options) (manager.Manager, error) {
 	}
 	shared.SkipNameValidation = o.SeveralInProcess
 	for i, w := range o.Watches {
-		r := &release.Reconciler{Watch: w, Chart: charts[i]}
+		r := &release.Reconciler{Watch: w, Chart: charts[i], Kind: o.Kinds[w.GVK]}
 		if err := r.SetupWithManager(mgr, shared); err != nil {
 			return nil, err
 		}

@@ -131,6 +131,7 @@ func (r *Reconciler) succeeded(p *pass, action, reason, msg string, rel *helm.Re
 	p.status.LastFailure = nil
 	r.mu.Lock()
 	delete(r.failures, p.key)
+	delete(r.statusSettled, p.key) // the kind's status may change with the release
 	r.mu.Unlock()
 	apimeta.RemoveStatusCondition(&p.status.Conditions, v1alpha1.ConditionStalled)
 	setCondition(p.status, p.obj, v1alpha1.ConditionReleased, metav1.ConditionTrue, reason, msg)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -40,6 +41,18 @@ const maxReleaseName = 53
 // use spec as-is; typed kinds register a translator.
 type ValuesFunc func(obj *unstructured.Unstructured) (map[string]any, error)
 
+// Kind customises a typed kind; the zero Kind is a passthrough kind.
+type Kind struct {
+	// Values makes the resource's values layer (default Passthrough).
+	Values ValuesFunc
+	// Status returns the kind's own status fields, written next to the
+	// shared release status (a nil value removes a field), and how soon to
+	// look again (0: not until the next action). It is called after each
+	// action and then only while it asks to be called again, so a resting
+	// resource costs no request.
+	Status func(ctx context.Context, c client.Reader, obj *unstructured.Unstructured) (map[string]any, time.Duration, error)
+}
+
 // Passthrough uses the resource's spec as the chart values.
 func Passthrough(obj *unstructured.Unstructured) (map[string]any, error) {
 	spec, _, err := unstructured.NestedMap(obj.Object, "spec")
@@ -65,8 +78,8 @@ type Reconciler struct {
 	Dynamic   dynamic.Interface
 	Recorder  record.EventRecorder
 	Log       logr.Logger
-	// Values makes the resource's values layer (default Passthrough).
-	Values ValuesFunc
+	// Kind is the typed kind's translator and status reporter (zero: passthrough).
+	Kind Kind
 	// Now is the clock (tests may replace it).
 	Now func() time.Time
 
@@ -81,6 +94,8 @@ type Reconciler struct {
 	seen map[types.NamespacedName]string
 	// failures remembers failed actions in this process (see backoff).
 	failures map[types.NamespacedName]v1alpha1.Failure
+	// statusSettled holds resources whose Kind.Status asked for nothing more.
+	statusSettled map[types.NamespacedName]bool
 }
 
 func (r *Reconciler) now() time.Time {
@@ -101,7 +116,9 @@ type pass struct {
 	status *v1alpha1.ReleaseStatus
 	// orig is the status as read, to write only what changed.
 	orig *v1alpha1.ReleaseStatus
-	log  logr.Logger
+	// extras are the kind's own status fields (Kind.Status), nil if not computed.
+	extras map[string]any
+	log    logr.Logger
 
 	vals   map[string]any
 	digest string
@@ -167,12 +184,62 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		r.stall(p, "ValuesInvalid", err.Error())
 		return ctrl.Result{}, nil
 	}
-	return r.act(ctx, p)
+	res, err := r.act(ctx, p)
+	if err != nil {
+		return res, err
+	}
+	return r.kindStatus(ctx, p, res)
+}
+
+// kindStatus runs Kind.Status once the release is deployed from the current
+// inputs, unless it said last time that nothing more was to be seen.
+func (r *Reconciler) kindStatus(ctx context.Context, p *pass, res ctrl.Result) (ctrl.Result, error) {
+	if r.Kind.Status == nil {
+		return res, nil
+	}
+	c := apimeta.FindStatusCondition(p.status.Conditions, v1alpha1.ConditionReleased)
+	if c == nil || c.Status != metav1.ConditionTrue {
+		r.setSettled(p.key, false)
+		return res, nil
+	}
+	r.mu.Lock()
+	settled := r.statusSettled[p.key]
+	r.mu.Unlock()
+	if settled {
+		return res, nil
+	}
+	reader := r.APIReader
+	if reader == nil {
+		reader = r.Client
+	}
+	extras, again, err := r.Kind.Status(ctx, reader, p.obj)
+	if err != nil {
+		return res, fmt.Errorf("reporting %s status: %w", r.Watch.GVK.Kind, err)
+	}
+	p.extras = extras
+	r.setSettled(p.key, again == 0)
+	if again > 0 && (res.RequeueAfter == 0 || again < res.RequeueAfter) {
+		res.RequeueAfter = again
+	}
+	return res, nil
+}
+
+func (r *Reconciler) setSettled(key types.NamespacedName, settled bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.statusSettled == nil {
+		r.statusSettled = map[types.NamespacedName]bool{}
+	}
+	if settled {
+		r.statusSettled[key] = true
+	} else {
+		delete(r.statusSettled, key)
+	}
 }
 
 // desired computes the final values and the digest of all inputs.
 func (r *Reconciler) desired(p *pass) error {
-	vf := r.Values
+	vf := r.Kind.Values
 	if vf == nil {
 		vf = Passthrough
 	}
@@ -330,6 +397,7 @@ func (r *Reconciler) forget(key types.NamespacedName) {
 	delete(r.driftCheck, key)
 	delete(r.seen, key)
 	delete(r.failures, key)
+	delete(r.statusSettled, key)
 	releaseInfo.DeletePartialMatch(map[string]string{"kind": r.Watch.GVK.Kind, "namespace": key.Namespace, "name": key.Name})
 }
 
@@ -454,7 +522,14 @@ func (r *Reconciler) refresh(ctx context.Context, p *pass) error {
 // reconciler is the only writer of the status, so on a conflict it applies
 // its status once more on top of a fresh read.
 func (r *Reconciler) writeStatus(ctx context.Context, p *pass) error {
-	if apiEqual(p.orig, p.status) {
+	current, _ := p.obj.Object["status"].(map[string]any)
+	changed := !apiEqual(p.orig, p.status)
+	for k, v := range p.extras {
+		if !equality.Semantic.DeepEqual(current[k], v) {
+			changed = true
+		}
+	}
+	if !changed {
 		return nil
 	}
 	raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(p.status)
@@ -464,7 +539,28 @@ func (r *Reconciler) writeStatus(ctx context.Context, p *pass) error {
 	base := p.obj
 	for attempt := 0; ; attempt++ {
 		withStatus := base.DeepCopy()
-		withStatus.Object["status"] = raw
+		// The kind's own fields are kept (or replaced by p.extras); the
+		// shared fields are entirely this reconciler's.
+		merged := map[string]any{}
+		if cur, ok := base.Object["status"].(map[string]any); ok {
+			for k, v := range cur {
+				merged[k] = v
+			}
+		}
+		for _, k := range []string{"observedGeneration", "conditions", "release", "history", "lastFailure"} {
+			delete(merged, k)
+		}
+		for k, v := range raw {
+			merged[k] = v
+		}
+		for k, v := range p.extras {
+			if v == nil {
+				delete(merged, k)
+			} else {
+				merged[k] = v
+			}
+		}
+		withStatus.Object["status"] = merged
 		err := r.Client.Status().Patch(ctx, withStatus, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
 		switch {
 		case err == nil, apierrors.IsNotFound(err):

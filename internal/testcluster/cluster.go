@@ -65,8 +65,8 @@ type Options struct {
 	BinDir string
 	// Nodes is the number of kwok nodes of the full tier (default 3).
 	Nodes int
-	// CRDDirs are installed after the API server is up. Default: config/crd/bases
-	// of the chartpilot module, when it exists.
+	// CRDDirs are installed after the API server is up. Default:
+	// config/crd/bases and config/crd/passthrough of the chartpilot module.
 	CRDDirs []string
 	// APIServerPort fixes the API server's port (default: a free port).
 	APIServerPort int
@@ -175,8 +175,11 @@ func (o *Options) defaults() error {
 	}
 	o.BinDir = abs
 	if o.CRDDirs == nil && rootErr == nil {
-		if st, err := os.Stat(filepath.Join(root, "config", "crd", "bases")); err == nil && st.IsDir() {
-			o.CRDDirs = []string{filepath.Join(root, "config", "crd", "bases")}
+		for _, d := range []string{"bases", "passthrough"} {
+			dir := filepath.Join(root, "config", "crd", d)
+			if st, err := os.Stat(dir); err == nil && st.IsDir() {
+				o.CRDDirs = append(o.CRDDirs, dir)
+			}
 		}
 	}
 	return nil

@@ -1,0 +1,125 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// PostgresSpec is what a user asks of a PostgreSQL cluster. The translator
+// (internal/kinds/postgres) maps it onto the values of charts/postgresql.
+type PostgresSpec struct {
+	// Version is the PostgreSQL major or major.minor version, e.g. "17" or "17.2".
+	// +kubebuilder:validation:Pattern=`^[1-9][0-9]*(\.[0-9]+)?$`
+	Version string `json:"version"`
+
+	// Replicas is 1 primary plus streaming replicas.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=9
+	// +kubebuilder:default=1
+	// +optional
+	Replicas *int32 `json:"replicas,omitempty"`
+
+	// Storage of each pod's data volume.
+	Storage PostgresStorage `json:"storage"`
+
+	// Resources of the PostgreSQL container; memory and CPU limits drive auto-tuning.
+	// +optional
+	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+
+	// Parameters are postgresql.conf settings (name: value as a string). A
+	// parameter set here is never auto-tuned.
+	// +optional
+	Parameters map[string]string `json:"parameters,omitempty"`
+
+	// Values are raw chart values, the lowest layer of this resource's values:
+	// every typed field above wins over them.
+	// +optional
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +kubebuilder:validation:Schemaless
+	// +kubebuilder:validation:Type=object
+	Values *apiextensionsv1.JSON `json:"values,omitempty"`
+
+	// NodeSelector, Tolerations, Affinity and PriorityClassName place the pods.
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+	// +optional
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+	// +optional
+	Affinity *corev1.Affinity `json:"affinity,omitempty"`
+	// +optional
+	PriorityClassName string `json:"priorityClassName,omitempty"`
+
+	// Metrics adds a postgres_exporter sidecar.
+	// +optional
+	Metrics bool `json:"metrics,omitempty"`
+}
+
+// PostgresStorage is the data volume of each pod.
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.size) || quantity(self.size).compareTo(quantity(oldSelf.size)) >= 0",message="storage.size can grow but never shrink: set it to at least the current size"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.storageClass) || self.storageClass == oldSelf.storageClass",message="storage.storageClass cannot change: volumes are not moved between classes"
+type PostgresStorage struct {
+	// Size of each data volume, e.g. 10Gi.
+	// +kubebuilder:validation:Pattern=`^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?$`
+	// +kubebuilder:validation:XValidation:rule="isQuantity(self)",message="storage.size must be a quantity such as 10Gi"
+	Size string `json:"size"`
+	// StorageClass of the data volumes; empty uses the cluster's default.
+	// +optional
+	StorageClass string `json:"storageClass,omitempty"`
+}
+
+// PostgresEndpoints are the Services clients connect to.
+type PostgresEndpoints struct {
+	// ReadWrite is the primary's Service.
+	ReadWrite string `json:"readWrite,omitempty"`
+	// ReadOnly is the Service of every pod (replicas and primary).
+	ReadOnly string `json:"readOnly,omitempty"`
+	// Secret holds the superuser's username and password.
+	Secret string `json:"secret,omitempty"`
+}
+
+// PostgresStatus is the shared release status plus what a PostgreSQL user needs.
+type PostgresStatus struct {
+	ReleaseStatus `json:",inline"`
+	// Version is the PostgreSQL version deployed.
+	// +optional
+	Version string `json:"version,omitempty"`
+	// ReadyReplicas counts the Ready pods of the StatefulSet.
+	// +optional
+	ReadyReplicas int32 `json:"readyReplicas,omitempty"`
+	// Endpoints are the Services to connect to.
+	// +optional
+	Endpoints *PostgresEndpoints `json:"endpoints,omitempty"`
+	// Tuning lists the postgresql.conf settings chartpilot derived from the resources.
+	// +optional
+	Tuning map[string]string `json:"tuning,omitempty"`
+}
+
+// Postgres is a PostgreSQL cluster managed as a Helm release of charts/postgresql.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=pg;pgs,categories=chartpilot
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.spec.version`
+// +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.spec.replicas`
+// +kubebuilder:printcolumn:name="Chart",type=string,JSONPath=`.status.release.chartVersion`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Postgres struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   PostgresSpec   `json:"spec"`
+	Status PostgresStatus `json:"status,omitempty"`
+}
+
+// PostgresList is a list of Postgres.
+// +kubebuilder:object:root=true
+type PostgresList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Postgres `json:"items"`
+}
+
+func init() {
+	knownTypes = append(knownTypes, &Postgres{}, &PostgresList{})
+}

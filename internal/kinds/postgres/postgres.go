@@ -1,0 +1,172 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
+	"github.com/chartpilot/chartpilot/internal/release"
+	"github.com/chartpilot/chartpilot/internal/values"
+)
+
+// GVK is the Postgres kind.
+var GVK = v1alpha1.GroupVersion.WithKind("Postgres")
+
+// Kind returns the translator and status reporter of Postgres.
+func Kind() release.Kind {
+	return release.Kind{Values: Values, Status: Status}
+}
+
+func decode(obj *unstructured.Unstructured) (*v1alpha1.Postgres, error) {
+	pg := &v1alpha1.Postgres{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, pg); err != nil {
+		return nil, fmt.Errorf("spec: %w", err)
+	}
+	return pg, nil
+}
+
+// Values maps a Postgres onto charts/postgresql values: spec.values first,
+// then every typed field over it.
+func Values(obj *unstructured.Unstructured) (map[string]any, error) {
+	pg, err := decode(obj)
+	if err != nil {
+		return nil, err
+	}
+	s := pg.Spec
+	var raw map[string]any
+	if s.Values != nil && len(s.Values.Raw) > 0 {
+		if err := json.Unmarshal(s.Values.Raw, &raw); err != nil {
+			return nil, fmt.Errorf("spec.values: not an object of chart values: %w", err)
+		}
+	}
+	replicas := int64(1)
+	if s.Replicas != nil {
+		replicas = int64(*s.Replicas)
+	}
+	params := map[string]any{}
+	for k, v := range Tune(s.Resources, s.Parameters) {
+		params[k] = v
+	}
+	for k, v := range s.Parameters {
+		params[k] = v
+	}
+	typed := map[string]any{
+		"image":    map[string]any{"tag": s.Version},
+		"replicas": replicas,
+		"storage":  map[string]any{"size": s.Storage.Size, "storageClass": s.Storage.StorageClass},
+		"metrics":  map[string]any{"enabled": s.Metrics},
+	}
+	if len(params) > 0 {
+		typed["parameters"] = params
+	}
+	if res, err := toValues(s.Resources); err != nil {
+		return nil, err
+	} else if len(res) > 0 {
+		typed["resources"] = res
+	}
+	if len(s.NodeSelector) > 0 {
+		ns := map[string]any{}
+		for k, v := range s.NodeSelector {
+			ns[k] = v
+		}
+		typed["nodeSelector"] = ns
+	}
+	if len(s.Tolerations) > 0 {
+		t, err := toValues(s.Tolerations)
+		if err != nil {
+			return nil, err
+		}
+		typed["tolerations"] = t["items"]
+	}
+	if s.Affinity != nil {
+		a, err := toValues(s.Affinity)
+		if err != nil {
+			return nil, err
+		}
+		typed["affinity"] = a
+	}
+	if s.PriorityClassName != "" {
+		typed["priorityClassName"] = s.PriorityClassName
+	}
+	return values.Merge(values.Layer{Name: "spec.values", Values: raw}, values.Layer{Name: "spec", Values: typed}), nil
+}
+
+// toValues converts a typed value to plain JSON values; a slice comes back
+// under "items".
+func toValues(v any) (map[string]any, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	var out any
+	if err := json.Unmarshal(b, &out); err != nil {
+		return nil, err
+	}
+	switch t := out.(type) {
+	case map[string]any:
+		return t, nil
+	case []any:
+		return map[string]any{"items": t}, nil
+	default:
+		return nil, nil
+	}
+}
+
+// Status reports the version, endpoints, tuning and Ready pods. While pods
+// are missing it asks to be called again in 5 seconds; once all are Ready it
+// asks for nothing, so a resting cluster costs no request.
+func Status(ctx context.Context, c client.Reader, obj *unstructured.Unstructured) (map[string]any, time.Duration, error) {
+	pg, err := decode(obj)
+	if err != nil {
+		return nil, 0, err
+	}
+	want := int32(1)
+	if pg.Spec.Replicas != nil {
+		want = *pg.Spec.Replicas
+	}
+	st := v1alpha1.PostgresStatus{
+		Version: pg.Spec.Version,
+		Endpoints: &v1alpha1.PostgresEndpoints{
+			ReadWrite: obj.GetName(),
+			ReadOnly:  obj.GetName() + "-ro",
+			Secret:    obj.GetName() + "-auth",
+		},
+		Tuning: Tune(pg.Spec.Resources, pg.Spec.Parameters),
+	}
+	sts := &appsv1.StatefulSet{}
+	err = c.Get(ctx, types.NamespacedName{Namespace: obj.GetNamespace(), Name: obj.GetName()}, sts)
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return nil, 0, fmt.Errorf("reading StatefulSet %s: %w", obj.GetName(), err)
+	default:
+		st.ReadyReplicas = sts.Status.ReadyReplicas
+	}
+	out, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&st)
+	if err != nil {
+		return nil, 0, err
+	}
+	// Only this kind's own fields: the shared release status is the reconciler's.
+	extras := map[string]any{}
+	for _, k := range []string{"version", "readyReplicas", "endpoints", "tuning"} {
+		if v, ok := out[k]; ok {
+			extras[k] = v
+		} else {
+			extras[k] = nil
+		}
+	}
+	if st.ReadyReplicas < want {
+		return extras, 5 * time.Second, nil
+	}
+	return extras, 0, nil
+}
+

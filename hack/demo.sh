@@ -49,20 +49,12 @@ step "cluster nodes"
 kubectl get nodes -o wide
 kubectl get storageclass
 
-step "installing the example kind Webapp (test/crds) and a watches file mapping it to test/charts/webapp"
-kubectl apply -f "${root}/test/crds/webapps.yaml"
-cat >"${dir}/watches.yaml" <<WATCHES
-- group: test.chartpilot.dev
-  version: v1alpha1
-  kind: Webapp
-  chart: ${root}/test/charts/webapp
-  overrideValues:
-    image: nginx:1.27
-WATCHES
-cat "${dir}/watches.yaml"
+step "installing the CRDs (config/crd): Postgres (typed) and Redis (passthrough)"
+kubectl apply -k "${root}/config/crd"
+cat "${root}/watches.yaml"
 
-step "starting chartpilot run"
-"${bin}/chartpilot" run --kubeconfig "${kubeconfig}" --watches "${dir}/watches.yaml" \
+step "starting chartpilot run --watches watches.yaml"
+"${bin}/chartpilot" run --kubeconfig "${kubeconfig}" --watches "${root}/watches.yaml" \
 	--metrics-bind-address "${metrics}" --health-probe-bind-address "${probes}" \
 	>"${dir}/chartpilot.log" 2>&1 &
 pids+=($!)
@@ -77,56 +69,41 @@ for _ in $(seq 1 120); do
 	fi
 	sleep 0.5
 done
-
-step "operator health"
 printf 'GET /healthz -> %s\n' "$(curl -fsS "http://${probes}/healthz")"
-printf 'GET /readyz  -> %s\n' "$(curl -fsS "http://${probes}/readyz")"
-printf 'metrics endpoint serves %s series\n' "$(curl -fsS "http://${metrics}/metrics" | grep -vc '^#')"
 
 ns=demo
-kubectl create namespace "${ns}" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
-wait_ready() {
-	kubectl -n "${ns}" wait webapp/shop --for=jsonpath='{.status.release.revision}'="$1" --timeout=120s >/dev/null
-	kubectl -n "${ns}" wait webapp/shop --for=condition=Ready --timeout=120s >/dev/null
-}
+kubectl create namespace "${ns}"
 
-step "apply a Webapp: its spec is the chart's values"
-cr="$(cat <<CR
-apiVersion: test.chartpilot.dev/v1alpha1
-kind: Webapp
-metadata:
-  name: shop
-  namespace: ${ns}
-spec:
-  message: hello from chartpilot
-  replicas: 2
-CR
-)"
-printf '%s\n' "${cr}"
-printf '%s\n' "${cr}" | kubectl apply -f -
-wait_ready 1
-kubectl -n "${ns}" get webapps
-kubectl -n "${ns}" get deploy,svc,cm -l chartpilot.dev/release=shop
+step "apply the samples: a Postgres and a Redis (config/samples)"
+cat "${root}/config/samples/postgres.yaml" "${root}/config/samples/redis.yaml"
+kubectl -n "${ns}" apply -f "${root}/config/samples/postgres.yaml" -f "${root}/config/samples/redis.yaml"
+kubectl -n "${ns}" wait postgres/orders redis/sessions --for=condition=Ready --timeout=180s
+kubectl -n "${ns}" wait postgres/orders --for=jsonpath='{.status.readyReplicas}'=1 --timeout=180s
+kubectl -n "${ns}" get postgres,redis
+kubectl -n "${ns}" get statefulsets,services,pvc
 
-step "change a value: the release is upgraded to revision 2"
-kubectl -n "${ns}" patch webapp shop --type merge -p '{"spec":{"message":"upgraded","replicas":3}}'
-wait_ready 2
-kubectl -n "${ns}" get webapps
-kubectl -n "${ns}" get cm shop-config -o jsonpath='message={.data.message}{"\n"}'
+step "what the Postgres status says (endpoints, auto-tuned settings)"
+kubectl -n "${ns}" get postgres orders -o jsonpath='endpoints: {.status.endpoints}{"\n"}tuning:    {.status.tuning}{"\n"}'
 
-step "drift: delete the Service behind chartpilot's back; it comes back"
-kubectl -n "${ns}" delete svc shop
-kubectl -n "${ns}" wait --for=create svc/shop --timeout=60s >/dev/null 2>&1 || sleep 3
-kubectl -n "${ns}" get svc shop
-kubectl -n "${ns}" get events --field-selector involvedObject.name=shop -o custom-columns=REASON:.reason,MESSAGE:.message
+step "scale the Postgres to 3 replicas: the StatefulSet follows"
+kubectl -n "${ns}" patch postgres orders --type merge -p '{"spec":{"replicas":3}}'
+kubectl -n "${ns}" wait postgres/orders --for=jsonpath='{.status.readyReplicas}'=3 --timeout=180s
+kubectl -n "${ns}" get postgres orders
+kubectl -n "${ns}" get statefulset orders
+kubectl -n "${ns}" get pvc -l app.kubernetes.io/instance=orders
 
-step "status of the Webapp"
-kubectl -n "${ns}" get webapp shop -o jsonpath='{range .status.conditions[*]}{.type}={.status} ({.reason}){"\n"}{end}'
-kubectl -n "${ns}" get webapp shop -o jsonpath='release: {.status.release}{"\n"}'
+step "bad input is refused at admission: shrinking storage"
+kubectl -n "${ns}" patch postgres orders --type merge -p '{"spec":{"storage":{"size":"1Gi"}}}' 2>&1 | sed 's/^/  /' || true
 
-step "delete the Webapp: the release and its objects are uninstalled"
-kubectl -n "${ns}" delete webapp shop --timeout=120s
-kubectl -n "${ns}" get deploy,svc,cm,secrets 2>&1 | sed 's/^/  /'
+step "drift: delete the read-only Service behind chartpilot's back; it comes back"
+kubectl -n "${ns}" delete svc orders-ro
+kubectl -n "${ns}" wait --for=create svc/orders-ro --timeout=60s >/dev/null
+kubectl -n "${ns}" get svc orders-ro
+kubectl -n "${ns}" get events --field-selector involvedObject.name=orders,reason=DriftCorrected -o custom-columns=REASON:.reason,MESSAGE:.message
+
+step "delete the Postgres: the release is uninstalled, the data volumes and the password stay"
+kubectl -n "${ns}" delete postgres orders --timeout=120s
+kubectl -n "${ns}" get statefulsets,pvc,secrets -l app.kubernetes.io/instance=orders 2>&1 | sed 's/^/  /'
 
 step "demo done: cluster logs in ${dir}/logs, operator log in ${dir}/chartpilot.log"
 if [[ "${DEMO_KEEP:-0}" == 1 ]]; then

@@ -169,4 +169,3 @@ func Status(ctx context.Context, c client.Reader, obj *unstructured.Unstructured
 	}
 	return extras, 0, nil
 }
-

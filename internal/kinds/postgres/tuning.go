@@ -7,6 +7,7 @@ package postgres
 import (
 	"fmt"
 	"math"
+	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 )
@@ -24,7 +25,8 @@ var tunedParameters = []string{
 //	effective_cache_size  = memory * 3 / 4
 //	maintenance_work_mem  = memory / 16                 (64MB .. 2GB)
 //	max_connections       = memory in MiB / 16          (20 .. 400)
-//	work_mem              = (memory - shared_buffers) / (3 * max_connections)   (at least 1MB)
+//	work_mem              = (memory - shared_buffers) / (3 * max_connections)   (at least 1MB;
+//	                        max_connections as the user set it, if they did)
 //	max_worker_processes  = CPUs rounded up             (at least 8)
 //
 // Without a memory figure nothing is tuned (the chart's defaults stay).
@@ -39,6 +41,9 @@ func Tune(res corev1.ResourceRequirements, userSet map[string]string) map[string
 	cache := memMiB * 3 / 4
 	maint := math.Min(2048, math.Max(64, memMiB/16))
 	conns := math.Min(400, math.Max(20, math.Floor(memMiB/16)))
+	if v, err := strconv.ParseFloat(userSet["max_connections"], 64); err == nil && v > 0 {
+		conns = v // work_mem is shared among the connections the server really allows
+	}
 	workKiB := math.Max(1024, math.Floor((memMiB-shared)*1024/(3*conns)))
 	cpus := quantityOf(res, corev1.ResourceCPU)
 	workers := math.Max(8, math.Ceil(cpus))

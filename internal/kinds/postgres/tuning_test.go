@@ -50,8 +50,8 @@ func TestTune(t *testing.T) {
 			"shared_buffers": "256MB", "effective_cache_size": "768MB", "maintenance_work_mem": "64MB",
 			"max_connections": "64", "work_mem": "4096kB", "max_worker_processes": "8",
 		}},
-		{"user parameters win", res("1Gi", "1", true), map[string]string{"max_connections": "10", "shared_buffers": "1GB"}, map[string]string{
-			"effective_cache_size": "768MB", "maintenance_work_mem": "64MB", "work_mem": "4096kB", "max_worker_processes": "8",
+		{"user parameters win; work_mem follows the user's max_connections", res("1Gi", "1", true), map[string]string{"max_connections": "10", "shared_buffers": "1GB"}, map[string]string{
+			"effective_cache_size": "768MB", "maintenance_work_mem": "64MB", "work_mem": "26214kB", "max_worker_processes": "8",
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

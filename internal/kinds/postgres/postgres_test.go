@@ -1,0 +1,88 @@
+package postgres
+
+import (
+	"context"
+	"reflect"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+)
+
+func pgObject(spec map[string]any) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "chartpilot.dev/v1alpha1", "kind": "Postgres",
+		"metadata": map[string]any{"name": "db", "namespace": "ns"},
+		"spec":     spec,
+	}}
+}
+
+func TestValuesTranslation(t *testing.T) {
+	got, err := Values(pgObject(map[string]any{
+		"version":  "16.4",
+		"replicas": int64(3),
+		"storage":  map[string]any{"size": "20Gi", "storageClass": "fast"},
+		"resources": map[string]any{
+			"limits": map[string]any{"memory": "1Gi", "cpu": "2"},
+		},
+		"parameters":        map[string]any{"max_connections": "50"},
+		"nodeSelector":      map[string]any{"disk": "ssd"},
+		"tolerations":       []any{map[string]any{"key": "db", "operator": "Exists"}},
+		"priorityClassName": "critical",
+		"metrics":           true,
+		// The escape hatch is the lowest layer: typed fields win over it.
+		"values": map[string]any{"replicas": int64(1), "podAntiAffinity": "hard", "image": map[string]any{"repository": "mirror/postgres"}},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{
+		"image":    map[string]any{"repository": "mirror/postgres", "tag": "16.4"},
+		"replicas": int64(3),
+		"storage":  map[string]any{"size": "20Gi", "storageClass": "fast"},
+		"metrics":  map[string]any{"enabled": true},
+		"parameters": map[string]any{
+			"max_connections": "50", "shared_buffers": "256MB", "effective_cache_size": "768MB",
+			"maintenance_work_mem": "64MB", "work_mem": "5242kB", "max_worker_processes": "8",
+		},
+		"resources":         map[string]any{"limits": map[string]any{"memory": "1Gi", "cpu": "2"}},
+		"nodeSelector":      map[string]any{"disk": "ssd"},
+		"tolerations":       []any{map[string]any{"key": "db", "operator": "Exists"}},
+		"priorityClassName": "critical",
+		"podAntiAffinity":   "hard",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Values =\n%v\nwant\n%v", got, want)
+	}
+}
+
+func TestStatusReportsReadyReplicasUntilAllReady(t *testing.T) {
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: "ns"}, Status: appsv1.StatefulSetStatus{ReadyReplicas: 1}}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(sts).Build()
+	obj := pgObject(map[string]any{"version": "17", "replicas": int64(2), "storage": map[string]any{"size": "1Gi"}})
+	extras, again, err := Status(context.Background(), c, obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if extras["readyReplicas"] != int64(1) || extras["version"] != "17" || again != 5*time.Second {
+		t.Errorf("1 of 2 ready: extras %v, again %s", extras, again)
+	}
+	if ep := extras["endpoints"].(map[string]any); ep["readWrite"] != "db" || ep["readOnly"] != "db-ro" || ep["secret"] != "db-auth" {
+		t.Errorf("endpoints = %v", ep)
+	}
+	if extras["tuning"] != nil {
+		t.Errorf("tuning without memory: %v", extras["tuning"])
+	}
+	sts.Status.ReadyReplicas = 2
+	c = fake.NewClientBuilder().WithScheme(scheme).WithObjects(sts).Build()
+	if _, again, _ := Status(context.Background(), c, obj); again != 0 {
+		t.Errorf("all ready: asked to be called again in %s", again)
+	}
+}

@@ -12,12 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
-// Tuned parameters, in the order they are derived.
-var tunedParameters = []string{
-	"shared_buffers", "effective_cache_size", "maintenance_work_mem",
-	"max_connections", "work_mem", "max_worker_processes",
-}
-
 // Tune derives postgresql.conf settings from the container's memory and CPU
 // (limits, else requests), the way PGTune does for a general workload:
 //

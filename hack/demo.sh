@@ -26,22 +26,32 @@ trap cleanup EXIT
 
 step() { printf '\n==> %s\n' "$*"; }
 
+# wait_for TRIES PID LOG COMMAND...: run COMMAND every half second until it
+# succeeds; fail with LOG if PID dies first or TRIES run out.
+wait_for() {
+	local tries="$1" pid="$2" log="$3"
+	shift 3
+	for _ in $(seq 1 "${tries}"); do
+		if "$@" >/dev/null 2>&1; then
+			return 0
+		fi
+		if ! kill -0 "${pid}" 2>/dev/null; then
+			echo "failed; its output:" >&2
+			cat "${log}" >&2
+			exit 1
+		fi
+		sleep 0.5
+	done
+	echo "not ready after $((tries / 2)) seconds; see ${log}" >&2
+	exit 1
+}
+
 step "starting the local cluster (etcd, kube-apiserver, controller manager, scheduler, 3 kwok nodes, provisioner)"
 rm -f "${dir}/devcluster.out"
 "${bin}/devcluster" --dir "${dir}" >"${dir}/devcluster.out" 2>"${dir}/devcluster.err" &
 pids+=($!)
-for _ in $(seq 1 600); do
-	if grep -q '^ready kubeconfig=' "${dir}/devcluster.out" 2>/dev/null; then
-		break
-	fi
-	if ! kill -0 "${pids[0]}" 2>/dev/null; then
-		echo "devcluster failed:" >&2
-		cat "${dir}/devcluster.err" >&2
-		exit 1
-	fi
-	sleep 0.5
-done
-grep '^ready kubeconfig=' "${dir}/devcluster.out" || { echo "devcluster not ready after 5 minutes; see ${dir}/logs" >&2; exit 1; }
+wait_for 600 "${pids[0]}" "${dir}/devcluster.err" grep -q '^ready kubeconfig=' "${dir}/devcluster.out"
+grep '^ready kubeconfig=' "${dir}/devcluster.out"
 kubeconfig="${dir}/kubeconfig"
 kubectl() { "${bin}/kubectl" --kubeconfig "${kubeconfig}" "$@"; }
 
@@ -58,17 +68,7 @@ step "starting chartpilot run --watches watches.yaml"
 	--metrics-bind-address "${metrics}" --health-probe-bind-address "${probes}" \
 	>"${dir}/chartpilot.log" 2>&1 &
 pids+=($!)
-for _ in $(seq 1 120); do
-	if curl -fsS "http://${probes}/readyz" >/dev/null 2>&1; then
-		break
-	fi
-	if ! kill -0 "${pids[1]}" 2>/dev/null; then
-		echo "chartpilot failed:" >&2
-		cat "${dir}/chartpilot.log" >&2
-		exit 1
-	fi
-	sleep 0.5
-done
+wait_for 120 "${pids[1]}" "${dir}/chartpilot.log" curl -fsS "http://${probes}/readyz"
 printf 'GET /healthz -> %s\n' "$(curl -fsS "http://${probes}/healthz")"
 
 ns=demo

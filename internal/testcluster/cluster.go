@@ -288,53 +288,46 @@ func (c *Cluster) startAPI(opts Options) error {
 
 func (c *Cluster) startFull(ctx, bgCtx context.Context, opts Options) error {
 	bin := func(name string) string { return filepath.Join(opts.BinDir, name) }
-	kcmPort, err := freePort()
-	if err != nil {
-		return err
+	// kube-controller-manager and kube-scheduler share their client,
+	// authentication and serving flags.
+	component := func(name string, extra ...string) error {
+		port, err := freePort()
+		if err != nil {
+			return err
+		}
+		args := append([]string{
+			"--kubeconfig=" + c.KubeconfigPath,
+			"--authentication-kubeconfig=" + c.KubeconfigPath,
+			"--authorization-kubeconfig=" + c.KubeconfigPath,
+			"--leader-elect=false",
+			"--bind-address=127.0.0.1",
+			"--secure-port=" + strconv.Itoa(port),
+			"--kube-api-qps=200",
+			"--kube-api-burst=400",
+			"-v=1",
+		}, extra...)
+		p, err := startProcess(name, bin(name), args, c.LogDir)
+		if err != nil {
+			return err
+		}
+		c.addProc(p)
+		return nil
 	}
-	kcm, err := startProcess("kube-controller-manager", bin("kube-controller-manager"), []string{
-		"--kubeconfig=" + c.KubeconfigPath,
-		"--authentication-kubeconfig=" + c.KubeconfigPath,
-		"--authorization-kubeconfig=" + c.KubeconfigPath,
-		"--leader-elect=false",
-		"--bind-address=127.0.0.1",
-		"--secure-port=" + strconv.Itoa(kcmPort),
+	if err := component("kube-controller-manager",
 		// The token controller needs the service account signing key, which
 		// envtest keeps to itself; ServiceAccount admission is off in envtest.
 		"--controllers=*,-serviceaccount-token-controller",
-		"--service-cluster-ip-range=" + ServiceClusterIPRange,
+		"--service-cluster-ip-range="+ServiceClusterIPRange,
 		"--concurrent-deployment-syncs=10",
 		"--concurrent-replicaset-syncs=10",
 		"--concurrent-statefulset-syncs=10",
 		"--concurrent-gc-syncs=20",
-		"--kube-api-qps=200",
-		"--kube-api-burst=400",
-		"-v=1",
-	}, c.LogDir)
-	if err != nil {
+	); err != nil {
 		return err
 	}
-	c.addProc(kcm)
-
-	schedPort, err := freePort()
-	if err != nil {
+	if err := component("kube-scheduler"); err != nil {
 		return err
 	}
-	sched, err := startProcess("kube-scheduler", bin("kube-scheduler"), []string{
-		"--kubeconfig=" + c.KubeconfigPath,
-		"--authentication-kubeconfig=" + c.KubeconfigPath,
-		"--authorization-kubeconfig=" + c.KubeconfigPath,
-		"--leader-elect=false",
-		"--bind-address=127.0.0.1",
-		"--secure-port=" + strconv.Itoa(schedPort),
-		"--kube-api-qps=200",
-		"--kube-api-burst=400",
-		"-v=1",
-	}, c.LogDir)
-	if err != nil {
-		return err
-	}
-	c.addProc(sched)
 
 	kwokPort, err := freePort()
 	if err != nil {

@@ -44,6 +44,11 @@ type Client struct {
 	capsMu sync.Mutex
 	caps   *chartutil.Capabilities
 	capsAt time.Time
+
+	// parent is the Client this one impersonates from (capabilities are its).
+	parent *Client
+	asMu   sync.Mutex
+	as     map[string]*Client
 }
 
 // NewClient builds a Client for cfg.
@@ -62,6 +67,27 @@ func NewClient(cfg *rest.Config, log logr.Logger) (*Client, error) {
 	}, nil
 }
 
+// As returns a Client whose actions run as user (impersonation), sharing
+// this Client's discovery, mapper and capabilities. Empty user: c itself.
+func (c *Client) As(user string) *Client {
+	if user == "" {
+		return c
+	}
+	c.asMu.Lock()
+	defer c.asMu.Unlock()
+	if c.as == nil {
+		c.as = map[string]*Client{}
+	}
+	if cl, ok := c.as[user]; ok {
+		return cl
+	}
+	cfg := rest.CopyConfig(c.config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
+	cl := &Client{config: cfg, disc: c.disc, mapper: c.mapper, log: c.log.WithValues("as", user), parent: c}
+	c.as[user] = cl
+	return cl
+}
+
 // RESTMapper is the mapper shared by all actions.
 func (c *Client) RESTMapper() meta.RESTMapper { return c.mapper }
 
@@ -76,6 +102,9 @@ func (c *Client) IsNamespaced(gvk schema.GroupVersionKind) (bool, error) {
 
 // capabilities returns the cluster's version and API versions, cached.
 func (c *Client) capabilities() (*chartutil.Capabilities, error) {
+	if c.parent != nil {
+		return c.parent.capabilities()
+	}
 	c.capsMu.Lock()
 	defer c.capsMu.Unlock()
 	if c.caps != nil && time.Since(c.capsAt) < capabilitiesTTL {

@@ -232,7 +232,7 @@ func timed[T any](action string, f func() (T, error)) (T, error) {
 func (r *Reconciler) install(ctx context.Context, p *pass) (ctrl.Result, error) {
 	setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionTrue, "Installing", "installing chart "+r.Chart.Name+" "+r.Chart.Version)
 	rel, err := timed("install", func() (*helm.Release, error) {
-		return r.Helm.Install(ctx, r.Chart, r.actionOptions(p, "Install by chartpilot"))
+		return r.Helm.As(p.identity).Install(ctx, r.Chart, r.actionOptions(p, "Install by chartpilot"))
 	})
 	if err != nil {
 		if rel == nil || rel.Revision == 0 {
@@ -255,12 +255,27 @@ func (r *Reconciler) upgrade(ctx context.Context, p *pass, o Observation) (ctrl.
 	if p.force != "" && o.Latest != nil && o.Latest.Labels[LabelForceToken] != labelSafe(p.force) {
 		opts.Force = true
 	}
+	from := ""
+	if o.Latest != nil {
+		from = o.Latest.ChartVersion
+	}
+	for _, h := range r.Hooks {
+		if h.PreUpgrade == nil {
+			continue
+		}
+		if err := h.PreUpgrade.PreUpgrade(ctx, p.hobj, from, r.Chart.Version); err != nil {
+			r.hookRefused(p, h, err)
+			setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionTrue, "UpgradeBlocked", "hook "+h.Name+" holds the upgrade: "+oneLine(err.Error()))
+			summarise(p.status, p.obj)
+			return ctrl.Result{RequeueAfter: time.Minute}, nil
+		}
+	}
 	setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionTrue, "Upgrading", "upgrading to chart "+r.Chart.Name+" "+r.Chart.Version)
 	prevRevision := 0
 	if o.Latest != nil {
 		prevRevision = o.Latest.Revision
 	}
-	rel, err := timed("upgrade", func() (*helm.Release, error) { return r.Helm.Upgrade(ctx, r.Chart, opts) })
+	rel, err := timed("upgrade", func() (*helm.Release, error) { return r.Helm.As(p.identity).Upgrade(ctx, r.Chart, opts) })
 	if err != nil {
 		if rel == nil || rel.Revision <= prevRevision {
 			res := r.failed(p, "Upgrade", "UpgradeFailed", err, nil)
@@ -280,7 +295,7 @@ func (r *Reconciler) upgrade(ctx context.Context, p *pass, o Observation) (ctrl.
 func (r *Reconciler) rollback(p *pass, o Observation) (ctrl.Result, error) {
 	target := o.LastGood
 	_, err := timed("rollback", func() (struct{}, error) {
-		return struct{}{}, r.Helm.Rollback(p.key.Namespace, p.key.Name, target.Revision, r.Watch.Timeout, r.Watch.MaxHistory)
+		return struct{}{}, r.Helm.As(p.identity).Rollback(p.key.Namespace, p.key.Name, target.Revision, r.Watch.Timeout, r.Watch.MaxHistory)
 	})
 	if err != nil {
 		msg := fmt.Sprintf("Rollback to revision %d failed: %s", target.Revision, oneLine(err.Error()))
@@ -310,7 +325,7 @@ func (r *Reconciler) rollback(p *pass, o Observation) (ctrl.Result, error) {
 // passes, so a pending revision seen here has no live holder.
 func (r *Reconciler) unlock(p *pass, o Observation) (ctrl.Result, error) {
 	action := strings.TrimPrefix(string(o.Latest.Status), "pending-")
-	err := r.Helm.MarkFailed(p.key.Namespace, p.key.Name, o.Latest.Revision, unlockedPrefix+action)
+	err := r.Helm.As(p.identity).MarkFailed(p.key.Namespace, p.key.Name, o.Latest.Revision, unlockedPrefix+action)
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("unlocking release: %w", err)
 	}
@@ -380,8 +395,19 @@ func (r *Reconciler) finalize(ctx context.Context, p *pass) (ctrl.Result, error)
 	return ctrl.Result{}, nil
 }
 
-// afterDeploy watches the kinds of the new release's objects.
+// afterDeploy runs the PostRelease hooks and watches the kinds of the new
+// release's objects.
 func (r *Reconciler) afterDeploy(ctx context.Context, p *pass, rel *helm.Release) {
+	for _, h := range r.Hooks {
+		if h.PostRelease == nil {
+			continue
+		}
+		if err := h.PostRelease.PostRelease(ctx, p.hobj); err != nil {
+			r.hookRefused(p, h, err)
+			p.blocked = false // the release is deployed; the hook's condition says what is missing
+			summarise(p.status, p.obj)
+		}
+	}
 	if r.deps == nil || rel == nil {
 		return
 	}

@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
+	"github.com/chartpilot/chartpilot/hooks"
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/helm"
 	"github.com/chartpilot/chartpilot/internal/values"
@@ -51,6 +52,9 @@ type Kind struct {
 	// action and then only while it asks to be called again, so a resting
 	// resource costs no request.
 	Status func(ctx context.Context, c client.Reader, obj *unstructured.Unstructured) (map[string]any, time.Duration, error)
+	// Facts reads the policy-relevant figures of a resource (default:
+	// GenericFacts from its values layer).
+	Facts func(obj *unstructured.Unstructured, crValues map[string]any) hooks.Facts
 }
 
 // Passthrough uses the resource's spec as the chart values.
@@ -80,6 +84,8 @@ type Reconciler struct {
 	Log       logr.Logger
 	// Kind is the typed kind's translator and status reporter (zero: passthrough).
 	Kind Kind
+	// Hooks are the watch's hooks, in order.
+	Hooks []*hooks.Hook
 	// Now is the clock (tests may replace it).
 	Now func() time.Time
 
@@ -123,6 +129,12 @@ type pass struct {
 	vals   map[string]any
 	digest string
 	force  string
+	// hobj is what hooks see of the resource; identity is the user Helm
+	// actions run as ("" for the operator itself).
+	hobj     hooks.Object
+	identity string
+	// blocked is set when a hook refused the resource: no action is taken.
+	blocked bool
 }
 
 // Reconcile runs one pass for a resource.
@@ -180,8 +192,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		r.stall(p, "NameTooLong", fmt.Sprintf("metadata.name: Helm release names are limited to %d characters; this one has %d: use a shorter name", maxReleaseName, len(obj.GetName())))
 		return ctrl.Result{}, nil
 	}
-	if err := r.desired(p); err != nil {
+	if err := r.desired(ctx, p); err != nil {
 		r.stall(p, "ValuesInvalid", err.Error())
+		return ctrl.Result{}, nil
+	}
+	if p.blocked {
+		summarise(p.status, p.obj)
 		return ctrl.Result{}, nil
 	}
 	res, err := r.act(ctx, p)
@@ -237,8 +253,9 @@ func (r *Reconciler) setSettled(key types.NamespacedName, settled bool) {
 	}
 }
 
-// desired computes the final values and the digest of all inputs.
-func (r *Reconciler) desired(p *pass) error {
+// desired runs the hooks' checks and computes the final values and the
+// digest of all inputs.
+func (r *Reconciler) desired(ctx context.Context, p *pass) error {
 	vf := r.Kind.Values
 	if vf == nil {
 		vf = Passthrough
@@ -247,10 +264,49 @@ func (r *Reconciler) desired(p *pass) error {
 	if err != nil {
 		return err
 	}
-	p.vals = values.Merge(
-		values.Layer{Name: "cr", Values: crVals},
-		values.Layer{Name: "overrides", Values: r.Watch.OverrideValues},
-	)
+	facts := r.Kind.Facts
+	if facts == nil {
+		facts = GenericFacts
+	}
+	p.hobj = hooks.Object{Resource: p.obj, Facts: facts(p.obj, crVals), ChartName: r.Chart.Name, ChartVersion: r.Chart.Version}
+	p.blocked, p.identity = false, ""
+	layers := []values.Layer{{Name: "cr", Values: crVals}}
+	var tenantLayers []values.Layer
+	for _, h := range r.Hooks {
+		if h.Validator != nil {
+			if err := h.Validator.Validate(ctx, p.hobj); err != nil {
+				r.hookRefused(p, h, err)
+				return nil
+			}
+			r.hookPassed(p, h)
+		}
+		if h.Identity != nil {
+			id, err := h.Identity(ctx, p.hobj)
+			if err != nil {
+				r.hookRefused(p, h, err)
+				return nil
+			}
+			if id != "" {
+				p.identity = id
+			}
+		}
+		if h.Values != nil {
+			v, err := h.Values.Values(ctx, p.hobj)
+			if err != nil {
+				r.hookRefused(p, h, err)
+				return nil
+			}
+			l := values.Layer{Name: "hook:" + h.Name, Values: v}
+			if h.ValuesLayer == hooks.LayerTenant {
+				tenantLayers = append(tenantLayers, l)
+			} else {
+				layers = append(layers, l)
+			}
+		}
+	}
+	layers = append(layers, tenantLayers...)
+	layers = append(layers, values.Layer{Name: "overrides", Values: r.Watch.OverrideValues})
+	p.vals = values.Merge(layers...)
 	p.force = p.obj.GetAnnotations()[v1alpha1.AnnotationForceUpgrade]
 	digest, err := values.Digest(r.Chart.Digest, p.vals, map[string]string{v1alpha1.AnnotationForceUpgrade: p.force})
 	if err != nil {
@@ -513,7 +569,7 @@ func (r *Reconciler) refresh(ctx context.Context, p *pass) error {
 	}
 	st := readStatus(fresh)
 	p.obj, p.status, p.orig = fresh, st, st.DeepCopy()
-	return r.desired(p)
+	return r.desired(ctx, p)
 }
 
 // writeStatus patches the status subresource when, and only when, it
@@ -605,6 +661,9 @@ func summarise(st *v1alpha1.ReleaseStatus, obj *unstructured.Unstructured) {
 			reason, msg = released.Reason, released.Message
 		}
 		setCondition(st, obj, v1alpha1.ConditionReady, metav1.ConditionFalse, reason, msg)
+	case blockingHookCondition(st) != nil:
+		c := blockingHookCondition(st)
+		setCondition(st, obj, v1alpha1.ConditionReady, metav1.ConditionFalse, c.Reason, c.Message)
 	case drifted != nil && drifted.Status == metav1.ConditionTrue:
 		setCondition(st, obj, v1alpha1.ConditionReady, metav1.ConditionFalse, drifted.Reason, drifted.Message)
 	case reconciling != nil && reconciling.Status == metav1.ConditionTrue:
@@ -612,4 +671,20 @@ func summarise(st *v1alpha1.ReleaseStatus, obj *unstructured.Unstructured) {
 	default:
 		setCondition(st, obj, v1alpha1.ConditionReady, metav1.ConditionTrue, released.Reason, released.Message)
 	}
+}
+
+// blockingHookCondition returns a hook's False condition, if any: a hook that
+// refuses a resource makes it not Ready.
+func blockingHookCondition(st *v1alpha1.ReleaseStatus) *metav1.Condition {
+	for i := range st.Conditions {
+		c := &st.Conditions[i]
+		switch c.Type {
+		case v1alpha1.ConditionReady, v1alpha1.ConditionReleased, v1alpha1.ConditionReconciling, v1alpha1.ConditionStalled, v1alpha1.ConditionDrifted:
+			continue
+		}
+		if c.Status == metav1.ConditionFalse {
+			return c
+		}
+	}
+	return nil
 }

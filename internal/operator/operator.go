@@ -4,10 +4,13 @@
 package operator
 
 import (
+	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -19,6 +22,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/chartpilot/chartpilot/hooks"
+	"github.com/chartpilot/chartpilot/hooks/tenancy"
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/helm"
 	"github.com/chartpilot/chartpilot/internal/kinds"
@@ -118,11 +123,65 @@ func New(o Options) (manager.Manager, error) {
 		return nil, err
 	}
 	shared.SkipNameValidation = o.SeveralInProcess
+	tn := &tenancy.Tenancy{Client: mgr.GetClient(), Resources: resourcesFunc(mgr.GetClient(), o.Watches, charts, o.Kinds)}
+	registry := hooks.NewRegistry()
+	if err := registry.Register(tn.Hook()); err != nil {
+		return nil, err
+	}
+	var gvks []schema.GroupVersionKind
+	tenancyUsed := false
 	for i, w := range o.Watches {
-		r := &release.Reconciler{Watch: w, Chart: charts[i], Kind: o.Kinds[w.GVK]}
+		hs, err := registry.Select(w.Hooks)
+		if err != nil {
+			return nil, fmt.Errorf("watch %s: field hooks: %w", w, err)
+		}
+		r := &release.Reconciler{Watch: w, Chart: charts[i], Kind: o.Kinds[w.GVK], Hooks: hs}
 		if err := r.SetupWithManager(mgr, shared); err != nil {
+			return nil, err
+		}
+		gvks = append(gvks, w.GVK)
+		tenancyUsed = tenancyUsed || slices.Contains(w.Hooks, tenancy.Name)
+	}
+	// The Tenant kind (and its CRD) is needed only when a watch uses tenancy.
+	if tenancyUsed {
+		status := &tenancy.StatusReconciler{Client: mgr.GetClient(), Tenancy: tn, Kinds: gvks}
+		if err := status.SetupWithManager(mgr, o.SeveralInProcess); err != nil {
 			return nil, err
 		}
 	}
 	return mgr, nil
+}
+
+// resourcesFunc lists the managed resources of every watched kind in some
+// namespaces, with their policy facts (for tenant-wide limits and status).
+func resourcesFunc(c client.Reader, ws []watches.Watch, charts []*helm.Chart, kinds map[schema.GroupVersionKind]release.Kind) tenancy.ResourcesFunc {
+	return func(ctx context.Context, namespaces []string) ([]hooks.Object, error) {
+		var out []hooks.Object
+		for i, w := range ws {
+			k := kinds[w.GVK]
+			vf, ff := k.Values, k.Facts
+			if vf == nil {
+				vf = release.Passthrough
+			}
+			if ff == nil {
+				ff = release.GenericFacts
+			}
+			for _, ns := range namespaces {
+				list := &unstructured.UnstructuredList{}
+				list.SetGroupVersionKind(w.GVK.GroupVersion().WithKind(w.GVK.Kind + "List"))
+				if err := c.List(ctx, list, client.InNamespace(ns)); err != nil {
+					return nil, fmt.Errorf("listing %s in %s: %w", w.GVK.Kind, ns, err)
+				}
+				for j := range list.Items {
+					u := &list.Items[j]
+					vals, err := vf(u)
+					if err != nil {
+						continue // its own reconcile reports the bad spec
+					}
+					out = append(out, hooks.Object{Resource: u, Facts: ff(u, vals), ChartName: charts[i].Name, ChartVersion: charts[i].Version})
+				}
+			}
+		}
+		return out, nil
+	}
 }

@@ -147,7 +147,39 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager, sh *Shared) error {
 	if r.Watch.WatchDependentResources {
 		r.deps = &dependents{cache: sh.Dependents, ctrl: c, watched: map[schema.GroupVersionKind]bool{}}
 	}
+	for _, h := range r.Hooks {
+		if h.Watcher == nil {
+			continue
+		}
+		if err := h.Watcher.Watch(mgr, c, r.enqueueNamespaces); err != nil {
+			return fmt.Errorf("hook %s watches for %s: %w", h.Name, r.Watch, err)
+		}
+	}
 	return nil
+}
+
+// enqueueNamespaces lists requests for every resource of this kind in the
+// namespaces (all namespaces when nil), from the cache.
+func (r *Reconciler) enqueueNamespaces(ctx context.Context, namespaces []string) []reconcile.Request {
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(r.Watch.GVK.GroupVersion().WithKind(r.Watch.GVK.Kind + "List"))
+	var out []reconcile.Request
+	listIn := func(opts ...client.ListOption) {
+		if err := r.Client.List(ctx, list, opts...); err != nil {
+			return
+		}
+		for _, u := range list.Items {
+			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: u.GetNamespace(), Name: u.GetName()}})
+		}
+	}
+	if namespaces == nil {
+		listIn()
+		return out
+	}
+	for _, ns := range namespaces {
+		listIn(client.InNamespace(ns))
+	}
+	return out
 }
 
 func deletionPredicate() predicate.Predicate {

@@ -59,8 +59,9 @@ type TenantLimits struct {
 	// MaxTotalStorage across all the tenant's resources.
 	// +optional
 	MaxTotalStorage *resource.Quantity `json:"maxTotalStorage,omitempty"`
-	// AllowedVersions is a semver constraint on the chart version and on the
-	// software version a resource asks for (Postgres spec.version).
+	// AllowedVersions is a semver constraint on the software version a
+	// resource asks for (Postgres spec.version) or, for kinds without one,
+	// on the chart version.
 	// +optional
 	AllowedVersions string `json:"allowedVersions,omitempty"`
 	// MaxCPU and MaxMemory per pod (container limits, else requests).

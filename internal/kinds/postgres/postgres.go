@@ -7,12 +7,15 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/chartpilot/chartpilot/hooks"
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/release"
 	"github.com/chartpilot/chartpilot/internal/values"
@@ -23,7 +26,31 @@ var GVK = v1alpha1.GroupVersion.WithKind("Postgres")
 
 // Kind returns the translator and status reporter of Postgres.
 func Kind() release.Kind {
-	return release.Kind{Values: Values, Status: Status}
+	return release.Kind{Values: Values, Status: Status, Facts: Facts}
+}
+
+// Facts are the policy figures of a Postgres: replicas, storage per pod and
+// class, the PostgreSQL version, CPU and memory per pod.
+func Facts(obj *unstructured.Unstructured, _ map[string]any) hooks.Facts {
+	pg, err := decode(obj)
+	if err != nil {
+		return hooks.Facts{}
+	}
+	f := hooks.Facts{
+		Replicas:         1,
+		StorageClass:     pg.Spec.Storage.StorageClass,
+		StorageClassPath: []string{"storage", "storageClass"},
+		Version:          pg.Spec.Version,
+	}
+	if pg.Spec.Replicas != nil {
+		f.Replicas = int64(*pg.Spec.Replicas)
+	}
+	if q, err := resource.ParseQuantity(pg.Spec.Storage.Size); err == nil {
+		f.StorageBytes = q.Value()
+	}
+	f.CPUMilli = int64(quantityOf(pg.Spec.Resources, corev1.ResourceCPU) * 1000)
+	f.MemoryBytes = int64(quantityOf(pg.Spec.Resources, corev1.ResourceMemory))
+	return f
 }
 
 func decode(obj *unstructured.Unstructured) (*v1alpha1.Postgres, error) {

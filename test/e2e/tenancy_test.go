@@ -1,0 +1,251 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
+)
+
+var tenantGVR = schema.GroupVersionResource{Group: "chartpilot.dev", Version: "v1alpha1", Resource: "tenants"}
+
+// tenant creates a cluster-scoped Tenant for the test and deletes it after.
+func (e *env) tenant(name string, spec map[string]any) {
+	e.t.Helper()
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "chartpilot.dev/v1alpha1", "kind": "Tenant",
+		"metadata": map[string]any{"name": name},
+		"spec":     spec,
+	}}
+	if _, err := e.dyn.Resource(tenantGVR).Create(context.Background(), u, metav1.CreateOptions{}); err != nil {
+		e.t.Fatalf("creating tenant %s: %v", name, err)
+	}
+	e.t.Cleanup(func() { _ = e.dyn.Resource(tenantGVR).Delete(context.Background(), name, metav1.DeleteOptions{}) })
+}
+
+func (e *env) patchTenant(name, body string) {
+	e.t.Helper()
+	if _, err := e.dyn.Resource(tenantGVR).Patch(context.Background(), name, "application/merge-patch+json", []byte(body), metav1.PatchOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// in returns a copy of e working in another namespace of the test.
+func (e *env) in(ns string) *env { c := *e; c.ns = ns; return &c }
+
+func condition(u *unstructured.Unstructured, typ string) *metav1.Condition {
+	st := &v1alpha1.ReleaseStatus{}
+	if raw, ok := u.Object["status"].(map[string]any); ok {
+		_ = runtime.DefaultUnstructuredConverter.FromUnstructured(raw, st)
+	}
+	return apimeta.FindStatusCondition(st.Conditions, typ)
+}
+
+func (e *env) waitCondition(gvr schema.GroupVersionResource, name, typ string, want metav1.ConditionStatus, reason string) *unstructured.Unstructured {
+	e.t.Helper()
+	var u *unstructured.Unstructured
+	e.waitFor(fmt.Sprintf("%s %s=%s %s", name, typ, want, reason), 2*time.Minute, func() (bool, string) {
+		u = e.get(gvr, name)
+		c := condition(u, typ)
+		if c == nil {
+			return false, fmt.Sprintf("no %s condition", typ)
+		}
+		return c.Status == want && (reason == "" || c.Reason == reason), fmt.Sprintf("%s=%s %s: %s", typ, c.Status, c.Reason, c.Message)
+	})
+	return u
+}
+
+func (e *env) deploymentImage(name string) string {
+	d, err := e.cs.AppsV1().Deployments(e.ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		return err.Error()
+	}
+	return d.Spec.Template.Spec.Containers[0].Image
+}
+
+// TestTenantValuesPerTenant: two tenants give the same kind different values;
+// removing a tenant's override rolls the value back to the resource's own.
+func TestTenantValuesPerTenant(t *testing.T) {
+	a := setup(t)
+	b := a.in(cluster.Namespace(t))
+	if _, err := a.cs.CoreV1().Namespaces().Patch(context.Background(), b.ns, "application/merge-patch+json", []byte(`{"metadata":{"labels":{"team":"b-`+b.ns+`"}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	a.tenant("ta-"+a.ns, map[string]any{
+		"namespaces": []any{a.ns},
+		"values":     []any{map[string]any{"kind": "Redis", "values": map[string]any{"image": map[string]any{"tag": "7.2-tenant-a"}}}},
+	})
+	b.tenant("tb-"+b.ns, map[string]any{
+		"namespaceSelector": map[string]any{"matchLabels": map[string]any{"team": "b-" + b.ns}},
+		"values":            []any{map[string]any{"kind": "chartpilot.dev/Redis", "values": map[string]any{"image": map[string]any{"tag": "7.4-tenant-b"}}}},
+	})
+	a.apply(redisGVR, "Redis", "cache", map[string]any{"image": map[string]any{"tag": "7.0-own"}})
+	b.apply(redisGVR, "Redis", "cache", map[string]any{"image": map[string]any{"tag": "7.0-own"}})
+	a.waitFor("tenant a's image", 2*time.Minute, func() (bool, string) {
+		img := a.deploymentImage("cache")
+		return img == "redis:7.2-tenant-a", img
+	})
+	b.waitFor("tenant b's image", 2*time.Minute, func() (bool, string) {
+		img := b.deploymentImage("cache")
+		return img == "redis:7.4-tenant-b", img
+	})
+	u := a.waitCondition(redisGVR, "cache", "TenantPolicy", metav1.ConditionTrue, "Passed")
+	if c := condition(u, v1alpha1.ConditionReady); c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("Ready = %v", c)
+	}
+	// Removing tenant a's override rolls the value back to the resource's.
+	a.patchTenant("ta-"+a.ns, `{"spec":{"values":null}}`)
+	a.waitFor("the resource's own image back", 2*time.Minute, func() (bool, string) {
+		img := a.deploymentImage("cache")
+		return img == "redis:7.0-own", img
+	})
+}
+
+// TestTenantLimitTightened: a limit tightened under existing resources marks
+// them TenantPolicy=False and leaves their releases exactly as they were.
+func TestTenantLimitTightened(t *testing.T) {
+	e := setup(t)
+	e.tenant("tl-"+e.ns, map[string]any{
+		"namespaces": []any{e.ns},
+		"limits":     map[string]any{"maxReplicas": 5, "maxStorage": "10Gi"},
+	})
+	e.apply(postgresGVR, "Postgres", "db", map[string]any{"version": "17", "replicas": 3, "storage": map[string]any{"size": "1Gi"}})
+	e.waitFor("db Ready", 3*time.Minute, func() (bool, string) { return ready(e.get(postgresGVR, "db")) })
+	before, _, _ := unstructured.NestedInt64(e.get(postgresGVR, "db").Object, "status", "release", "revision")
+
+	e.patchTenant("tl-"+e.ns, `{"spec":{"limits":{"maxReplicas":2}}}`)
+	u := e.waitCondition(postgresGVR, "db", "TenantPolicy", metav1.ConditionFalse, "MaxReplicasExceeded")
+	if msg := condition(u, "TenantPolicy").Message; !strings.Contains(msg, "replicas 3") || !strings.Contains(msg, "maxReplicas 2") {
+		t.Errorf("TenantPolicy message = %q", msg)
+	}
+	if c := condition(u, v1alpha1.ConditionReady); c.Status != metav1.ConditionFalse || c.Reason != "MaxReplicasExceeded" {
+		t.Errorf("Ready = %+v", c)
+	}
+	// Nothing is touched: same revision, StatefulSet still at 3.
+	time.Sleep(2 * time.Second)
+	after, _, _ := unstructured.NestedInt64(e.get(postgresGVR, "db").Object, "status", "release", "revision")
+	sts, err := e.cs.AppsV1().StatefulSets(e.ns).Get(context.Background(), "db", metav1.GetOptions{})
+	if err != nil || before != after || *sts.Spec.Replicas != 3 {
+		t.Errorf("release touched: revision %d -> %d, statefulset %v", before, after, err)
+	}
+	// A spec change is held too.
+	if err := e.patch(postgresGVR, "db", `{"spec":{"parameters":{"work_mem":"8MB"}}}`); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	if rev, _, _ := unstructured.NestedInt64(e.get(postgresGVR, "db").Object, "status", "release", "revision"); rev != before {
+		t.Errorf("an upgrade ran while the tenant refuses the resource: revision %d", rev)
+	}
+	// The tenant reports the violation.
+	e.waitFor("tenant status lists the violation", time.Minute, func() (bool, string) {
+		tn, err := e.dyn.Resource(tenantGVR).Get(context.Background(), "tl-"+e.ns, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		v, _, _ := unstructured.NestedStringSlice(tn.Object, "status", "violations")
+		used, _, _ := unstructured.NestedString(tn.Object, "status", "storageUsed")
+		n, _, _ := unstructured.NestedInt64(tn.Object, "status", "resources")
+		return len(v) == 1 && strings.Contains(v[0], "db") && used == "3Gi" && n == 1, fmt.Sprintf("violations %v used %s resources %d", v, used, n)
+	})
+	// Loosening it again lets the held change through.
+	e.patchTenant("tl-"+e.ns, `{"spec":{"limits":{"maxReplicas":3}}}`)
+	e.waitFor("held upgrade applied", 2*time.Minute, func() (bool, string) {
+		u := e.get(postgresGVR, "db")
+		ok, obs := ready(u)
+		rev, _, _ := unstructured.NestedInt64(u.Object, "status", "release", "revision")
+		return ok && rev == before+1, fmt.Sprintf("%s revision %d", obs, rev)
+	})
+}
+
+// TestTenantServiceAccountImpersonated: with serviceAccountName, Helm acts as
+// that ServiceAccount; without RBAC for Services the install fails with a
+// clear Forbidden message.
+func TestTenantServiceAccountImpersonated(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	if _, err := e.cs.CoreV1().ServiceAccounts(e.ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "deployer"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	role := &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: "deployer"},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"secrets", "configmaps"}, Verbs: []string{"*"}},
+			{APIGroups: []string{"apps"}, Resources: []string{"deployments", "statefulsets"}, Verbs: []string{"*"}},
+			// no Services
+		},
+	}
+	if _, err := e.cs.RbacV1().Roles(e.ns).Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	binding := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "deployer"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "deployer"},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: "deployer", Namespace: e.ns}},
+	}
+	if _, err := e.cs.RbacV1().RoleBindings(e.ns).Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.tenant("ts-"+e.ns, map[string]any{"namespaces": []any{e.ns}, "serviceAccountName": "deployer"})
+	e.apply(redisGVR, "Redis", "cache", map[string]any{})
+	u := e.waitCondition(redisGVR, "cache", v1alpha1.ConditionReleased, metav1.ConditionFalse, "InstallFailed")
+	msg := condition(u, v1alpha1.ConditionReleased).Message
+	for _, want := range []string{"forbidden", "system:serviceaccount:" + e.ns + ":deployer", "services"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("Released message %q does not mention %q", msg, want)
+		}
+	}
+	// Granting Services lets the next attempt through.
+	role.Rules = append(role.Rules, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: []string{"*"}})
+	if _, err := e.cs.RbacV1().Roles(e.ns).Update(ctx, role, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.patch(redisGVR, "cache", `{"metadata":{"annotations":{"chartpilot.dev/reconcile-requested-at":"rbac-fixed"}}}`); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor("installed as the ServiceAccount", 2*time.Minute, func() (bool, string) { return ready(e.get(redisGVR, "cache")) })
+}
+
+// TestOverlappingTenants: a namespace claimed by two tenants is reported on
+// both, and resources there are not reconciled.
+func TestOverlappingTenants(t *testing.T) {
+	e := setup(t)
+	if _, err := e.cs.CoreV1().Namespaces().Patch(context.Background(), e.ns, "application/merge-patch+json", []byte(`{"metadata":{"labels":{"overlap":"`+e.ns+`"}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.tenant("tx-"+e.ns, map[string]any{"namespaces": []any{e.ns}})
+	e.tenant("ty-"+e.ns, map[string]any{"namespaceSelector": map[string]any{"matchLabels": map[string]any{"overlap": e.ns}}})
+	e.apply(redisGVR, "Redis", "cache", map[string]any{})
+	u := e.waitCondition(redisGVR, "cache", "TenantPolicy", metav1.ConditionFalse, "TenantOverlap")
+	msg := condition(u, "TenantPolicy").Message
+	if !strings.Contains(msg, "tx-"+e.ns) || !strings.Contains(msg, "ty-"+e.ns) {
+		t.Errorf("message does not name both tenants: %q", msg)
+	}
+	if recs, _ := e.cs.CoreV1().Secrets(e.ns).List(context.Background(), metav1.ListOptions{LabelSelector: "owner=helm"}); len(recs.Items) != 0 {
+		t.Errorf("a release was installed in an overlapped namespace")
+	}
+	for _, name := range []string{"tx-" + e.ns, "ty-" + e.ns} {
+		e.waitFor("tenant "+name+" reports the overlap", time.Minute, func() (bool, string) {
+			tn, err := e.dyn.Resource(tenantGVR).Get(context.Background(), name, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			c := condition(tn, "Ready")
+			if c == nil {
+				return false, "no Ready condition"
+			}
+			return c.Status == metav1.ConditionFalse && c.Reason == "Overlap" && strings.Contains(c.Message, e.ns), c.Message
+		})
+	}
+}
+

@@ -1,0 +1,86 @@
+// Package admission is chartpilot's validating admission webhook: a resource
+// of a watched kind that its hooks refuse (a tenant limit, say) is rejected
+// at create or spec change, with the hook's message naming the limit and the
+// value. The same checks run again before every Helm action.
+package admission
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/chartpilot/chartpilot/hooks"
+	"github.com/chartpilot/chartpilot/internal/release"
+)
+
+// Path is where the webhook is served.
+const Path = "/validate-chartpilot"
+
+// Kind is what the handler needs of one watched kind.
+type Kind struct {
+	Kind         release.Kind
+	Hooks        []*hooks.Hook
+	ChartName    string
+	ChartVersion string
+}
+
+// Handler validates resources of the watched kinds.
+type Handler struct {
+	Kinds map[schema.GroupVersionKind]Kind
+}
+
+var _ admission.Handler = (*Handler)(nil)
+
+// Handle admits or denies one request.
+func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.Response {
+	gvk := schema.GroupVersionKind{Group: req.Kind.Group, Version: req.Kind.Version, Kind: req.Kind.Kind}
+	k, ok := h.Kinds[gvk]
+	if !ok || len(k.Hooks) == 0 {
+		return admission.Allowed("")
+	}
+	obj := &unstructured.Unstructured{}
+	if err := json.Unmarshal(req.Object.Raw, &obj.Object); err != nil {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding %s: %w", gvk.Kind, err))
+	}
+	if obj.GetDeletionTimestamp() != nil {
+		return admission.Allowed("being deleted")
+	}
+	if len(req.OldObject.Raw) > 0 {
+		old := &unstructured.Unstructured{}
+		if err := json.Unmarshal(req.OldObject.Raw, &old.Object); err == nil && equality.Semantic.DeepEqual(old.Object["spec"], obj.Object["spec"]) {
+			// Metadata changes (finalizers, annotations such as pause) are
+			// never refused: only a new spec is checked.
+			return admission.Allowed("spec unchanged")
+		}
+	}
+	vf, ff := k.Kind.Values, k.Kind.Facts
+	if vf == nil {
+		vf = release.Passthrough
+	}
+	if ff == nil {
+		ff = release.GenericFacts
+	}
+	vals, err := vf(obj)
+	if err != nil {
+		return admission.Denied(err.Error())
+	}
+	hobj := hooks.Object{Resource: obj, Facts: ff(obj, vals), ChartName: k.ChartName, ChartVersion: k.ChartVersion}
+	for _, hk := range k.Hooks {
+		if hk.Validator == nil {
+			continue
+		}
+		if err := hk.Validator.Validate(ctx, hobj); err != nil {
+			if rej, ok := hooks.AsRejection(err); ok {
+				return admission.Denied(fmt.Sprintf("%s (%s)", rej.Message, rej.Reason))
+			}
+			return admission.Errored(http.StatusInternalServerError, fmt.Errorf("hook %s: %w", hk.Name, err))
+		}
+	}
+	return admission.Allowed("")
+}

@@ -5,13 +5,17 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/types"
 
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/chartpilot/chartpilot/internal/admission"
 	"github.com/chartpilot/chartpilot/internal/cliutil"
 	"github.com/chartpilot/chartpilot/internal/operator"
 	"github.com/chartpilot/chartpilot/internal/watches"
@@ -29,6 +33,11 @@ type runOptions struct {
 	leaseDuration           time.Duration
 	renewDeadline           time.Duration
 	retryPeriod             time.Duration
+	webhookPort             int
+	webhookCertDir          string
+	webhookCerts            string
+	webhookService          string
+	webhookConfig           string
 	qps                     float64
 	burst                   int
 	zap                     zap.Options
@@ -47,12 +56,23 @@ func parseRunFlags(args []string) (*runOptions, error) {
 	fs.DurationVar(&o.leaseDuration, "leader-elect-lease-duration", 15*time.Second, "how long a non-leader waits before taking over an unrenewed lease")
 	fs.DurationVar(&o.renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "how long the leader retries renewing before it gives up leadership")
 	fs.DurationVar(&o.retryPeriod, "leader-elect-retry-period", 2*time.Second, "how often leader election clients retry")
+	fs.IntVar(&o.webhookPort, "webhook-port", 0, "port of the validating admission webhook; 0 disables it (config/manager uses 9443)")
+	fs.StringVar(&o.webhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "directory of the webhook's tls.crt and tls.key")
+	fs.StringVar(&o.webhookCerts, "webhook-certs", "self-signed", "self-signed: chartpilot makes, shares (Secret <service>-certs) and rotates a CA and certificate; files: use --webhook-cert-dir as mounted (e.g. from cert-manager)")
+	fs.StringVar(&o.webhookService, "webhook-service", "chartpilot-system/chartpilot-webhook", "namespace/name of the webhook's Service (names in the self-signed certificate)")
+	fs.StringVar(&o.webhookConfig, "webhook-configuration", "chartpilot-validating", "ValidatingWebhookConfiguration whose caBundle the self-signed mode keeps")
 	fs.Float64Var(&o.qps, "kube-api-qps", 100, "client-side limit of requests per second to the API server (the server's priority and fairness still applies)")
 	fs.IntVar(&o.burst, "kube-api-burst", 200, "client-side burst of requests to the API server")
 	o.zap.Development = false
 	o.zap.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	if o.webhookCerts != "self-signed" && o.webhookCerts != "files" {
+		return nil, fmt.Errorf("--webhook-certs %q: use self-signed or files", o.webhookCerts)
+	}
+	if ns, name, ok := strings.Cut(o.webhookService, "/"); !ok || ns == "" || name == "" {
+		return nil, fmt.Errorf("--webhook-service %q: write namespace/name", o.webhookService)
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %v: chartpilot run takes flags only", fs.Args())
@@ -102,7 +122,23 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	var wh *operator.WebhookOptions
+	if o.webhookPort != 0 {
+		if err := cliutil.CheckPortFree(fmt.Sprintf(":%d", o.webhookPort), "--webhook-port"); err != nil {
+			return err
+		}
+		wh = &operator.WebhookOptions{Port: o.webhookPort, CertDir: o.webhookCertDir}
+		if o.webhookCerts == "self-signed" {
+			ns, name, _ := strings.Cut(o.webhookService, "/")
+			wh.SelfSigned = &admission.SelfSigned{
+				DNSNames: []string{name + "." + ns + ".svc", name + "." + ns + ".svc.cluster.local", name + "." + ns},
+				Config:   o.webhookConfig,
+				Secret:   types.NamespacedName{Namespace: ns, Name: name + "-certs"},
+			}
+		}
+	}
 	mgr, err := operator.New(operator.Options{
+		Webhook:                 wh,
 		Config:                  cfg,
 		Watches:                 ws,
 		MetricsAddr:             o.metricsAddr,

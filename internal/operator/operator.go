@@ -21,9 +21,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/chartpilot/chartpilot/hooks"
 	"github.com/chartpilot/chartpilot/hooks/tenancy"
+	"github.com/chartpilot/chartpilot/internal/admission"
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/helm"
 	"github.com/chartpilot/chartpilot/internal/kinds"
@@ -47,9 +49,21 @@ type Options struct {
 	// Kinds are the typed kinds (translators); default kinds.Builtin().
 	// A watched kind not listed is passthrough.
 	Kinds map[schema.GroupVersionKind]release.Kind
+	// Webhook serves the validating admission webhook when set.
+	Webhook *WebhookOptions
 	// SeveralInProcess allows more than one manager per process (tests):
 	// controller names then need not be unique.
 	SeveralInProcess bool
+}
+
+// WebhookOptions configure the admission webhook server.
+type WebhookOptions struct {
+	Host    string
+	Port    int
+	CertDir string
+	// SelfSigned, when set, makes and rotates the serving certificates
+	// (otherwise they come from CertDir, e.g. mounted from cert-manager).
+	SelfSigned *admission.SelfSigned
 }
 
 // New builds the manager. Every chart is loaded up front: a chart that does
@@ -104,7 +118,8 @@ func New(o Options) (manager.Manager, error) {
 		// The watched kinds are read as unstructured objects: serve those
 		// reads from the informer cache too (controller-runtime's default
 		// sends them to the API server).
-		Client: client.Options{Cache: &client.CacheOptions{Unstructured: true}},
+		Client:        client.Options{Cache: &client.CacheOptions{Unstructured: true}},
+		WebhookServer: webhookServer(o.Webhook),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating manager: %w", err)
@@ -129,6 +144,7 @@ func New(o Options) (manager.Manager, error) {
 		return nil, err
 	}
 	var gvks []schema.GroupVersionKind
+	admitted := map[schema.GroupVersionKind]admission.Kind{}
 	tenancyUsed := false
 	for i, w := range o.Watches {
 		hs, err := registry.Select(w.Hooks)
@@ -140,6 +156,7 @@ func New(o Options) (manager.Manager, error) {
 			return nil, err
 		}
 		gvks = append(gvks, w.GVK)
+		admitted[w.GVK] = admission.Kind{Kind: o.Kinds[w.GVK], Hooks: hs, ChartName: charts[i].Name, ChartVersion: charts[i].Version}
 		tenancyUsed = tenancyUsed || slices.Contains(w.Hooks, tenancy.Name)
 	}
 	// The Tenant kind (and its CRD) is needed only when a watch uses tenancy.
@@ -149,7 +166,33 @@ func New(o Options) (manager.Manager, error) {
 			return nil, err
 		}
 	}
+	if o.Webhook != nil {
+		mgr.GetWebhookServer().Register(admission.Path, &webhook.Admission{Handler: &admission.Handler{Kinds: admitted}})
+		if ss := o.Webhook.SelfSigned; ss != nil {
+			c, err := client.New(o.Config, client.Options{Scheme: scheme})
+			if err != nil {
+				return nil, err
+			}
+			ss.Client, ss.Dir, ss.Log = c, o.Webhook.CertDir, o.Log.WithName("webhook-certs")
+			// The server reads the certificates when it starts: make them now.
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := ss.Ensure(ctx); err != nil {
+				return nil, fmt.Errorf("webhook certificates: %w", err)
+			}
+			if err := mgr.Add(ss); err != nil {
+				return nil, err
+			}
+		}
+	}
 	return mgr, nil
+}
+
+func webhookServer(o *WebhookOptions) webhook.Server {
+	if o == nil {
+		return nil
+	}
+	return webhook.NewServer(webhook.Options{Host: o.Host, Port: o.Port, CertDir: o.CertDir})
 }
 
 // resourcesFunc lists the managed resources of every watched kind in some

@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
@@ -45,7 +46,12 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "operator logs: %s\n", f.Name())
 		ctrl.SetLogger(zap.New(zap.WriteTo(f)))
 	}
-	os.Exit(testcluster.RunMain(m, testcluster.Options{Tier: testcluster.TierFull}, &cluster))
+	os.Exit(testcluster.RunMain(m, testcluster.Options{
+		Tier: testcluster.TierFull,
+		// The webhook configuration of config/webhook, pointed by envtest at
+		// the test process, with certificates envtest makes.
+		WebhookInstallOptions: envtest.WebhookInstallOptions{Paths: []string{filepath.Join("..", "..", "config", "webhook", "manifests.yaml")}},
+	}, &cluster))
 }
 
 type env struct {
@@ -63,7 +69,11 @@ func setup(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mgr, err := operator.New(operator.Options{Config: cluster.Config, Watches: ws, MetricsAddr: "0", ProbeAddr: "0", SeveralInProcess: true})
+	wh := cluster.Env.WebhookInstallOptions
+	mgr, err := operator.New(operator.Options{
+		Config: cluster.Config, Watches: ws, MetricsAddr: "0", ProbeAddr: "0", SeveralInProcess: true,
+		Webhook: &operator.WebhookOptions{Host: wh.LocalServingHost, Port: wh.LocalServingPort, CertDir: wh.LocalServingCertDir},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -139,13 +139,9 @@ func TestTenantLimitTightened(t *testing.T) {
 	if err != nil || before != after || *sts.Spec.Replicas != 3 {
 		t.Errorf("release touched: revision %d -> %d, statefulset %v", before, after, err)
 	}
-	// A spec change is held too.
-	if err := e.patch(postgresGVR, "db", `{"spec":{"parameters":{"work_mem":"8MB"}}}`); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(2 * time.Second)
-	if rev, _, _ := unstructured.NestedInt64(e.get(postgresGVR, "db").Object, "status", "release", "revision"); rev != before {
-		t.Errorf("an upgrade ran while the tenant refuses the resource: revision %d", rev)
+	// A new spec that still breaks the limit is refused at admission.
+	if err := e.patch(postgresGVR, "db", `{"spec":{"parameters":{"work_mem":"8MB"}}}`); err == nil || !strings.Contains(err.Error(), "maxReplicas 2") {
+		t.Errorf("a spec change over the limit: want a refusal, got %v", err)
 	}
 	// The tenant reports the violation.
 	e.waitFor("tenant status lists the violation", time.Minute, func() (bool, string) {
@@ -158,9 +154,13 @@ func TestTenantLimitTightened(t *testing.T) {
 		n, _, _ := unstructured.NestedInt64(tn.Object, "status", "resources")
 		return len(v) == 1 && strings.Contains(v[0], "db") && used == "3Gi" && n == 1, fmt.Sprintf("violations %v used %s resources %d", v, used, n)
 	})
-	// Loosening it again lets the held change through.
+	// Loosening it again makes the resource Ready; and changes flow again.
 	e.patchTenant("tl-"+e.ns, `{"spec":{"limits":{"maxReplicas":3}}}`)
-	e.waitFor("held upgrade applied", 2*time.Minute, func() (bool, string) {
+	e.waitCondition(postgresGVR, "db", "TenantPolicy", metav1.ConditionTrue, "Passed")
+	if err := e.patch(postgresGVR, "db", `{"spec":{"parameters":{"work_mem":"8MB"}}}`); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor("upgrade applied", 2*time.Minute, func() (bool, string) {
 		u := e.get(postgresGVR, "db")
 		ok, obs := ready(u)
 		rev, _, _ := unstructured.NestedInt64(u.Object, "status", "release", "revision")
@@ -224,15 +224,26 @@ func TestOverlappingTenants(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.tenant("tx-"+e.ns, map[string]any{"namespaces": []any{e.ns}})
-	e.tenant("ty-"+e.ns, map[string]any{"namespaceSelector": map[string]any{"matchLabels": map[string]any{"overlap": e.ns}}})
 	e.apply(redisGVR, "Redis", "cache", map[string]any{})
+	e.waitFor("cache Ready under one tenant", 2*time.Minute, func() (bool, string) { return ready(e.get(redisGVR, "cache")) })
+	revision := func() int64 {
+		r, _, _ := unstructured.NestedInt64(e.get(redisGVR, "cache").Object, "status", "release", "revision")
+		return r
+	}
+	before := revision()
+	// A second tenant claims the namespace too.
+	e.tenant("ty-"+e.ns, map[string]any{"namespaceSelector": map[string]any{"matchLabels": map[string]any{"overlap": e.ns}}})
 	u := e.waitCondition(redisGVR, "cache", "TenantPolicy", metav1.ConditionFalse, "TenantOverlap")
 	msg := condition(u, "TenantPolicy").Message
 	if !strings.Contains(msg, "tx-"+e.ns) || !strings.Contains(msg, "ty-"+e.ns) {
 		t.Errorf("message does not name both tenants: %q", msg)
 	}
-	if recs, _ := e.cs.CoreV1().Secrets(e.ns).List(context.Background(), metav1.ListOptions{LabelSelector: "owner=helm"}); len(recs.Items) != 0 {
-		t.Errorf("a release was installed in an overlapped namespace")
+	if after := revision(); after != before {
+		t.Errorf("the release changed under overlapping tenants: revision %d -> %d", before, after)
+	}
+	// New resources there are refused at admission.
+	if err := e.tryCreate(redisGVR, "Redis", "other", map[string]any{}); err == nil || !strings.Contains(err.Error(), "TenantOverlap") {
+		t.Errorf("a new resource in an overlapped namespace: want a refusal, got %v", err)
 	}
 	for _, name := range []string{"tx-" + e.ns, "ty-" + e.ns} {
 		e.waitFor("tenant "+name+" reports the overlap", time.Minute, func() (bool, string) {
@@ -249,3 +260,41 @@ func TestOverlappingTenants(t *testing.T) {
 	}
 }
 
+
+// TestAdmissionRejectsOverTenantLimit: the webhook, registered with the real
+// API server, refuses a resource over its tenant's maxReplicas with a message
+// naming the limit and the value; metadata changes are never refused.
+func TestAdmissionRejectsOverTenantLimit(t *testing.T) {
+	e := setup(t)
+	e.tenant("tw-"+e.ns, map[string]any{"namespaces": []any{e.ns}, "limits": map[string]any{"maxReplicas": 2}})
+	e.waitFor("webhook serving", time.Minute, func() (bool, string) {
+		err := e.tryCreate(postgresGVR, "Postgres", "probe", map[string]any{"version": "17", "replicas": 9, "storage": map[string]any{"size": "1Gi"}})
+		return err != nil && strings.Contains(err.Error(), "maxReplicas"), fmt.Sprint(err)
+	})
+	err := e.tryCreate(postgresGVR, "Postgres", "big", map[string]any{"version": "17", "replicas": 3, "storage": map[string]any{"size": "1Gi"}})
+	if err == nil {
+		t.Fatal("a Postgres over maxReplicas was admitted")
+	}
+	for _, want := range []string{"denied", "replicas 3 exceeds tenant tw-" + e.ns, "limits.maxReplicas 2"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("refusal %q does not mention %q", err, want)
+		}
+	}
+	e.apply(postgresGVR, "Postgres", "small", map[string]any{"version": "17", "replicas": 2, "storage": map[string]any{"size": "1Gi"}})
+	if err := e.patch(postgresGVR, "small", `{"spec":{"replicas":3}}`); err == nil || !strings.Contains(err.Error(), "maxReplicas 2") {
+		t.Errorf("scaling over the limit: want a refusal, got %v", err)
+	}
+	if err := e.patch(postgresGVR, "small", `{"metadata":{"annotations":{"chartpilot.dev/pause":"true"}}}`); err != nil {
+		t.Errorf("a metadata change was refused: %v", err)
+	}
+}
+
+func (e *env) tryCreate(gvr schema.GroupVersionResource, kind, name string, spec map[string]any) error {
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "chartpilot.dev/v1alpha1", "kind": kind,
+		"metadata": map[string]any{"name": name, "namespace": e.ns},
+		"spec":     spec,
+	}}
+	_, err := e.dyn.Resource(gvr).Namespace(e.ns).Create(context.Background(), u, metav1.CreateOptions{})
+	return err
+}

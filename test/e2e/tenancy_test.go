@@ -260,7 +260,6 @@ func TestOverlappingTenants(t *testing.T) {
 	}
 }
 
-
 // TestAdmissionRejectsOverTenantLimit: the webhook, registered with the real
 // API server, refuses a resource over its tenant's maxReplicas with a message
 // naming the limit and the value; metadata changes are never refused.

@@ -49,6 +49,9 @@ type Options struct {
 	// Kinds are the typed kinds (translators); default kinds.Builtin().
 	// A watched kind not listed is passthrough.
 	Kinds map[schema.GroupVersionKind]release.Kind
+	// Hooks are registered next to the built-in ones (tenancy), for
+	// watches.yaml to select by name.
+	Hooks []*hooks.Hook
 	// Webhook serves the validating admission webhook when set.
 	Webhook *WebhookOptions
 	// SeveralInProcess allows more than one manager per process (tests):
@@ -140,8 +143,10 @@ func New(o Options) (manager.Manager, error) {
 	shared.SkipNameValidation = o.SeveralInProcess
 	tn := &tenancy.Tenancy{Client: mgr.GetClient(), Resources: resourcesFunc(mgr.GetClient(), o.Watches, charts, o.Kinds)}
 	registry := hooks.NewRegistry()
-	if err := registry.Register(tn.Hook()); err != nil {
-		return nil, err
+	for _, h := range append([]*hooks.Hook{tn.Hook()}, o.Hooks...) {
+		if err := registry.Register(h); err != nil {
+			return nil, err
+		}
 	}
 	var gvks []schema.GroupVersionKind
 	admitted := map[schema.GroupVersionKind]admission.Kind{}

@@ -160,6 +160,12 @@ func (r *Reconciler) stall(p *pass, reason, msg string) {
 
 func (r *Reconciler) markInSync(p *pass, rel *helm.Release) {
 	apimeta.RemoveStatusCondition(&p.status.Conditions, v1alpha1.ConditionStalled)
+	// Nothing is left to upgrade: a hook that can only hold upgrades holds nothing.
+	for _, h := range r.Hooks {
+		if h.PreUpgrade != nil && h.Validator == nil && h.PostRelease == nil {
+			r.hookPassed(p, h)
+		}
+	}
 	if c := apimeta.FindStatusCondition(p.status.Conditions, v1alpha1.ConditionReleased); c == nil || c.Status != metav1.ConditionTrue {
 		setCondition(p.status, p.obj, v1alpha1.ConditionReleased, metav1.ConditionTrue, "UpToDate", "the release is deployed from the current inputs")
 	}
@@ -269,6 +275,7 @@ func (r *Reconciler) upgrade(ctx context.Context, p *pass, o Observation) (ctrl.
 			summarise(p.status, p.obj)
 			return ctrl.Result{RequeueAfter: time.Minute}, nil
 		}
+		r.hookPassed(p, h)
 	}
 	setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionTrue, "Upgrading", "upgrading to chart "+r.Chart.Name+" "+r.Chart.Version)
 	prevRevision := 0

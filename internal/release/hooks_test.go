@@ -1,0 +1,88 @@
+package release_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/chartpilot/chartpilot/hooks"
+	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
+	"github.com/chartpilot/chartpilot/internal/operator"
+	"github.com/chartpilot/chartpilot/internal/watches"
+)
+
+// TestHooks: a hook's Values layer reaches the release; its PreUpgrade can
+// hold an upgrade (condition and event, release untouched) and its
+// PostRelease runs after each release; an unknown hook name is a start-up
+// error naming the watch.
+func TestHooks(t *testing.T) {
+	e := newEnv(t)
+	var holdUpgrades atomic.Bool
+	var postReleases atomic.Int32
+	gate := &hooks.Hook{
+		Name:          "gate",
+		ConditionType: "GatePassed",
+		Values: hooks.ValuesFunc(func(_ context.Context, obj hooks.Object) (map[string]any, error) {
+			return map[string]any{"message": "from-hook-" + obj.Resource.GetName()}, nil
+		}),
+		PreUpgrade: hooks.PreUpgradeFunc(func(_ context.Context, _ hooks.Object, from, to string) error {
+			if holdUpgrades.Load() {
+				return hooks.Reject("MaintenanceFreeze", "upgrades from %s to %s are frozen", from, to)
+			}
+			return nil
+		}),
+		PostRelease: hooks.PostReleaseFunc(func(context.Context, hooks.Object) error {
+			postReleases.Add(1)
+			return nil
+		}),
+	}
+	w := webappWatch(t, func(w *watches.Watch) { w.Hooks = []string{"gate"} })
+	startOperator(t, cluster.Config, []watches.Watch{w}, func(o *operator.Options) { o.Hooks = []*hooks.Hook{gate} })
+
+	e.create("hooked", map[string]any{"message": "own", "replicas": 1}, nil, nil)
+	e.waitCondition("hooked", v1alpha1.ConditionReady, metav1.ConditionTrue, "")
+	if cm, _ := e.configMap("hooked-config"); cm.Data["message"] != "from-hook-hooked" {
+		t.Errorf("hook values layer not applied: message %q", cm.Data["message"])
+	}
+	if postReleases.Load() != 1 {
+		t.Errorf("PostRelease ran %d times after install", postReleases.Load())
+	}
+
+	holdUpgrades.Store(true)
+	e.patch("hooked", `{"spec":{"replicas":2}}`)
+	u := e.waitCondition("hooked", "GatePassed", metav1.ConditionFalse, "MaintenanceFreeze")
+	if c := condition(u, v1alpha1.ConditionReady); c.Status != metav1.ConditionFalse || c.Reason != "MaintenanceFreeze" {
+		t.Errorf("Ready while a hook holds the upgrade: %+v", c)
+	}
+	e.waitEvent("hooked", "MaintenanceFreeze", "frozen")
+	if n := len(e.history("hooked")); n != 1 {
+		t.Errorf("held upgrade ran: %d revisions", n)
+	}
+
+	holdUpgrades.Store(false)
+	e.patch("hooked", fmt.Sprintf(`{"metadata":{"annotations":{%q:"go"}}}`, v1alpha1.AnnotationReconcileRequestedAt))
+	e.waitFor("upgrade after the hold", func() (bool, string) {
+		h := e.history("hooked")
+		return len(h) == 2, fmt.Sprintf("%d revisions", len(h))
+	})
+	e.waitCondition("hooked", v1alpha1.ConditionReady, metav1.ConditionTrue, "")
+	if postReleases.Load() != 2 {
+		t.Errorf("PostRelease ran %d times after install and upgrade", postReleases.Load())
+	}
+
+	// An unknown hook name stops start-up with the watch named.
+	bad := webappWatch(t, func(w *watches.Watch) { w.Hooks = []string{"nope"} })
+	_, err := operator.New(operator.Options{Config: cluster.Config, Watches: []watches.Watch{bad}, MetricsAddr: "0", ProbeAddr: "0", SeveralInProcess: true})
+	if err == nil || !strings.Contains(err.Error(), "Webapp") || !strings.Contains(err.Error(), "nope") || !strings.Contains(err.Error(), "tenancy") {
+		t.Errorf("unknown hook: want an error naming the watch, the hook and the known hooks, got %v", err)
+	}
+	var rej *hooks.Rejection
+	if !errors.As(hooks.Reject("R", "m"), &rej) {
+		t.Error("Reject does not build a Rejection")
+	}
+}

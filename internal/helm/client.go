@@ -354,9 +354,10 @@ func (c *Client) Uninstall(namespace, name string, timeout time.Duration) error 
 	return err
 }
 
-// MarkFailed sets the status of a pending revision to failed, with reason as
-// its description. It is how a release left pending-* by a process that died
-// mid-action is unlocked; it refuses a revision that is not pending.
+// MarkFailed sets the status of a pending or deployed revision to failed,
+// with reason as its description. It is how a release left pending-* by a
+// process that died mid-action is unlocked, and how a deployed revision
+// whose workloads never became ready is condemned before its rollback.
 func (c *Client) MarkFailed(namespace, name string, revision int, reason string) error {
 	cfg, err := c.actionConfig(namespace)
 	if err != nil {
@@ -366,8 +367,8 @@ func (c *Client) MarkFailed(namespace, name string, revision int, reason string)
 	if err != nil {
 		return fmt.Errorf("reading release %s/%s revision %d: %w", namespace, name, revision, err)
 	}
-	if !rel.Info.Status.IsPending() {
-		return fmt.Errorf("release %s/%s revision %d is %s, not pending", namespace, name, revision, rel.Info.Status)
+	if !rel.Info.Status.IsPending() && rel.Info.Status != release.StatusDeployed {
+		return fmt.Errorf("release %s/%s revision %d is %s, neither pending nor deployed", namespace, name, revision, rel.Info.Status)
 	}
 	rel.SetStatus(release.StatusFailed, reason)
 	if err := cfg.Releases.Update(rel); err != nil {

@@ -252,7 +252,7 @@ func (r *Reconciler) install(ctx context.Context, p *pass) (ctrl.Result, error) 
 	}
 	r.succeeded(p, "Install", "InstallSucceeded", fmt.Sprintf("installed %s %s as revision %d", rel.ChartName, rel.ChartVersion, rel.Revision), rel)
 	r.afterDeploy(ctx, p, rel)
-	return ctrl.Result{RequeueAfter: r.Watch.ReconcilePeriod}, nil
+	return r.awaitHealth(p), nil
 }
 
 // upgrade is the Upgrade action (also how an interrupted upgrade is finished).
@@ -284,6 +284,7 @@ func (r *Reconciler) upgrade(ctx context.Context, p *pass, o Observation) (ctrl.
 	}
 	rel, err := timed("upgrade", func() (*helm.Release, error) { return r.Helm.As(p.identity).Upgrade(ctx, r.Chart, opts) })
 	if err != nil {
+		r.endUpgrade(p.key)
 		if rel == nil || rel.Revision <= prevRevision {
 			res := r.failed(p, "Upgrade", "UpgradeFailed", err, nil)
 			r.stall(p, "RenderFailed", fmt.Sprintf("Upgrade failed before anything was applied; revision %d keeps running: %s", prevRevision, oneLine(err.Error())))
@@ -295,7 +296,15 @@ func (r *Reconciler) upgrade(ctx context.Context, p *pass, o Observation) (ctrl.
 	}
 	r.succeeded(p, "Upgrade", "UpgradeSucceeded", fmt.Sprintf("upgraded to %s %s as revision %d", rel.ChartName, rel.ChartVersion, rel.Revision), rel)
 	r.afterDeploy(ctx, p, rel)
-	return ctrl.Result{RequeueAfter: r.Watch.ReconcilePeriod}, nil
+	return r.awaitHealth(p), nil
+}
+
+// awaitHealth leaves a fresh revision Reconciling (not Ready) until the
+// health gate has seen its workloads ready.
+func (r *Reconciler) awaitHealth(p *pass) ctrl.Result {
+	setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionTrue, "Progressing", "deployed; waiting for the workloads to become ready")
+	summarise(p.status, p.obj)
+	return ctrl.Result{RequeueAfter: healthPoll}
 }
 
 // rollback is the Rollback action after a failed upgrade.

@@ -44,7 +44,8 @@ func TestMain(m *testing.M) {
 	}
 	ctrl.SetLogger(zap.New(zap.WriteTo(testLogWriter()), zap.Level(zapcore.DebugLevel)))
 	os.Exit(testcluster.RunMain(m, testcluster.Options{
-		Tier:    testcluster.TierAPI,
+		// The full tier: the health gate waits for workloads that kwok makes ready.
+		Tier:    testcluster.TierFull,
 		CRDDirs: []string{filepath.Join("..", "..", "test", "crds")},
 	}, &cluster))
 }

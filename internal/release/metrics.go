@@ -30,6 +30,10 @@ var (
 		Name: "chartpilot_renders_skipped_total",
 		Help: "Reconcile passes that found the release in sync from metadata alone: no chart rendered, nothing written.",
 	}, []string{"kind"})
+	upgradesInProgress = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "chartpilot_upgrades_in_progress",
+		Help: "Releases upgrading now (from the upgrade until healthy), bounded by maxConcurrentUpgrades.",
+	}, []string{"kind"})
 	driftChecks = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "chartpilot_drift_checks_total",
 		Help: "Drift checks by kind and outcome (none, corrected, failed).",
@@ -37,5 +41,5 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(releaseInfo, reconcileTotal, reconcileDuration, helmActionDuration, rendersSkipped, driftChecks)
+	metrics.Registry.MustRegister(releaseInfo, reconcileTotal, reconcileDuration, helmActionDuration, rendersSkipped, driftChecks, upgradesInProgress)
 }

@@ -102,6 +102,10 @@ type Reconciler struct {
 	failures map[types.NamespacedName]v1alpha1.Failure
 	// statusSettled holds resources whose Kind.Status asked for nothing more.
 	statusSettled map[types.NamespacedName]bool
+	// healthyRev is the revision last seen healthy, per resource.
+	healthyRev map[types.NamespacedName]int
+	// upgrading holds the resources upgrading now (bounded by maxConcurrentUpgrades).
+	upgrading map[types.NamespacedName]bool
 }
 
 func (r *Reconciler) now() time.Time {
@@ -325,7 +329,7 @@ func (r *Reconciler) act(ctx context.Context, p *pass) (ctrl.Result, error) {
 	// Fast path: from the release records' metadata alone, the release is
 	// deployed from exactly these inputs; unless a drift check is due there
 	// is nothing to read, render or write.
-	if !checkDrift && r.inSyncFromCache(ctx, p) {
+	if !checkDrift && r.inSyncFromCache(ctx, p) && r.healthy(p.key, p.status.Release.Revision) {
 		rendersSkipped.WithLabelValues(r.Watch.GVK.Kind).Inc()
 		r.markInSync(p, nil)
 		return ctrl.Result{RequeueAfter: r.Watch.ReconcilePeriod}, nil
@@ -364,6 +368,9 @@ func (r *Reconciler) act(ctx context.Context, p *pass) (ctrl.Result, error) {
 		if o.LastGood == nil {
 			return r.cleanupFailedInstall(p, o, requested, true)
 		}
+		if !r.beginUpgrade(p.key) {
+			return r.queued(p), nil
+		}
 		return r.upgrade(ctx, p, o)
 	case StateUninstalling:
 		return r.cleanupFailedInstall(p, o, requested, true)
@@ -372,14 +379,29 @@ func (r *Reconciler) act(ctx context.Context, p *pass) (ctrl.Result, error) {
 	case StateFailedUpgrade:
 		return r.rollback(p, o)
 	case StateOutOfSync:
+		if bad, ok := unhealthyFailure(history, p.digest, requested); ok {
+			setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionTrue, "UpgradeFailed",
+				fmt.Sprintf("these inputs were rolled back (revision %d: %s); change the spec or set %s to try again", bad.Revision, strings.TrimPrefix(bad.Description, unhealthyPrefix), v1alpha1.AnnotationReconcileRequestedAt))
+			summarise(p.status, p.obj)
+			return ctrl.Result{RequeueAfter: r.Watch.ReconcilePeriod}, nil
+		}
 		if wait := r.backoff(p, "Upgrade", requested, history); wait > 0 {
 			return ctrl.Result{RequeueAfter: wait}, nil
+		}
+		if !r.beginUpgrade(p.key) {
+			return r.queued(p), nil
 		}
 		return r.upgrade(ctx, p, o)
 	case StateInSync:
 		if r.deps != nil {
 			if err := r.deps.ensure(ctx, r, o.Latest.Manifest); err != nil {
 				p.log.Error(err, "Failed to watch the release's objects")
+			}
+		}
+		if !r.healthy(p.key, o.Latest.Revision) {
+			res, ok, err := r.checkHealth(ctx, p, o, history)
+			if err != nil || !ok {
+				return res, err
 			}
 		}
 		if checkDrift {
@@ -454,6 +476,8 @@ func (r *Reconciler) forget(key types.NamespacedName) {
 	delete(r.seen, key)
 	delete(r.failures, key)
 	delete(r.statusSettled, key)
+	delete(r.healthyRev, key)
+	delete(r.upgrading, key)
 	releaseInfo.DeletePartialMatch(map[string]string{"kind": r.Watch.GVK.Kind, "namespace": key.Namespace, "name": key.Name})
 }
 

@@ -31,6 +31,8 @@ const (
 	DefaultMaxConcurrentReconciles = 4
 	DefaultMaxHistory              = 5
 	DefaultTimeout                 = 5 * time.Minute
+	DefaultHealthTimeout           = 10 * time.Minute
+	DefaultMaxConcurrentUpgrades   = 5
 )
 
 // entry is the file format of one watch. Field names are the YAML keys.
@@ -47,6 +49,8 @@ type entry struct {
 	Selector                *metav1.LabelSelector `json:"selector,omitempty"`
 	MaxHistory              *int                  `json:"maxHistory,omitempty"`
 	Timeout                 string                `json:"timeout,omitempty"`
+	HealthTimeout           string                `json:"healthTimeout,omitempty"`
+	MaxConcurrentUpgrades   *int                  `json:"maxConcurrentUpgrades,omitempty"`
 }
 
 // Watch is one validated entry of watches.yaml.
@@ -73,6 +77,12 @@ type Watch struct {
 	MaxHistory int
 	// Timeout bounds each Helm action.
 	Timeout time.Duration
+	// HealthTimeout is how long an upgraded release's workloads have to
+	// become ready before it is rolled back.
+	HealthTimeout time.Duration
+	// MaxConcurrentUpgrades bounds the releases of this kind upgrading (until
+	// healthy) at once.
+	MaxConcurrentUpgrades int
 }
 
 // String names the watch by its GVK, as errors do.
@@ -104,7 +114,7 @@ func Parse(data []byte, baseDir string, lookupEnv func(string) (string, bool)) (
 	var entries []entry
 	if len(bytes.TrimSpace(data)) > 0 {
 		if err := yaml.UnmarshalStrict(data, &entries); err != nil {
-			return nil, fmt.Errorf("not a list of watch entries: %s: fix the YAML (fields: group, version, kind, chart, overrideValues, hooks, reconcilePeriod, maxConcurrentReconciles, watchDependentResources, selector, maxHistory, timeout)", cleanYAMLError(err))
+			return nil, fmt.Errorf("not a list of watch entries: %s: fix the YAML (fields: group, version, kind, chart, overrideValues, hooks, reconcilePeriod, maxConcurrentReconciles, watchDependentResources, selector, maxHistory, timeout, healthTimeout, maxConcurrentUpgrades)", cleanYAMLError(err))
 		}
 	}
 	seen := map[schema.GroupVersionKind]int{}
@@ -212,6 +222,21 @@ func validate(e entry, baseDir string, lookupEnv func(string) (string, bool)) (W
 			return w, fmt.Errorf("field timeout: %q is not a duration of at least 1s, e.g. 5m", e.Timeout)
 		}
 		w.Timeout = d
+	}
+	w.HealthTimeout = DefaultHealthTimeout
+	if e.HealthTimeout != "" {
+		d, err := time.ParseDuration(e.HealthTimeout)
+		if err != nil || d < time.Second {
+			return w, fmt.Errorf("field healthTimeout: %q is not a duration of at least 1s, e.g. 10m", e.HealthTimeout)
+		}
+		w.HealthTimeout = d
+	}
+	w.MaxConcurrentUpgrades = DefaultMaxConcurrentUpgrades
+	if e.MaxConcurrentUpgrades != nil {
+		if *e.MaxConcurrentUpgrades < 1 || *e.MaxConcurrentUpgrades > 1000 {
+			return w, fmt.Errorf("field maxConcurrentUpgrades: %d is out of range 1..1000", *e.MaxConcurrentUpgrades)
+		}
+		w.MaxConcurrentUpgrades = *e.MaxConcurrentUpgrades
 	}
 	w.MaxConcurrentReconciles = DefaultMaxConcurrentReconciles
 	if e.MaxConcurrentReconciles != nil {

@@ -100,10 +100,8 @@ func TestTenantValuesPerTenant(t *testing.T) {
 		img := b.deploymentImage("cache")
 		return img == "redis:7.4-tenant-b", img
 	})
-	u := a.waitCondition(redisGVR, "cache", "TenantPolicy", metav1.ConditionTrue, "Passed")
-	if c := condition(u, v1alpha1.ConditionReady); c == nil || c.Status != metav1.ConditionTrue {
-		t.Errorf("Ready = %v", c)
-	}
+	a.waitCondition(redisGVR, "cache", "TenantPolicy", metav1.ConditionTrue, "Passed")
+	a.waitFor("cache Ready", 2*time.Minute, func() (bool, string) { return ready(a.get(redisGVR, "cache")) })
 	// Removing tenant a's override rolls the value back to the resource's.
 	a.patchTenant("ta-"+a.ns, `{"spec":{"values":null}}`)
 	a.waitFor("the resource's own image back", 2*time.Minute, func() (bool, string) {

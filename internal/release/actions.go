@@ -302,6 +302,7 @@ func (r *Reconciler) upgrade(ctx context.Context, p *pass, o Observation) (ctrl.
 // awaitHealth leaves a fresh revision Reconciling (not Ready) until the
 // health gate has seen its workloads ready.
 func (r *Reconciler) awaitHealth(p *pass) ctrl.Result {
+	r.setAwaiting(p.key, true)
 	setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionTrue, "Progressing", "deployed; waiting for the workloads to become ready")
 	summarise(p.status, p.obj)
 	return ctrl.Result{RequeueAfter: healthPoll}

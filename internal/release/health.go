@@ -21,7 +21,8 @@ import (
 // new reconcile is requested.
 const unhealthyPrefix = "chartpilot: unhealthy: "
 
-// healthPoll is how often a release's workloads are looked at while they settle.
+// healthPoll is how often a release's workloads are looked at while they
+// settle; status changes of its objects wake the gate sooner.
 const healthPoll = 2 * time.Second
 
 // healthy returns whether revision rev of key was already seen healthy.
@@ -31,6 +32,27 @@ func (r *Reconciler) healthy(key types.NamespacedName, rev int) bool {
 	return rev > 0 && r.healthyRev[key] == rev
 }
 
+// awaitingHealth reports whether the health gate of key is open: its
+// release was deployed and its workloads were not yet seen ready.
+func (r *Reconciler) awaitingHealth(key types.NamespacedName) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.awaiting[key]
+}
+
+func (r *Reconciler) setAwaiting(key types.NamespacedName, on bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.awaiting == nil {
+		r.awaiting = map[types.NamespacedName]bool{}
+	}
+	if on {
+		r.awaiting[key] = true
+	} else {
+		delete(r.awaiting, key)
+	}
+}
+
 func (r *Reconciler) setHealthy(key types.NamespacedName, rev int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -38,6 +60,7 @@ func (r *Reconciler) setHealthy(key types.NamespacedName, rev int) {
 		r.healthyRev = map[types.NamespacedName]int{}
 	}
 	r.healthyRev[key] = rev
+	delete(r.awaiting, key)
 	r.endUpgradeLocked(key)
 }
 
@@ -56,6 +79,7 @@ func (r *Reconciler) checkHealth(ctx context.Context, p *pass, o Observation, hi
 		r.setHealthy(p.key, rel.Revision)
 		return ctrl.Result{}, true, nil
 	}
+	r.setAwaiting(p.key, true)
 	waited := r.now().Sub(rel.LastDeployed)
 	msg := "waiting for " + strings.Join(pending, "; ")
 	if waited < r.Watch.HealthTimeout {
@@ -72,6 +96,7 @@ func (r *Reconciler) checkHealth(ctx context.Context, p *pass, o Observation, hi
 		}
 	}
 	why := fmt.Sprintf("revision %d did not become ready within %s: %s", rel.Revision, r.Watch.HealthTimeout, strings.Join(pending, "; "))
+	r.setAwaiting(p.key, false)
 	if previous == nil {
 		// A first install has nothing to go back to: it stays, and says why.
 		r.endUpgrade(p.key)

@@ -106,6 +106,8 @@ type Reconciler struct {
 	healthyRev map[types.NamespacedName]int
 	// upgrading holds the resources upgrading now (bounded by maxConcurrentUpgrades).
 	upgrading map[types.NamespacedName]bool
+	// awaiting holds resources whose health gate waits on their workloads.
+	awaiting map[types.NamespacedName]bool
 }
 
 func (r *Reconciler) now() time.Time {
@@ -477,6 +479,7 @@ func (r *Reconciler) forget(key types.NamespacedName) {
 	delete(r.failures, key)
 	delete(r.statusSettled, key)
 	delete(r.healthyRev, key)
+	delete(r.awaiting, key)
 	delete(r.upgrading, key)
 	releaseInfo.DeletePartialMatch(map[string]string{"kind": r.Watch.GVK.Kind, "namespace": key.Namespace, "name": key.Name})
 }

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -233,7 +234,7 @@ func (d *dependents) ensure(_ context.Context, r *Reconciler, manifest string) e
 		}
 		m := &metav1.PartialObjectMetadata{}
 		m.SetGroupVersionKind(gvk)
-		if err := d.ctrl.Watch(source.Kind(d.cache, client.Object(m), handler.EnqueueRequestsFromMapFunc(r.mapDependent), dependentPredicate())); err != nil {
+		if err := d.ctrl.Watch(source.Kind(d.cache, client.Object(m), r.dependentHandler())); err != nil {
 			return fmt.Errorf("watching %s: %w", gvk, err)
 		}
 		d.watched[gvk] = true
@@ -241,40 +242,49 @@ func (d *dependents) ensure(_ context.Context, r *Reconciler, manifest string) e
 	return nil
 }
 
-// mapDependent maps an object of a release to its owner and asks for a drift check.
-func (r *Reconciler) mapDependent(_ context.Context, o client.Object) []reconcile.Request {
+// ownerOf maps an object of a release to its owner, if it is of this kind.
+func (r *Reconciler) ownerOf(o client.Object) (types.NamespacedName, bool) {
 	owner := o.GetAnnotations()[AnnotationOwner]
 	kind, rest, ok := strings.Cut(owner, "/")
 	if !ok || kind != r.ownerKind() {
-		return nil
+		return types.NamespacedName{}, false
 	}
 	ns, name, ok := strings.Cut(rest, "/")
 	if !ok {
-		return nil
+		return types.NamespacedName{}, false
 	}
-	key := types.NamespacedName{Namespace: ns, Name: name}
-	r.flagDrift(key)
-	return []reconcile.Request{{NamespacedName: key}}
+	return types.NamespacedName{Namespace: ns, Name: name}, true
 }
 
-// dependentPredicate passes changes that may be drift: deletions, spec
-// changes (generation), label changes, and any change of objects without a
-// generation (ConfigMaps, Secrets). Status-only updates and the initial list
-// are ignored.
-func dependentPredicate() predicate.Predicate {
-	return predicate.Funcs{
-		CreateFunc: func(event.CreateEvent) bool { return false },
-		UpdateFunc: func(e event.UpdateEvent) bool {
+// dependentHandler turns events of a release's objects into reconciles:
+// changes that may be drift (deletions, spec/generation changes, label
+// changes, any change of objects without a generation) flag a drift check;
+// status-only updates wake only an owner whose health gate is waiting, so
+// that a settled fleet ignores them. Creations (the initial list and
+// chartpilot's own creates) are ignored.
+func (r *Reconciler) dependentHandler() handler.TypedEventHandler[client.Object, reconcile.Request] {
+	return handler.TypedFuncs[client.Object, reconcile.Request]{
+		UpdateFunc: func(_ context.Context, e event.TypedUpdateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			key, ok := r.ownerOf(e.ObjectNew)
+			if !ok {
+				return
+			}
 			o, n := e.ObjectOld, e.ObjectNew
-			if o.GetGeneration() != n.GetGeneration() {
-				return true
+			if o.GetGeneration() != n.GetGeneration() || !labels.Equals(o.GetLabels(), n.GetLabels()) ||
+				(n.GetGeneration() == 0 && o.GetResourceVersion() != n.GetResourceVersion()) {
+				r.flagDrift(key)
+				q.Add(reconcile.Request{NamespacedName: key})
+				return
 			}
-			if !labels.Equals(o.GetLabels(), n.GetLabels()) {
-				return true
+			if r.awaitingHealth(key) {
+				q.Add(reconcile.Request{NamespacedName: key})
 			}
-			return n.GetGeneration() == 0 && o.GetResourceVersion() != n.GetResourceVersion()
 		},
-		DeleteFunc:  func(event.DeleteEvent) bool { return true },
-		GenericFunc: func(event.GenericEvent) bool { return false },
+		DeleteFunc: func(_ context.Context, e event.TypedDeleteEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			if key, ok := r.ownerOf(e.Object); ok {
+				r.flagDrift(key)
+				q.Add(reconcile.Request{NamespacedName: key})
+			}
+		},
 	}
 }

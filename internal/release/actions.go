@@ -329,6 +329,9 @@ func (r *Reconciler) rollback(p *pass, o Observation) (ctrl.Result, error) {
 	msg := fmt.Sprintf("rolled back to revision %d (chart %s) after: %s", target.Revision, target.ChartVersion, failure)
 	r.Recorder.Event(p.obj, corev1.EventTypeNormal, "RolledBack", msg)
 	p.log.Info("Rolled back", "revision", target.Revision)
+	if hist, err := r.Helm.History(p.key.Namespace, p.key.Name); err == nil && len(hist) > 0 {
+		r.setReleaseInfo(p, hist[len(hist)-1])
+	}
 	r.recordHistory(p, "Rollback", target, true, msg)
 	// Released stays False: what runs is not what the resource asks for.
 	setCondition(p.status, p.obj, v1alpha1.ConditionReleased, metav1.ConditionFalse, "RolledBack", msg)

@@ -351,6 +351,10 @@ func (r *Reconciler) act(ctx context.Context, p *pass) (ctrl.Result, error) {
 	adopt := p.obj.GetAnnotations()[v1alpha1.AnnotationAdopt] == "true"
 	o := observe(history, string(p.obj.GetUID()), p.digest, adopt)
 	p.log.V(1).Info("Observed release", "state", o.State, "digest", p.digest)
+	if o.Latest != nil && o.State != StateUnmanaged && o.State != StateConflict {
+		// status.release always says what the newest revision is.
+		r.setReleaseInfo(p, o.Latest)
+	}
 
 	switch o.State {
 	case StateAbsent:

@@ -242,6 +242,9 @@ func TestFailedUpgradeRolledBack(t *testing.T) {
 	if cm, _ := e.configMap("rb-config"); cm.Data["message"] != "good" {
 		t.Errorf("configmap after rollback = %q", cm.Data["message"])
 	}
+	if rel := status(u).Release; rel == nil || rel.Revision != 3 || rel.Status != "deployed" {
+		t.Errorf("status.release after rollback = %+v, want revision 3 deployed", rel)
+	}
 	e.waitEvent("rb", "UpgradeFailed", "70000")
 	e.waitEvent("rb", "RolledBack", "revision 1")
 	// Not retried in a hot loop: the same inputs back off.

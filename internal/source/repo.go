@@ -113,7 +113,7 @@ func (r *Repo) Resolve(ctx context.Context, extra string) (*Resolved, error) {
 	defer r.mu.Unlock()
 	if err != nil {
 		if r.last != nil {
-			return r.last, fmt.Errorf("%w: %v", ErrStale, err)
+			return r.last, fmt.Errorf("%w: %w", ErrStale, err)
 		}
 		return nil, err
 	}

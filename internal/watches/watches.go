@@ -207,29 +207,24 @@ func validate(e entry, baseDir string, lookupEnv func(string) (string, bool)) (W
 	}
 	w.Hooks = append([]string(nil), e.Hooks...)
 
-	w.ReconcilePeriod = DefaultReconcilePeriod
-	if e.ReconcilePeriod != "" {
-		d, err := time.ParseDuration(e.ReconcilePeriod)
-		if err != nil || d < time.Minute {
-			return w, fmt.Errorf("field reconcilePeriod: %q is not a duration of at least 1m, e.g. 1h (it is a safety net: changes are seen through watches)", e.ReconcilePeriod)
+	for _, d := range []struct {
+		field, value, hint string
+		min, def           time.Duration
+		out                *time.Duration
+	}{
+		{"reconcilePeriod", e.ReconcilePeriod, "1h (it is a safety net: changes are seen through watches)", time.Minute, DefaultReconcilePeriod, &w.ReconcilePeriod},
+		{"timeout", e.Timeout, "5m", time.Second, DefaultTimeout, &w.Timeout},
+		{"healthTimeout", e.HealthTimeout, "10m", time.Second, DefaultHealthTimeout, &w.HealthTimeout},
+	} {
+		*d.out = d.def
+		if d.value == "" {
+			continue
 		}
-		w.ReconcilePeriod = d
-	}
-	w.Timeout = DefaultTimeout
-	if e.Timeout != "" {
-		d, err := time.ParseDuration(e.Timeout)
-		if err != nil || d < time.Second {
-			return w, fmt.Errorf("field timeout: %q is not a duration of at least 1s, e.g. 5m", e.Timeout)
+		v, err := time.ParseDuration(d.value)
+		if err != nil || v < d.min {
+			return w, fmt.Errorf("field %s: %q is not a duration of at least %s, e.g. %s", d.field, d.value, shortDuration(d.min), d.hint)
 		}
-		w.Timeout = d
-	}
-	w.HealthTimeout = DefaultHealthTimeout
-	if e.HealthTimeout != "" {
-		d, err := time.ParseDuration(e.HealthTimeout)
-		if err != nil || d < time.Second {
-			return w, fmt.Errorf("field healthTimeout: %q is not a duration of at least 1s, e.g. 10m", e.HealthTimeout)
-		}
-		w.HealthTimeout = d
+		*d.out = v
 	}
 	w.MaxConcurrentUpgrades = DefaultMaxConcurrentUpgrades
 	if e.MaxConcurrentUpgrades != nil {
@@ -328,4 +323,14 @@ func expandEnv(v any, path string, lookupEnv func(string) (string, bool)) (any, 
 // cleanYAMLError keeps a YAML error on one line.
 func cleanYAMLError(err error) string {
 	return strings.Join(strings.Fields(err.Error()), " ")
+}
+
+// shortDuration prints 1m rather than 1m0s.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	s = strings.TrimSuffix(s, "0s")
+	if strings.HasSuffix(s, "m") || strings.HasSuffix(s, "h") {
+		return s
+	}
+	return d.String()
 }

@@ -30,6 +30,8 @@ func TestParseValid(t *testing.T) {
   watchDependentResources: false
   maxHistory: 3
   timeout: 90s
+  healthTimeout: 2m
+  maxConcurrentUpgrades: 7
   selector:
     matchLabels:
       shard: a
@@ -62,6 +64,9 @@ func TestParseValid(t *testing.T) {
 	if w.ReconcilePeriod != 2*time.Hour || w.MaxConcurrentReconciles != 8 || w.WatchDependentResources || w.MaxHistory != 3 || w.Timeout != 90*time.Second {
 		t.Errorf("settings not parsed: %+v", w)
 	}
+	if w.HealthTimeout != 2*time.Minute || w.MaxConcurrentUpgrades != 7 {
+		t.Errorf("health settings not parsed: %s %d", w.HealthTimeout, w.MaxConcurrentUpgrades)
+	}
 	if w.Selector == nil || w.Selector.String() != "shard=a" {
 		t.Errorf("selector = %v", w.Selector)
 	}
@@ -70,7 +75,8 @@ func TestParseValid(t *testing.T) {
 	}
 	d := ws[1]
 	if d.ReconcilePeriod != DefaultReconcilePeriod || d.MaxConcurrentReconciles != DefaultMaxConcurrentReconciles ||
-		!d.WatchDependentResources || d.MaxHistory != DefaultMaxHistory || d.Selector != nil || d.Timeout != DefaultTimeout {
+		!d.WatchDependentResources || d.MaxHistory != DefaultMaxHistory || d.Selector != nil || d.Timeout != DefaultTimeout ||
+		d.HealthTimeout != DefaultHealthTimeout || d.MaxConcurrentUpgrades != DefaultMaxConcurrentUpgrades {
 		t.Errorf("defaults not applied: %+v", d)
 	}
 }

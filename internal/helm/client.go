@@ -127,14 +127,6 @@ func (c *Client) capabilities() (*chartutil.Capabilities, error) {
 	return caps, nil
 }
 
-// InvalidateCapabilities makes the next action rediscover the API (e.g. after
-// a chart failed with a kind the cluster did not know).
-func (c *Client) InvalidateCapabilities() {
-	c.capsMu.Lock()
-	c.caps = nil
-	c.capsMu.Unlock()
-}
-
 // actionConfig builds Helm's configuration for one namespace. It is cheap:
 // discovery, mapper and capabilities are shared.
 func (c *Client) actionConfig(namespace string) (*action.Configuration, error) {

@@ -66,8 +66,6 @@ type Observation struct {
 	Latest *helm.Release
 	// LastGood is the newest deployed or superseded revision, the rollback target.
 	LastGood *helm.Release
-	// InterruptedAction is what was interrupted (install, upgrade, rollback).
-	InterruptedAction string
 }
 
 // observe classifies a release history (oldest first) against the owner's
@@ -99,7 +97,6 @@ func observe(history []*helm.Release, ownerUID, desiredDigest string, adopt bool
 		o.State = StateUninstalling
 	case latest.Status == helm.StatusFailed && strings.HasPrefix(latest.Description, unlockedPrefix):
 		o.State = StateInterrupted
-		o.InterruptedAction = strings.TrimPrefix(latest.Description, unlockedPrefix)
 	case latest.Status == helm.StatusFailed && o.LastGood == nil:
 		o.State = StateFailedInstall
 	case latest.Status == helm.StatusFailed:

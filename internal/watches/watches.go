@@ -9,8 +9,10 @@ package watches
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -18,6 +20,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/Masterminds/semver/v3"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -33,6 +36,8 @@ const (
 	DefaultTimeout                 = 5 * time.Minute
 	DefaultHealthTimeout           = 10 * time.Minute
 	DefaultMaxConcurrentUpgrades   = 5
+	DefaultCanarySoak              = 5 * time.Minute
+	DefaultChartInterval           = 5 * time.Minute
 )
 
 // entry is the file format of one watch. Field names are the YAML keys.
@@ -40,7 +45,7 @@ type entry struct {
 	Group                   string                `json:"group"`
 	Version                 string                `json:"version"`
 	Kind                    string                `json:"kind"`
-	Chart                   string                `json:"chart"`
+	Chart                   chartField            `json:"chart"`
 	OverrideValues          map[string]any        `json:"overrideValues,omitempty"`
 	Hooks                   []string              `json:"hooks,omitempty"`
 	ReconcilePeriod         string                `json:"reconcilePeriod,omitempty"`
@@ -51,14 +56,73 @@ type entry struct {
 	Timeout                 string                `json:"timeout,omitempty"`
 	HealthTimeout           string                `json:"healthTimeout,omitempty"`
 	MaxConcurrentUpgrades   *int                  `json:"maxConcurrentUpgrades,omitempty"`
+	CanarySoak              string                `json:"canarySoak,omitempty"`
 }
+
+// chartField is `chart`: a path, or a remote chart.
+type chartField struct {
+	Path   string
+	Remote *remoteEntry
+}
+
+// remoteEntry is `chart` as an object.
+type remoteEntry struct {
+	Repo      string     `json:"repo"`
+	Name      string     `json:"name"`
+	Version   string     `json:"version,omitempty"`
+	SecretRef *SecretRef `json:"secretRef,omitempty"`
+	PlainHTTP bool       `json:"plainHTTP,omitempty"`
+	Interval  string     `json:"interval,omitempty"`
+}
+
+func (c *chartField) UnmarshalJSON(data []byte) error {
+	if bytes.HasPrefix(bytes.TrimSpace(data), []byte("{")) {
+		dec := json.NewDecoder(bytes.NewReader(data))
+		dec.DisallowUnknownFields()
+		c.Remote = &remoteEntry{}
+		if err := dec.Decode(c.Remote); err != nil {
+			return fmt.Errorf("chart: %w (fields: repo, name, version, secretRef, plainHTTP, interval)", err)
+		}
+		return nil
+	}
+	return json.Unmarshal(data, &c.Path)
+}
+
+// SecretRef names a Secret holding credentials for a chart source: keys
+// username and password (basic auth), ca.crt (a PEM CA bundle).
+type SecretRef struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+}
+
+// RemoteChart is a chart in a chart repository or an OCI registry.
+type RemoteChart struct {
+	// Repo is https://… or http://… (a chart repository) or oci://host/path.
+	Repo string
+	// Name is the chart's name.
+	Name string
+	// Version is a semver constraint on the chart's version ("" for any).
+	Version string
+	// SecretRef holds credentials (nil: anonymous).
+	SecretRef *SecretRef
+	// PlainHTTP reaches an oci:// registry over HTTP.
+	PlainHTTP bool
+	// Interval between refreshes of the version list.
+	Interval time.Duration
+}
+
+// OCI reports whether the chart is in an OCI registry.
+func (r *RemoteChart) OCI() bool { return strings.HasPrefix(r.Repo, "oci://") }
 
 // Watch is one validated entry of watches.yaml.
 type Watch struct {
 	// GVK is the kind whose objects become releases.
 	GVK schema.GroupVersionKind
-	// Chart is the chart's path (a directory or a .tgz), absolute.
+	// Chart is the chart's path (a directory or a .tgz), absolute; empty
+	// when the chart is remote.
 	Chart string
+	// Remote is the chart's repository or registry (nil for a path).
+	Remote *RemoteChart
 	// OverrideValues is the highest values layer, with $ENV expanded.
 	OverrideValues map[string]any
 	// Hooks are hook names, run in this order.
@@ -83,6 +147,9 @@ type Watch struct {
 	// MaxConcurrentUpgrades bounds the releases of this kind upgrading (until
 	// healthy) at once.
 	MaxConcurrentUpgrades int
+	// CanarySoak is how long every canary must have been Ready on a chart
+	// version before the other resources upgrade to it.
+	CanarySoak time.Duration
 }
 
 // String names the watch by its GVK, as errors do.
@@ -114,7 +181,7 @@ func Parse(data []byte, baseDir string, lookupEnv func(string) (string, bool)) (
 	var entries []entry
 	if len(bytes.TrimSpace(data)) > 0 {
 		if err := yaml.UnmarshalStrict(data, &entries); err != nil {
-			return nil, fmt.Errorf("not a list of watch entries: %s: fix the YAML (fields: group, version, kind, chart, overrideValues, hooks, reconcilePeriod, maxConcurrentReconciles, watchDependentResources, selector, maxHistory, timeout, healthTimeout, maxConcurrentUpgrades)", cleanYAMLError(err))
+			return nil, fmt.Errorf("not a list of watch entries: %s: fix the YAML (fields: group, version, kind, chart, overrideValues, hooks, reconcilePeriod, maxConcurrentReconciles, watchDependentResources, selector, maxHistory, timeout, healthTimeout, maxConcurrentUpgrades, canarySoak)", cleanYAMLError(err))
 		}
 	}
 	seen := map[schema.GroupVersionKind]int{}
@@ -163,28 +230,19 @@ func validate(e entry, baseDir string, lookupEnv func(string) (string, bool)) (W
 	}
 	w.GVK = schema.GroupVersionKind{Group: e.Group, Version: e.Version, Kind: e.Kind}
 
-	if e.Chart == "" {
-		return w, errors.New("field chart: required: a chart directory or .tgz file")
-	}
-	chart := e.Chart
-	if !filepath.IsAbs(chart) {
-		chart = filepath.Join(baseDir, chart)
-	}
-	if abs, err := filepath.Abs(chart); err == nil {
-		chart = abs
-	}
-	st, err := os.Stat(chart)
-	switch {
-	case err != nil:
-		return w, fmt.Errorf("field chart: %s does not exist: fix the path (relative paths are resolved against the watches file's directory)", e.Chart)
-	case st.IsDir():
-		if _, err := os.Stat(filepath.Join(chart, "Chart.yaml")); err != nil {
-			return w, fmt.Errorf("field chart: directory %s has no Chart.yaml: point at a chart directory", e.Chart)
+	if e.Chart.Remote != nil {
+		rc, err := validateRemote(e.Chart.Remote)
+		if err != nil {
+			return w, err
 		}
-	case !strings.HasSuffix(chart, ".tgz") && !strings.HasSuffix(chart, ".tar.gz"):
-		return w, fmt.Errorf("field chart: %s is a file but not a .tgz chart archive", e.Chart)
+		w.Remote = rc
+	} else {
+		chart, err := validatePath(e.Chart.Path, baseDir)
+		if err != nil {
+			return w, err
+		}
+		w.Chart = chart
 	}
-	w.Chart = chart
 
 	vals, err := expandEnv(e.OverrideValues, "overrideValues", lookupEnv)
 	if err != nil {
@@ -215,6 +273,7 @@ func validate(e entry, baseDir string, lookupEnv func(string) (string, bool)) (W
 		{"reconcilePeriod", e.ReconcilePeriod, "1h (it is a safety net: changes are seen through watches)", time.Minute, DefaultReconcilePeriod, &w.ReconcilePeriod},
 		{"timeout", e.Timeout, "5m", time.Second, DefaultTimeout, &w.Timeout},
 		{"healthTimeout", e.HealthTimeout, "10m", time.Second, DefaultHealthTimeout, &w.HealthTimeout},
+		{"canarySoak", e.CanarySoak, "5m", 0, DefaultCanarySoak, &w.CanarySoak},
 	} {
 		*d.out = d.def
 		if d.value == "" {
@@ -260,6 +319,79 @@ func validate(e entry, baseDir string, lookupEnv func(string) (string, bool)) (W
 		w.SelectorSource = e.Selector
 	}
 	return w, nil
+}
+
+func validatePath(path, baseDir string) (string, error) {
+	if path == "" {
+		return "", errors.New("field chart: required: a chart directory or .tgz file, or {repo, name, version}")
+	}
+	chart := path
+	if !filepath.IsAbs(chart) {
+		chart = filepath.Join(baseDir, chart)
+	}
+	if abs, err := filepath.Abs(chart); err == nil {
+		chart = abs
+	}
+	st, err := os.Stat(chart)
+	switch {
+	case strings.Contains(path, "://"):
+		return "", fmt.Errorf("field chart: %q is a URL: write chart: {repo: <repository URL or oci://host/path>, name: <chart>, version: <constraint>}", path)
+	case err != nil:
+		return "", fmt.Errorf("field chart: %s does not exist: fix the path (relative paths are resolved against the watches file's directory)", path)
+	case st.IsDir():
+		if _, err := os.Stat(filepath.Join(chart, "Chart.yaml")); err != nil {
+			return "", fmt.Errorf("field chart: directory %s has no Chart.yaml: point at a chart directory", path)
+		}
+	case !strings.HasSuffix(chart, ".tgz") && !strings.HasSuffix(chart, ".tar.gz"):
+		return "", fmt.Errorf("field chart: %s is a file but not a .tgz chart archive", path)
+	}
+	return chart, nil
+}
+
+var chartNamePattern = regexp.MustCompile(`^[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$`)
+
+func validateRemote(e *remoteEntry) (*RemoteChart, error) {
+	rc := &RemoteChart{Repo: strings.TrimSuffix(e.Repo, "/"), Name: e.Name, Version: e.Version, SecretRef: e.SecretRef, PlainHTTP: e.PlainHTTP, Interval: DefaultChartInterval}
+	u, err := url.Parse(e.Repo)
+	switch {
+	case e.Repo == "":
+		return nil, errors.New("field chart.repo: required: https://… (a chart repository) or oci://host/path (an OCI registry)")
+	case err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http" && u.Scheme != "oci"):
+		return nil, fmt.Errorf("field chart.repo: %q is not an https://, http:// or oci:// URL with a host", redactURL(e.Repo))
+	case u.User != nil:
+		return nil, errors.New("field chart.repo: credentials in the URL are not accepted (they would show in logs): put them in a Secret and name it in chart.secretRef")
+	case e.PlainHTTP && u.Scheme != "oci":
+		return nil, errors.New("field chart.plainHTTP: applies to oci:// registries only; write http:// in chart.repo for a plain-HTTP chart repository")
+	}
+	if !chartNamePattern.MatchString(e.Name) {
+		return nil, fmt.Errorf("field chart.name: %q is not a chart name (lower case letters, digits, dashes)", e.Name)
+	}
+	if e.Version != "" {
+		if _, err := semver.NewConstraint(e.Version); err != nil {
+			return nil, fmt.Errorf("field chart.version: %q is not a semver constraint (%v): write e.g. \"~1.4\" or \">=1.0.0, <2\"", e.Version, err)
+		}
+	}
+	if r := e.SecretRef; r != nil {
+		if len(validation.IsDNS1123Label(r.Namespace)) > 0 || len(validation.IsDNS1123Subdomain(r.Name)) > 0 {
+			return nil, fmt.Errorf("field chart.secretRef: namespace %q and name %q must both be set to a Secret's namespace and name", r.Namespace, r.Name)
+		}
+	}
+	if e.Interval != "" {
+		d, err := time.ParseDuration(e.Interval)
+		if err != nil || d < 10*time.Second {
+			return nil, fmt.Errorf("field chart.interval: %q is not a duration of at least 10s, e.g. 5m", e.Interval)
+		}
+		rc.Interval = d
+	}
+	return rc, nil
+}
+
+func redactURL(s string) string {
+	if u, err := url.Parse(s); err == nil && u.User != nil {
+		u.User = nil
+		return u.String()
+	}
+	return s
 }
 
 // envRef matches $VAR and ${VAR}; $$ is a literal dollar.

@@ -26,8 +26,8 @@ const Path = "/validate-chartpilot"
 type Kind struct {
 	Kind         release.Kind
 	Hooks        []*hooks.Hook
-	ChartName    string
-	ChartVersion string
+	// Chart names the chart and the version a new resource would get.
+	Chart func() (name, version string)
 }
 
 // Handler validates resources of the watched kinds.
@@ -70,7 +70,10 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 	if err != nil {
 		return admission.Denied(err.Error())
 	}
-	hobj := hooks.Object{Resource: obj, Facts: ff(obj, vals), ChartName: k.ChartName, ChartVersion: k.ChartVersion}
+	hobj := hooks.Object{Resource: obj, Facts: ff(obj, vals)}
+	if k.Chart != nil {
+		hobj.ChartName, hobj.ChartVersion = k.Chart()
+	}
 	for _, hk := range k.Hooks {
 		if hk.Validator == nil {
 			continue

@@ -27,7 +27,7 @@ import (
 	"github.com/chartpilot/chartpilot/hooks/tenancy"
 	"github.com/chartpilot/chartpilot/internal/admission"
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
-	"github.com/chartpilot/chartpilot/internal/helm"
+	"github.com/chartpilot/chartpilot/internal/source"
 	"github.com/chartpilot/chartpilot/internal/kinds"
 	"github.com/chartpilot/chartpilot/internal/release"
 	"github.com/chartpilot/chartpilot/internal/watches"
@@ -54,6 +54,9 @@ type Options struct {
 	Hooks []*hooks.Hook
 	// Webhook serves the validating admission webhook when set.
 	Webhook *WebhookOptions
+	// ChartCacheDir holds remote charts and version lists (default: the
+	// user cache directory).
+	ChartCacheDir string
 	// SeveralInProcess allows more than one manager per process (tests):
 	// controller names then need not be unique.
 	SeveralInProcess bool
@@ -69,8 +72,8 @@ type WebhookOptions struct {
 	SelfSigned *admission.SelfSigned
 }
 
-// New builds the manager. Every chart is loaded up front: a chart that does
-// not load is a start-up error naming the watch.
+// New builds the manager. Every local chart is loaded up front: a chart that
+// does not load is a start-up error naming the watch.
 func New(o Options) (manager.Manager, error) {
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
@@ -78,14 +81,6 @@ func New(o Options) (manager.Manager, error) {
 	}
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		return nil, err
-	}
-	charts := make([]*helm.Chart, len(o.Watches))
-	for i, w := range o.Watches {
-		ch, err := helm.LoadChart(w.Chart)
-		if err != nil {
-			return nil, fmt.Errorf("watch %s: %w", w, err)
-		}
-		charts[i] = ch
 	}
 	if o.Kinds == nil {
 		o.Kinds = kinds.Builtin()
@@ -136,12 +131,20 @@ func New(o Options) (manager.Manager, error) {
 	if len(o.Watches) == 0 {
 		return mgr, nil
 	}
+	sources := make([]source.Source, len(o.Watches))
+	for i, w := range o.Watches {
+		src, err := newSource(w, o.ChartCacheDir, mgr.GetAPIReader())
+		if err != nil {
+			return nil, fmt.Errorf("watch %s: %w", w, err)
+		}
+		sources[i] = src
+	}
 	shared, err := release.NewShared(mgr)
 	if err != nil {
 		return nil, err
 	}
 	shared.SkipNameValidation = o.SeveralInProcess
-	tn := &tenancy.Tenancy{Client: mgr.GetClient(), Resources: resourcesFunc(mgr.GetClient(), o.Watches, charts, o.Kinds)}
+	tn := &tenancy.Tenancy{Client: mgr.GetClient(), Resources: resourcesFunc(mgr.GetClient(), o.Watches, sources, o.Kinds)}
 	registry := hooks.NewRegistry()
 	for _, h := range append([]*hooks.Hook{tn.Hook()}, o.Hooks...) {
 		if err := registry.Register(h); err != nil {
@@ -156,12 +159,12 @@ func New(o Options) (manager.Manager, error) {
 		if err != nil {
 			return nil, fmt.Errorf("watch %s: field hooks: %w", w, err)
 		}
-		r := &release.Reconciler{Watch: w, Chart: charts[i], Kind: o.Kinds[w.GVK], Hooks: hs}
+		r := &release.Reconciler{Watch: w, Source: sources[i], Kind: o.Kinds[w.GVK], Hooks: hs}
 		if err := r.SetupWithManager(mgr, shared); err != nil {
 			return nil, err
 		}
 		gvks = append(gvks, w.GVK)
-		admitted[w.GVK] = admission.Kind{Kind: o.Kinds[w.GVK], Hooks: hs, ChartName: charts[i].Name, ChartVersion: charts[i].Version}
+		admitted[w.GVK] = admission.Kind{Kind: o.Kinds[w.GVK], Hooks: hs, Chart: newestOf(w, sources[i])}
 		tenancyUsed = tenancyUsed || slices.Contains(w.Hooks, tenancy.Name)
 	}
 	// The Tenant kind (and its CRD) is needed only when a watch uses tenancy.
@@ -202,10 +205,11 @@ func webhookServer(o *WebhookOptions) webhook.Server {
 
 // resourcesFunc lists the managed resources of every watched kind in some
 // namespaces, with their policy facts (for tenant-wide limits and status).
-func resourcesFunc(c client.Reader, ws []watches.Watch, charts []*helm.Chart, kinds map[schema.GroupVersionKind]release.Kind) tenancy.ResourcesFunc {
+func resourcesFunc(c client.Reader, ws []watches.Watch, sources []source.Source, kinds map[schema.GroupVersionKind]release.Kind) tenancy.ResourcesFunc {
 	return func(ctx context.Context, namespaces []string) ([]hooks.Object, error) {
 		var out []hooks.Object
 		for i, w := range ws {
+			chartName, chartVersion := newestOf(w, sources[i])()
 			k := kinds[w.GVK]
 			vf, ff := k.Values, k.Facts
 			if vf == nil {
@@ -226,7 +230,7 @@ func resourcesFunc(c client.Reader, ws []watches.Watch, charts []*helm.Chart, ki
 					if err != nil {
 						continue // its own reconcile reports the bad spec
 					}
-					out = append(out, hooks.Object{Resource: u, Facts: ff(u, vals), ChartName: charts[i].Name, ChartVersion: charts[i].Version})
+					out = append(out, hooks.Object{Resource: u, Facts: ff(u, vals), ChartName: chartName, ChartVersion: chartVersion})
 				}
 			}
 		}

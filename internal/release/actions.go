@@ -175,6 +175,13 @@ func (r *Reconciler) markInSync(p *pass, rel *helm.Release) {
 	if rel != nil {
 		r.setReleaseInfo(p, rel)
 	}
+	if cs := p.status.Chart; cs != nil && p.chart != nil {
+		cs.DeployedVersion = p.chart.Version
+		if cs.FailedVersion == p.chart.Version {
+			cs.FailedVersion = ""
+		}
+	}
+	r.setWaiting(p.key, "")
 	summarise(p.status, p.obj)
 }
 
@@ -193,6 +200,9 @@ func (r *Reconciler) setReleaseInfo(p *pass, rel *helm.Release) {
 		info.LastDeployed = &t
 	}
 	p.status.Release = info
+	if rel.Status == helm.StatusDeployed && p.status.Chart != nil {
+		p.status.Chart.DeployedVersion = rel.ChartVersion
+	}
 	releaseInfo.DeletePartialMatch(map[string]string{"kind": r.Watch.GVK.Kind, "namespace": p.key.Namespace, "name": p.key.Name})
 	releaseInfo.WithLabelValues(r.Watch.GVK.Kind, p.key.Namespace, p.key.Name, rel.ChartName, rel.ChartVersion, string(rel.Status)).Set(1)
 }
@@ -236,9 +246,9 @@ func timed[T any](action string, f func() (T, error)) (T, error) {
 
 // install is the Install action.
 func (r *Reconciler) install(ctx context.Context, p *pass) (ctrl.Result, error) {
-	setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionTrue, "Installing", "installing chart "+r.Chart.Name+" "+r.Chart.Version)
+	setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionTrue, "Installing", "installing chart "+p.chart.Name+" "+p.chart.Version)
 	rel, err := timed("install", func() (*helm.Release, error) {
-		return r.Helm.As(p.identity).Install(ctx, r.Chart, r.actionOptions(p, "Install by chartpilot"))
+		return r.Helm.As(p.identity).Install(ctx, p.chart, r.actionOptions(p, "Install by chartpilot"))
 	})
 	if err != nil {
 		if rel == nil || rel.Revision == 0 {
@@ -269,7 +279,7 @@ func (r *Reconciler) upgrade(ctx context.Context, p *pass, o Observation) (ctrl.
 		if h.PreUpgrade == nil {
 			continue
 		}
-		if err := h.PreUpgrade.PreUpgrade(ctx, p.hobj, from, r.Chart.Version); err != nil {
+		if err := h.PreUpgrade.PreUpgrade(ctx, p.hobj, from, p.chart.Version); err != nil {
 			r.hookRefused(p, h, err)
 			setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionTrue, "UpgradeBlocked", "hook "+h.Name+" holds the upgrade: "+oneLine(err.Error()))
 			summarise(p.status, p.obj)
@@ -277,12 +287,12 @@ func (r *Reconciler) upgrade(ctx context.Context, p *pass, o Observation) (ctrl.
 		}
 		r.hookPassed(p, h)
 	}
-	setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionTrue, "Upgrading", "upgrading to chart "+r.Chart.Name+" "+r.Chart.Version)
+	setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionTrue, "Upgrading", "upgrading to chart "+p.chart.Name+" "+p.chart.Version)
 	prevRevision := 0
 	if o.Latest != nil {
 		prevRevision = o.Latest.Revision
 	}
-	rel, err := timed("upgrade", func() (*helm.Release, error) { return r.Helm.As(p.identity).Upgrade(ctx, r.Chart, opts) })
+	rel, err := timed("upgrade", func() (*helm.Release, error) { return r.Helm.As(p.identity).Upgrade(ctx, p.chart, opts) })
 	if err != nil {
 		r.endUpgrade(p.key)
 		if rel == nil || rel.Revision <= prevRevision {
@@ -295,6 +305,9 @@ func (r *Reconciler) upgrade(ctx context.Context, p *pass, o Observation) (ctrl.
 		return ctrl.Result{RequeueAfter: min(res.RequeueAfter, time.Second)}, nil
 	}
 	r.succeeded(p, "Upgrade", "UpgradeSucceeded", fmt.Sprintf("upgraded to %s %s as revision %d", rel.ChartName, rel.ChartVersion, rel.Revision), rel)
+	if from != rel.ChartVersion {
+		rolloutUpgrades.WithLabelValues(r.Watch.GVK.Kind, rel.ChartVersion, rolloutResultDeployed).Inc()
+	}
 	r.afterDeploy(ctx, p, rel)
 	return r.awaitHealth(p), nil
 }
@@ -327,6 +340,15 @@ func (r *Reconciler) rollback(p *pass, o Observation) (ctrl.Result, error) {
 		failure = p.status.LastFailure.Message
 	}
 	msg := fmt.Sprintf("rolled back to revision %d (chart %s) after: %s", target.Revision, target.ChartVersion, failure)
+	if failedVersion := o.Latest.ChartVersion; failedVersion != target.ChartVersion {
+		// This chart version is not retried for this resource until its
+		// inputs change or a reconcile is requested; canaries halt rollouts by it.
+		if p.status.Chart == nil {
+			p.status.Chart = &v1alpha1.ChartStatus{Name: o.Latest.ChartName}
+		}
+		p.status.Chart.FailedVersion = failedVersion
+		rolloutUpgrades.WithLabelValues(r.Watch.GVK.Kind, failedVersion, rolloutResultRollback).Inc()
+	}
 	r.Recorder.Event(p.obj, corev1.EventTypeNormal, "RolledBack", msg)
 	p.log.Info("Rolled back", "revision", target.Revision)
 	if hist, err := r.Helm.History(p.key.Namespace, p.key.Name); err == nil && len(hist) > 0 {

@@ -182,6 +182,7 @@ func (r *Reconciler) queued(p *pass) ctrl.Result {
 	setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionTrue, "UpgradeQueued",
 		fmt.Sprintf("%d releases of this kind are upgrading (maxConcurrentUpgrades); this one waits its turn", r.Watch.MaxConcurrentUpgrades))
 	summarise(p.status, p.obj)
+	r.setWaiting(p.key, reasonQueued)
 	return ctrl.Result{RequeueAfter: healthPoll}
 }
 

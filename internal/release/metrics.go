@@ -34,6 +34,18 @@ var (
 		Name: "chartpilot_upgrades_in_progress",
 		Help: "Releases upgrading now (from the upgrade until healthy), bounded by maxConcurrentUpgrades.",
 	}, []string{"kind"})
+	rolloutWaiting = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "chartpilot_rollout_waiting",
+		Help: "Resources whose chart version upgrade waits, by reason (WaitingForMaintenanceWindow, WaitingForCanaries, RolloutHalted, UpgradeQueued, InvalidMaintenanceWindow).",
+	}, []string{"kind", "reason"})
+	rolloutHalted = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "chartpilot_rollout_halted",
+		Help: "1 while the rollout of a chart version is halted because a canary failed on it, else 0.",
+	}, []string{"kind", "version"})
+	rolloutUpgrades = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "chartpilot_rollout_upgrades_total",
+		Help: "Chart version upgrades by target version and result (deployed, rolled_back).",
+	}, []string{"kind", "version", "result"})
 	driftChecks = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "chartpilot_drift_checks_total",
 		Help: "Drift checks by kind and outcome (none, corrected, failed).",
@@ -41,5 +53,5 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(releaseInfo, reconcileTotal, reconcileDuration, helmActionDuration, rendersSkipped, driftChecks, upgradesInProgress)
+	metrics.Registry.MustRegister(releaseInfo, reconcileTotal, reconcileDuration, helmActionDuration, rendersSkipped, driftChecks, upgradesInProgress, rolloutWaiting, rolloutHalted, rolloutUpgrades)
 }

@@ -27,10 +27,12 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"github.com/chartpilot/chartpilot/hooks"
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/helm"
+	"github.com/chartpilot/chartpilot/internal/source"
 	"github.com/chartpilot/chartpilot/internal/values"
 	"github.com/chartpilot/chartpilot/internal/watches"
 )
@@ -55,6 +57,10 @@ type Kind struct {
 	// Facts reads the policy-relevant figures of a resource (default:
 	// GenericFacts from its values layer).
 	Facts func(obj *unstructured.Unstructured, crValues map[string]any) hooks.Facts
+	// AppMajor is the major version of the software the resource asks for
+	// (PostgreSQL's spec.version), "" if the kind names none. A change of it
+	// is a major upgrade under the same opt-in rule as a chart's major.
+	AppMajor func(obj *unstructured.Unstructured) string
 }
 
 // Passthrough uses the resource's spec as the chart values.
@@ -71,8 +77,9 @@ func Passthrough(obj *unstructured.Unstructured) (map[string]any, error) {
 
 // Reconciler reconciles one watched kind.
 type Reconciler struct {
-	Watch  watches.Watch
-	Chart  *helm.Chart
+	Watch watches.Watch
+	// Source provides the chart's versions; the version policy picks one per resource.
+	Source source.Source
 	Helm   *helm.Client
 	Client client.Client
 	// Releases reads release records' metadata from a cache (see SetupWithManager).
@@ -108,6 +115,14 @@ type Reconciler struct {
 	upgrading map[types.NamespacedName]bool
 	// awaiting holds resources whose health gate waits on their workloads.
 	awaiting map[types.NamespacedName]bool
+	// refreshTokens is the reconcile-requested-at value that last refreshed
+	// the source, per resource; lastRefresh rate-limits those refreshes.
+	refreshTokens map[types.NamespacedName]string
+	lastRefresh   time.Time
+	// waiting holds the resources a rollout gate holds, by reason (metrics).
+	waiting map[types.NamespacedName]string
+	// kick wakes every resource of the kind (a source's versions changed).
+	kick chan event.GenericEvent
 }
 
 func (r *Reconciler) now() time.Time {
@@ -139,8 +154,19 @@ type pass struct {
 	// actions run as ("" for the operator itself).
 	hobj     hooks.Object
 	identity string
-	// blocked is set when a hook refused the resource: no action is taken.
-	blocked bool
+	// blocked is set when a hook refused the resource or version policy
+	// holds it: no action is taken (retryAfter > 0: look again then).
+	blocked    bool
+	retryAfter time.Duration
+
+	// chart is the chart version chosen for this pass, choice how.
+	chart  *helm.Chart
+	choice source.Choice
+	// deployed is what runs now; exact once read from the release history.
+	deployed      deployedState
+	deployedExact bool
+	// appMajor is the software major version asked for (Kind.AppMajor).
+	appMajor string
 }
 
 // Reconcile runs one pass for a resource.
@@ -204,7 +230,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	}
 	if p.blocked {
 		summarise(p.status, p.obj)
-		return ctrl.Result{}, nil
+		return ctrl.Result{RequeueAfter: p.retryAfter}, nil
 	}
 	res, err := r.act(ctx, p)
 	if err != nil {
@@ -262,6 +288,10 @@ func (r *Reconciler) setSettled(key types.NamespacedName, settled bool) {
 // desired runs the hooks' checks and computes the final values and the
 // digest of all inputs.
 func (r *Reconciler) desired(ctx context.Context, p *pass) error {
+	p.blocked, p.retryAfter, p.identity = false, 0, ""
+	if err := r.selectChart(ctx, p); err != nil || p.blocked {
+		return err
+	}
 	vf := r.Kind.Values
 	if vf == nil {
 		vf = Passthrough
@@ -274,8 +304,7 @@ func (r *Reconciler) desired(ctx context.Context, p *pass) error {
 	if facts == nil {
 		facts = GenericFacts
 	}
-	p.hobj = hooks.Object{Resource: p.obj, Facts: facts(p.obj, crVals), ChartName: r.Chart.Name, ChartVersion: r.Chart.Version}
-	p.blocked, p.identity = false, ""
+	p.hobj = hooks.Object{Resource: p.obj, Facts: facts(p.obj, crVals), ChartName: p.chart.Name, ChartVersion: p.chart.Version}
 	layers := []values.Layer{{Name: "cr", Values: crVals}}
 	var tenantLayers []values.Layer
 	for _, h := range r.Hooks {
@@ -314,7 +343,7 @@ func (r *Reconciler) desired(ctx context.Context, p *pass) error {
 	layers = append(layers, values.Layer{Name: "overrides", Values: r.Watch.OverrideValues})
 	p.vals = values.Merge(layers...)
 	p.force = p.obj.GetAnnotations()[v1alpha1.AnnotationForceUpgrade]
-	digest, err := values.Digest(r.Chart.Digest, p.vals, map[string]string{v1alpha1.AnnotationForceUpgrade: p.force})
+	digest, err := values.Digest(p.chart.Digest, p.vals, map[string]string{v1alpha1.AnnotationForceUpgrade: p.force})
 	if err != nil {
 		return err
 	}
@@ -350,6 +379,20 @@ func (r *Reconciler) act(ctx context.Context, p *pass) (ctrl.Result, error) {
 	}
 	adopt := p.obj.GetAnnotations()[v1alpha1.AnnotationAdopt] == "true"
 	o := observe(history, string(p.obj.GetUID()), p.digest, adopt)
+	// Version policy decided on the cached view of what runs; the history
+	// is exact. If they differ, decide again.
+	if d := deployedFromHistory(o); d != p.deployed {
+		p.deployed, p.deployedExact = d, true
+		if err := r.desired(ctx, p); err != nil {
+			r.stall(p, "ValuesInvalid", err.Error())
+			return ctrl.Result{}, nil
+		}
+		if p.blocked {
+			summarise(p.status, p.obj)
+			return ctrl.Result{RequeueAfter: p.retryAfter}, nil
+		}
+		o = observe(history, string(p.obj.GetUID()), p.digest, adopt)
+	}
 	p.log.V(1).Info("Observed release", "state", o.State, "digest", p.digest)
 	if o.Latest != nil && o.State != StateUnmanaged && o.State != StateConflict {
 		// status.release always says what the newest revision is.
@@ -394,9 +437,15 @@ func (r *Reconciler) act(ctx context.Context, p *pass) (ctrl.Result, error) {
 		if wait := r.backoff(p, "Upgrade", requested, history); wait > 0 {
 			return ctrl.Result{RequeueAfter: wait}, nil
 		}
+		if p.isVersionChange() {
+			if res, hold := r.rolloutGate(ctx, p); hold {
+				return res, nil
+			}
+		}
 		if !r.beginUpgrade(p.key) {
 			return r.queued(p), nil
 		}
+		r.setWaiting(p.key, "")
 		return r.upgrade(ctx, p, o)
 	case StateInSync:
 		if r.deps != nil {
@@ -485,6 +534,8 @@ func (r *Reconciler) forget(key types.NamespacedName) {
 	delete(r.healthyRev, key)
 	delete(r.awaiting, key)
 	delete(r.upgrading, key)
+	delete(r.refreshTokens, key)
+	r.setWaitingLocked(key, "")
 	releaseInfo.DeletePartialMatch(map[string]string{"kind": r.Watch.GVK.Kind, "namespace": key.Namespace, "name": key.Name})
 }
 
@@ -500,6 +551,8 @@ func (r *Reconciler) actionOptions(p *pass, description string) helm.ActionOptio
 			LabelDigest:      p.digest,
 			LabelForceToken:  labelSafe(p.force),
 			LabelRequestedAt: labelSafe(p.obj.GetAnnotations()[v1alpha1.AnnotationReconcileRequestedAt]),
+			LabelChartVersion: labelSafe(p.chart.Version),
+			LabelAppMajor:     labelSafe(p.appMajor),
 		},
 		Decorate:    r.decorator(p.obj),
 		Timeout:     r.Watch.Timeout,
@@ -634,7 +687,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, p *pass) error {
 				merged[k] = v
 			}
 		}
-		for _, k := range []string{"observedGeneration", "conditions", "release", "history", "lastFailure"} {
+		for _, k := range []string{"observedGeneration", "conditions", "release", "chart", "history", "lastFailure"} {
 			delete(merged, k)
 		}
 		for k, v := range raw {
@@ -692,6 +745,9 @@ func summarise(st *v1alpha1.ReleaseStatus, obj *unstructured.Unstructured) {
 			reason, msg = released.Reason, released.Message
 		}
 		setCondition(st, obj, v1alpha1.ConditionReady, metav1.ConditionFalse, reason, msg)
+	case blockedSummary(st) != nil:
+		c := blockedSummary(st)
+		setCondition(st, obj, v1alpha1.ConditionReady, metav1.ConditionFalse, c.Reason, c.Message)
 	case blockingHookCondition(st) != nil:
 		c := blockingHookCondition(st)
 		setCondition(st, obj, v1alpha1.ConditionReady, metav1.ConditionFalse, c.Reason, c.Message)
@@ -710,7 +766,8 @@ func blockingHookCondition(st *v1alpha1.ReleaseStatus) *metav1.Condition {
 	for i := range st.Conditions {
 		c := &st.Conditions[i]
 		switch c.Type {
-		case v1alpha1.ConditionReady, v1alpha1.ConditionReleased, v1alpha1.ConditionReconciling, v1alpha1.ConditionStalled, v1alpha1.ConditionDrifted:
+		case v1alpha1.ConditionReady, v1alpha1.ConditionReleased, v1alpha1.ConditionReconciling, v1alpha1.ConditionStalled, v1alpha1.ConditionDrifted,
+			v1alpha1.ConditionUpgradeBlocked, v1alpha1.ConditionSourceAvailable:
 			continue
 		}
 		if c.Status == metav1.ConditionFalse {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -144,6 +145,19 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager, sh *Shared) error {
 	secret.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
 	if err := c.Watch(source.Kind(sh.Releases, client.Object(secret), handler.EnqueueRequestsFromMapFunc(r.mapReleaseRecord), releaseRecordPredicate())); err != nil {
 		return err
+	}
+	if r.Source.Interval() > 0 {
+		// A change of the source's versions (or its recovery) wakes every
+		// resource of the kind: that is how a published chart rolls out.
+		r.kick = make(chan event.GenericEvent)
+		if err := c.Watch(source.Channel(r.kick, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
+			return r.enqueueNamespaces(ctx, nil)
+		}))); err != nil {
+			return err
+		}
+		if err := mgr.Add(manager.RunnableFunc(r.refreshLoop)); err != nil {
+			return err
+		}
 	}
 	if r.Watch.WatchDependentResources {
 		r.deps = &dependents{cache: sh.Dependents, ctrl: c, watched: map[schema.GroupVersionKind]bool{}}
@@ -286,5 +300,39 @@ func (r *Reconciler) dependentHandler() handler.TypedEventHandler[client.Object,
 				q.Add(reconcile.Request{NamespacedName: key})
 			}
 		},
+	}
+}
+
+// refreshLoop refreshes a remote chart source on its interval (the first
+// time at once) and wakes every resource when its versions changed or it
+// became reachable again.
+func (r *Reconciler) refreshLoop(ctx context.Context) error {
+	var lastErr error
+	first := true
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		changed, err := r.Source.Refresh(ctx)
+		switch {
+		case err != nil && (lastErr == nil || first):
+			r.Log.Info("Chart source unreachable; releases stay on what they have", "source", r.Source.String(), "error", err.Error())
+		case err == nil && lastErr != nil:
+			r.Log.Info("Chart source reachable again", "source", r.Source.String())
+		}
+		if changed || first || (err == nil) != (lastErr == nil) {
+			r.Log.V(1).Info("Chart source refreshed", "source", r.Source.String(), "changed", changed)
+			select {
+			case r.kick <- event.GenericEvent{Object: &metav1.PartialObjectMetadata{}}:
+			case <-ctx.Done():
+				return nil
+			}
+		}
+		lastErr, first = err, false
+		t.Reset(r.Source.Interval())
 	}
 }

@@ -13,6 +13,13 @@ type PostgresSpec struct {
 	// +kubebuilder:validation:Pattern=`^[1-9][0-9]*(\.[0-9]+)?$`
 	Version string `json:"version"`
 
+	// ChartVersion is a semver constraint on the chart version, e.g. "~1.4"
+	// (within the watch's own constraint). A major chart upgrade, or a change
+	// of the PostgreSQL major version, also needs annotation
+	// chartpilot.dev/allow-major-upgrade naming the target major.
+	// +optional
+	ChartVersion string `json:"chartVersion,omitempty"`
+
 	// Replicas is 1 primary plus streaming replicas.
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=9

@@ -17,6 +17,13 @@ const (
 	ConditionStalled = "Stalled"
 	// ConditionDrifted is True when objects of the release differ from it.
 	ConditionDrifted = "Drifted"
+	// ConditionUpgradeBlocked is True when policy holds the release below the
+	// version its constraints select (a major upgrade not opted in to, a
+	// refused downgrade); the message says how to proceed.
+	ConditionUpgradeBlocked = "UpgradeBlocked"
+	// ConditionSourceAvailable is False when the chart's repository or
+	// registry cannot be read; releases stay on what they have.
+	ConditionSourceAvailable = "SourceAvailable"
 )
 
 // Annotations on a managed custom resource.
@@ -31,7 +38,23 @@ const (
 	// AnnotationAdopt "true" lets chartpilot take over a release of the same
 	// name that it did not install.
 	AnnotationAdopt = "chartpilot.dev/adopt"
+	// AnnotationChartVersion is a semver constraint on the chart version for
+	// kinds without a spec.chartVersion field.
+	AnnotationChartVersion = "chartpilot.dev/chart-version"
+	// AnnotationAllowMajorUpgrade lists the major versions (of the chart, or
+	// of the software a kind names) the resource may be upgraded to.
+	AnnotationAllowMajorUpgrade = "chartpilot.dev/allow-major-upgrade"
+	// AnnotationAllowDowngrade is the exact version a downgrade to is allowed.
+	AnnotationAllowDowngrade = "chartpilot.dev/allow-downgrade"
+	// AnnotationMaintenanceWindow limits chart version upgrades to windows
+	// such as "Sat 02:00-04:00 UTC" (on the resource or its namespace).
+	AnnotationMaintenanceWindow = "chartpilot.dev/maintenance-window"
 )
+
+// LabelCanary "true" makes a resource a canary: it upgrades to a new chart
+// version first, and the others wait until every canary has been Ready on
+// it for the watch's canarySoak.
+const LabelCanary = "chartpilot.dev/canary"
 
 // Finalizer is put on every managed custom resource before its first install.
 const Finalizer = "chartpilot.dev/uninstall"
@@ -53,6 +76,10 @@ type ReleaseStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxItems=10
 	History []HistoryEntry `json:"history,omitempty"`
+	// Chart says which chart version is deployed, which one the resource's
+	// constraints select, and which newer one exists.
+	// +optional
+	Chart *ChartStatus `json:"chart,omitempty"`
 	// LastFailure is the last failed action, for back-off; cleared on success.
 	// +optional
 	LastFailure *Failure `json:"lastFailure,omitempty"`
@@ -71,6 +98,26 @@ type ReleaseInfo struct {
 	LastDeployed *metav1.Time `json:"lastDeployed,omitempty"`
 	// ValuesDigest hashes the chart, the final values and the relevant annotations.
 	ValuesDigest string `json:"valuesDigest,omitempty"`
+}
+
+// ChartStatus is the chart version state of a resource.
+type ChartStatus struct {
+	// Name of the chart.
+	Name string `json:"name,omitempty"`
+	// DeployedVersion is the version of the last good revision.
+	// +optional
+	DeployedVersion string `json:"deployedVersion,omitempty"`
+	// DesiredVersion is the highest version the constraints select.
+	// +optional
+	DesiredVersion string `json:"desiredVersion,omitempty"`
+	// AvailableUpgrade is a higher version the watch allows but that is not
+	// deployed (policy or the resource's constraint holds it back).
+	// +optional
+	AvailableUpgrade string `json:"availableUpgrade,omitempty"`
+	// FailedVersion is the version whose upgrade failed and was rolled back;
+	// it is not retried until the inputs change or a reconcile is requested.
+	// +optional
+	FailedVersion string `json:"failedVersion,omitempty"`
 }
 
 // HistoryEntry is one action chartpilot took.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -26,7 +27,7 @@ var GVK = v1alpha1.GroupVersion.WithKind("Postgres")
 
 // Kind returns the translator and status reporter of Postgres.
 func Kind() release.Kind {
-	return release.Kind{Values: Values, Status: Status, Facts: Facts}
+	return release.Kind{Values: Values, Status: Status, Facts: Facts, AppMajor: Major}
 }
 
 // Facts are the policy figures of a Postgres: replicas, storage per pod and
@@ -195,4 +196,13 @@ func Status(ctx context.Context, c client.Reader, obj *unstructured.Unstructured
 		return extras, 5 * time.Second, nil
 	}
 	return extras, 0, nil
+}
+
+// Major is the PostgreSQL major version a resource asks for ("17" of
+// "17.2"): a change of it is a major upgrade (pg_upgrade territory), so it
+// needs the same opt-in as a major chart upgrade.
+func Major(obj *unstructured.Unstructured) string {
+	v, _, _ := unstructured.NestedString(obj.Object, "spec", "version")
+	major, _, _ := strings.Cut(strings.TrimSpace(v), ".")
+	return major
 }

@@ -1,0 +1,184 @@
+package release
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
+	"github.com/chartpilot/chartpilot/internal/source"
+)
+
+// Reasons a rollout gate holds a chart version upgrade (condition
+// Reconciling, and label "reason" of chartpilot_rollout_waiting).
+const (
+	reasonWindow          = "WaitingForMaintenanceWindow"
+	reasonInvalidWindow   = "InvalidMaintenanceWindow"
+	reasonCanaries        = "WaitingForCanaries"
+	reasonHalted          = "RolloutHalted"
+	reasonQueued          = "UpgradeQueued"
+	canaryPoll            = 10 * time.Second
+	maxWindowWait         = time.Hour
+	invalidWindowRecheck  = 5 * time.Minute
+	rolloutResultDeployed = "deployed"
+	rolloutResultRollback = "rolled_back"
+)
+
+// rolloutGate decides whether a chart version upgrade may start now:
+// inside the maintenance window (of the resource, else of its namespace)
+// and, for a resource that is not a canary, after every canary taking
+// part in this version's rollout has been Ready on it for canarySoak.
+// hold is true when it must wait; the condition says why.
+func (r *Reconciler) rolloutGate(ctx context.Context, p *pass) (ctrl.Result, bool) {
+	if res, hold := r.windowGate(ctx, p); hold {
+		return res, true
+	}
+	if p.obj.GetLabels()[v1alpha1.LabelCanary] == "true" {
+		return ctrl.Result{}, false
+	}
+	return r.canaryGate(ctx, p)
+}
+
+func (r *Reconciler) windowGate(ctx context.Context, p *pass) (ctrl.Result, bool) {
+	spec, where := p.obj.GetAnnotations()[v1alpha1.AnnotationMaintenanceWindow], "annotation "+v1alpha1.AnnotationMaintenanceWindow
+	if spec == "" {
+		ns := &metav1.PartialObjectMetadata{}
+		ns.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
+		if err := r.Client.Get(ctx, types.NamespacedName{Name: p.key.Namespace}, ns); err == nil {
+			spec, where = ns.GetAnnotations()[v1alpha1.AnnotationMaintenanceWindow], "annotation "+v1alpha1.AnnotationMaintenanceWindow+" of namespace "+p.key.Namespace
+		}
+	}
+	if spec == "" {
+		return ctrl.Result{}, false
+	}
+	ws, err := parseWindows(spec)
+	if err != nil {
+		return r.waitRollout(p, reasonInvalidWindow, fmt.Sprintf("%s: %v; the upgrade to chart %s %s waits until it is fixed", where, err, p.chart.Name, p.chart.Version), invalidWindowRecheck), true
+	}
+	open, next := inWindow(ws, r.now())
+	if open {
+		return ctrl.Result{}, false
+	}
+	at := r.now().Add(next).UTC().Format(time.RFC3339)
+	return r.waitRollout(p, reasonWindow, fmt.Sprintf("the upgrade to chart %s %s waits for the maintenance window (%s: %q), next at %s", p.chart.Name, p.chart.Version, where, spec, at), min(next, maxWindowWait)), true
+}
+
+// canaryGate holds a non-canary while the canaries of this version's rollout
+// are not yet Ready on it for canarySoak, and halts it when one of them
+// failed on it.
+func (r *Reconciler) canaryGate(ctx context.Context, p *pass) (ctrl.Result, bool) {
+	target := p.chart.Version
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(r.Watch.GVK.GroupVersion().WithKind(r.Watch.GVK.Kind + "List"))
+	if err := r.Client.List(ctx, list, client.MatchingLabels{v1alpha1.LabelCanary: "true"}); err != nil {
+		return r.waitRollout(p, reasonCanaries, "listing canaries: "+oneLine(err.Error()), canaryPoll), true
+	}
+	versions, _ := r.Source.Versions()
+	var pending, failed []string
+	total := 0
+	wait := canaryPoll
+	for i := range list.Items {
+		c := &list.Items[i]
+		if r.Watch.Selector != nil && !r.Watch.Selector.Matches(labels.Set(c.GetLabels())) {
+			continue
+		}
+		if c.GetDeletionTimestamp() != nil {
+			continue
+		}
+		st := readStatus(c)
+		deployed := ""
+		if st.Chart != nil {
+			deployed = st.Chart.DeployedVersion
+		}
+		// A canary takes part when its own policy leads it to this version.
+		pol, _, err := r.policyFor(c, deployedState{chartVersion: deployed})
+		if err != nil {
+			continue
+		}
+		if ch, err := source.Choose(versions, pol); err != nil || ch.Version != target {
+			continue
+		}
+		total++
+		name := c.GetNamespace() + "/" + c.GetName()
+		ready := apimeta.FindStatusCondition(st.Conditions, v1alpha1.ConditionReady)
+		switch {
+		case st.Chart != nil && st.Chart.FailedVersion == target:
+			failed = append(failed, name)
+		case deployed != target || ready == nil || ready.Status != metav1.ConditionTrue || st.Release == nil || st.Release.LastDeployed == nil:
+			pending = append(pending, name)
+		default:
+			soaked := st.Release.LastDeployed.Add(r.Watch.CanarySoak)
+			if left := soaked.Sub(r.now()); left > 0 {
+				pending = append(pending, name)
+				wait = min(wait, left+time.Second)
+			}
+		}
+	}
+	key := []string{r.Watch.GVK.Kind, target}
+	if len(failed) > 0 {
+		rolloutHalted.WithLabelValues(key...).Set(1)
+		sort.Strings(failed)
+		return r.waitRollout(p, reasonHalted, fmt.Sprintf("the rollout of chart %s %s is halted: canary %s failed on it and was rolled back; fix the chart or the canary, then set %s on the canary to try again", p.chart.Name, target, strings.Join(failed, ", "), v1alpha1.AnnotationReconcileRequestedAt), time.Minute), true
+	}
+	rolloutHalted.WithLabelValues(key...).Set(0)
+	if len(pending) > 0 {
+		sort.Strings(pending)
+		return r.waitRollout(p, reasonCanaries, fmt.Sprintf("the upgrade to chart %s %s waits for %d of %d canaries to be Ready on it for %s: %s", p.chart.Name, target, len(pending), total, r.Watch.CanarySoak, strings.Join(pending, ", ")), wait), true
+	}
+	return ctrl.Result{}, false
+}
+
+// waitRollout holds the upgrade with a Reconciling condition (and a
+// Warning event for a halt, once) and counts the resource as waiting.
+func (r *Reconciler) waitRollout(p *pass, reason, msg string, after time.Duration) ctrl.Result {
+	prev := apimeta.FindStatusCondition(p.orig.Conditions, v1alpha1.ConditionReconciling)
+	setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionTrue, reason, msg)
+	if reason == reasonHalted || reason == reasonInvalidWindow {
+		if prev == nil || prev.Reason != reason || prev.Message != msg {
+			r.Recorder.Event(p.obj, corev1.EventTypeWarning, reason, msg)
+		}
+	}
+	summarise(p.status, p.obj)
+	r.setWaiting(p.key, reason)
+	return ctrl.Result{RequeueAfter: after}
+}
+
+func (r *Reconciler) setWaiting(key types.NamespacedName, reason string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.setWaitingLocked(key, reason)
+}
+
+// setWaitingLocked records why key waits ("" for not waiting) and updates
+// chartpilot_rollout_waiting; r.mu is held.
+func (r *Reconciler) setWaitingLocked(key types.NamespacedName, reason string) {
+	if r.waiting == nil {
+		r.waiting = map[types.NamespacedName]string{}
+	}
+	if r.waiting[key] == reason {
+		return
+	}
+	if reason == "" {
+		delete(r.waiting, key)
+	} else {
+		r.waiting[key] = reason
+	}
+	counts := map[string]int{reasonWindow: 0, reasonInvalidWindow: 0, reasonCanaries: 0, reasonHalted: 0, reasonQueued: 0}
+	for _, why := range r.waiting {
+		counts[why]++
+	}
+	for why, n := range counts {
+		rolloutWaiting.WithLabelValues(r.Watch.GVK.Kind, why).Set(float64(n))
+	}
+}

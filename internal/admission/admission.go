@@ -24,8 +24,8 @@ const Path = "/validate-chartpilot"
 
 // Kind is what the handler needs of one watched kind.
 type Kind struct {
-	Kind         release.Kind
-	Hooks        []*hooks.Hook
+	Kind  release.Kind
+	Hooks []*hooks.Hook
 	// Chart names the chart and the version a new resource would get.
 	Chart func() (name, version string)
 }

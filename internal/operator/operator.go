@@ -27,9 +27,9 @@ import (
 	"github.com/chartpilot/chartpilot/hooks/tenancy"
 	"github.com/chartpilot/chartpilot/internal/admission"
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
-	"github.com/chartpilot/chartpilot/internal/source"
 	"github.com/chartpilot/chartpilot/internal/kinds"
 	"github.com/chartpilot/chartpilot/internal/release"
+	"github.com/chartpilot/chartpilot/internal/source"
 	"github.com/chartpilot/chartpilot/internal/watches"
 )
 

@@ -38,6 +38,7 @@ type runOptions struct {
 	webhookCerts            string
 	webhookService          string
 	webhookConfig           string
+	chartCacheDir           string
 	qps                     float64
 	burst                   int
 	zap                     zap.Options
@@ -56,6 +57,7 @@ func parseRunFlags(args []string) (*runOptions, error) {
 	fs.DurationVar(&o.leaseDuration, "leader-elect-lease-duration", 15*time.Second, "how long a non-leader waits before taking over an unrenewed lease")
 	fs.DurationVar(&o.renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "how long the leader retries renewing before it gives up leadership")
 	fs.DurationVar(&o.retryPeriod, "leader-elect-retry-period", 2*time.Second, "how often leader election clients retry")
+	fs.StringVar(&o.chartCacheDir, "chart-cache-dir", "", "directory for remote charts and their version lists (default: the user cache directory, e.g. ~/.cache/chartpilot/charts)")
 	fs.IntVar(&o.webhookPort, "webhook-port", 0, "port of the validating admission webhook; 0 disables it (config/manager uses 9443)")
 	fs.StringVar(&o.webhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "directory of the webhook's tls.crt and tls.key")
 	fs.StringVar(&o.webhookCerts, "webhook-certs", "self-signed", "self-signed: chartpilot makes, shares (Secret <service>-certs) and rotates a CA and certificate; files: use --webhook-cert-dir as mounted (e.g. from cert-manager)")
@@ -150,6 +152,7 @@ func run(ctx context.Context, args []string) error {
 		RenewDeadline:           o.renewDeadline,
 		RetryPeriod:             o.retryPeriod,
 		Log:                     ctrl.Log,
+		ChartCacheDir:           o.chartCacheDir,
 	})
 	if err != nil {
 		return err

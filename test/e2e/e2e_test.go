@@ -263,6 +263,56 @@ func TestPostgresLifecycle(t *testing.T) {
 	}
 }
 
+// TestPostgresMajorVersionNeedsOptIn: a change of spec.version within a
+// major proceeds; a new major waits for the opt-in annotation and changes
+// nothing until then.
+func TestPostgresMajorVersionNeedsOptIn(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	e.apply(postgresGVR, "Postgres", "pg", map[string]any{"version": "16", "storage": map[string]any{"size": "1Gi"}})
+	image := func() string {
+		sts, err := e.cs.AppsV1().StatefulSets(e.ns).Get(ctx, "pg", metav1.GetOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		return sts.Spec.Template.Spec.Containers[0].Image
+	}
+	waitImage := func(want string) {
+		e.waitFor("Postgres pg Ready on "+want, 3*time.Minute, func() (bool, string) {
+			ok, obs := ready(e.get(postgresGVR, "pg"))
+			img := image()
+			return ok && strings.HasSuffix(img, ":"+want), obs + " image " + img
+		})
+	}
+	waitImage("16")
+	if err := e.patch(postgresGVR, "pg", `{"spec":{"version":"16.4"}}`); err != nil {
+		t.Fatal(err)
+	}
+	waitImage("16.4")
+
+	if err := e.patch(postgresGVR, "pg", `{"spec":{"version":"17"}}`); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor("UpgradeBlocked for the major version change", time.Minute, func() (bool, string) {
+		u := e.get(postgresGVR, "pg")
+		st := &v1alpha1.ReleaseStatus{}
+		_ = runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object["status"].(map[string]any), st)
+		c := apimeta.FindStatusCondition(st.Conditions, v1alpha1.ConditionUpgradeBlocked)
+		r := apimeta.FindStatusCondition(st.Conditions, v1alpha1.ConditionReady)
+		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == "MajorVersionChangeBlocked" &&
+				strings.Contains(c.Message, `chartpilot.dev/allow-major-upgrade: "17"`) && r != nil && r.Status == metav1.ConditionFalse,
+			fmt.Sprintf("UpgradeBlocked=%v Ready=%v", c, r)
+	})
+	time.Sleep(3 * time.Second)
+	if img := image(); !strings.HasSuffix(img, ":16.4") {
+		t.Errorf("a major version change was applied without the opt-in: image %s", img)
+	}
+	if err := e.patch(postgresGVR, "pg", `{"metadata":{"annotations":{"chartpilot.dev/allow-major-upgrade":"17"}}}`); err != nil {
+		t.Fatal(err)
+	}
+	waitImage("17")
+}
+
 func TestRedisLifecycle(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()

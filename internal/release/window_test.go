@@ -18,7 +18,7 @@ func TestMaintenanceWindows(t *testing.T) {
 		{"Sat 02:00-04:00 UTC", sat(3, 0), true, 0},
 		{"Sat 02:00-04:00 UTC", sat(4, 0), false, 7*24*time.Hour - 2*time.Hour},
 		{"Sat 02:00-04:00 UTC", sat(1, 30), false, 30 * time.Minute},
-		{"Mon-Fri 22:00-02:00 UTC", sat(1, 0), true, 0}, // Friday's window runs into Saturday
+		{"Mon-Fri 22:00-02:00 UTC", sat(1, 0), true, 0},               // Friday's window runs into Saturday
 		{"Mon-Fri 22:00-02:00 UTC", sat(3, 0), false, 67 * time.Hour}, // Monday 22:00
 		{"Sun,Sat 00:00-01:00 UTC; * 12:00-12:30 UTC", sat(11, 0), false, time.Hour},
 		{"Sat 02:00-04:00 Europe/Berlin", sat(1, 30), true, 0}, // 02:30 in Berlin (UTC+1)

@@ -12,7 +12,10 @@
 //   - resync: a label touched on every resource (a plain re-reconcile, the
 //     same path as the periodic resync); same figures;
 //   - idle: 30 seconds with nothing to do; API requests by verb;
-//   - the operator's peak RSS (VmHWM) and peak Go heap in use.
+//   - the operator's peak RSS (VmHWM) and peak Go heap in use;
+//   - upgrade wave (-wave 200): N resources installed from a loopback chart
+//     repository, then a patch version published; wall time until every one
+//     is Ready on it, and the peak number upgrading at once.
 package main
 
 import (
@@ -50,6 +53,8 @@ func main() {
 	ns := flag.String("n", "100,500", "comma-separated numbers of resources to converge")
 	concurrency := flag.Int("concurrency", 16, "maxConcurrentReconciles of the benchmark's watch")
 	idle := flag.Duration("idle", 30*time.Second, "idle period measured after convergence")
+	wave := flag.String("wave", "200", "comma-separated numbers of resources for the upgrade wave (empty: none)")
+	bound := flag.Int("max-upgrades", 5, "maxConcurrentUpgrades of the upgrade wave's watch")
 	flag.Parse()
 	root, err := testcluster.ModuleRoot()
 	if err != nil {
@@ -57,6 +62,9 @@ func main() {
 	}
 	var rows []result
 	for _, f := range strings.Split(*ns, ",") {
+		if strings.TrimSpace(f) == "" {
+			continue
+		}
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n <= 0 {
 			fail(fmt.Errorf("-n: %q is not a positive number", f))
@@ -67,7 +75,23 @@ func main() {
 		}
 		rows = append(rows, r)
 	}
+	var waves []waveResult
+	for _, f := range strings.Split(*wave, ",") {
+		if strings.TrimSpace(f) == "" {
+			continue
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			fail(fmt.Errorf("-wave: %q is not a positive number", f))
+		}
+		w, err := runWave(root, n, *bound, *concurrency)
+		if err != nil {
+			fail(fmt.Errorf("upgrade wave with %d resources: %w", n, err))
+		}
+		waves = append(waves, w)
+	}
 	printTable(rows, *concurrency)
+	printWave(waves)
 }
 
 func fail(err error) {
@@ -116,35 +140,11 @@ func runOne(root string, n, concurrency int, idle time.Duration) (result, error)
 		filepath.Join(root, "test", "charts", "webapp"), concurrency)), 0o644); err != nil {
 		return res, err
 	}
-	metricsAddr, err := freeAddr()
+	metricsAddr, op, stopOp, err := startOperator(c, root, watchesFile)
 	if err != nil {
 		return res, err
 	}
-	probeAddr, err := freeAddr()
-	if err != nil {
-		return res, err
-	}
-	logPath := filepath.Join(c.LogDir, "chartpilot.log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		return res, err
-	}
-	defer logFile.Close()
-	op := exec.Command(filepath.Join(root, "bin", "chartpilot"), "run",
-		"--kubeconfig", c.KubeconfigPath, "--watches", watchesFile,
-		"--metrics-bind-address", metricsAddr, "--health-probe-bind-address", probeAddr)
-	op.Stdout, op.Stderr = logFile, logFile
-	op.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := op.Start(); err != nil {
-		return res, fmt.Errorf("starting bin/chartpilot (run make build): %w", err)
-	}
-	defer func() {
-		_ = op.Process.Signal(syscall.SIGTERM)
-		_ = op.Wait()
-	}()
-	if err := waitHTTP("http://" + probeAddr + "/readyz"); err != nil {
-		return res, fmt.Errorf("operator not ready (log %s): %w", logPath, err)
-	}
+	defer stopOp()
 
 	// Sample peak heap while the operator works.
 	var heapMu sync.Mutex
@@ -224,6 +224,43 @@ func runOne(root string, n, concurrency int, idle time.Duration) (result, error)
 	heapMu.Unlock()
 	res.peakRSS, err = peakRSS(op.Process.Pid)
 	return res, err
+}
+
+// startOperator runs bin/chartpilot against c as its own process.
+func startOperator(c *testcluster.Cluster, root, watchesFile string) (string, *exec.Cmd, func(), error) {
+	metricsAddr, err := freeAddr()
+	if err != nil {
+		return "", nil, nil, err
+	}
+	probeAddr, err := freeAddr()
+	if err != nil {
+		return "", nil, nil, err
+	}
+	logPath := filepath.Join(c.LogDir, "chartpilot.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	op := exec.Command(filepath.Join(root, "bin", "chartpilot"), "run",
+		"--kubeconfig", c.KubeconfigPath, "--watches", watchesFile,
+		"--metrics-bind-address", metricsAddr, "--health-probe-bind-address", probeAddr,
+		"--chart-cache-dir", filepath.Join(c.Dir, "chart-cache"))
+	op.Stdout, op.Stderr = logFile, logFile
+	op.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := op.Start(); err != nil {
+		logFile.Close()
+		return "", nil, nil, fmt.Errorf("starting bin/chartpilot (run make build): %w", err)
+	}
+	stop := func() {
+		_ = op.Process.Signal(syscall.SIGTERM)
+		_ = op.Wait()
+		logFile.Close()
+	}
+	if err := waitHTTP("http://" + probeAddr + "/readyz"); err != nil {
+		stop()
+		return "", nil, nil, fmt.Errorf("operator not ready (log %s): %w", logPath, err)
+	}
+	return metricsAddr, op, stop, nil
 }
 
 // measure runs action and reports the operator's work until it is quiet again.
@@ -442,6 +479,9 @@ func logf(format string, args ...any) {
 }
 
 func printTable(rows []result, concurrency int) {
+	if len(rows) == 0 {
+		return
+	}
 	fmt.Printf("\nchartpilot benchmark — passthrough chart (ConfigMap, Service, Deployment), full local cluster, maxConcurrentReconciles=%d, GOMAXPROCS host=%d cores\n\n", concurrency, numCPU())
 	fmt.Println("| N | converge (s) | releases/s | peak RSS (MiB) | peak heap (MiB) |")
 	fmt.Println("|---:|---:|---:|---:|---:|")

@@ -1,0 +1,182 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/chartpilot/chartpilot/internal/helm"
+	"github.com/chartpilot/chartpilot/internal/testcluster"
+)
+
+// waveResult is one upgrade wave: a chart version published in a chart
+// repository reaching every resource.
+type waveResult struct {
+	n, bound    int
+	install     time.Duration
+	wave        time.Duration
+	peak        float64 // upgrades in progress at once (operator's gauge)
+	peakWaiting float64 // resources queued behind the bound at once
+	helm        float64 // Helm actions during the wave
+}
+
+// runWave installs n resources from webapp 1.0.0 served by a loopback chart
+// repository, publishes 1.0.1, and measures the wave until every resource
+// is Ready on 1.0.1.
+func runWave(root string, n, bound, concurrency int) (waveResult, error) {
+	res := waveResult{n: n, bound: bound}
+	ctx := context.Background()
+	logf("wave N=%d: starting the full local cluster", n)
+	c, err := testcluster.Start(ctx, testcluster.Options{Tier: testcluster.TierFull, CRDDirs: []string{filepath.Join(root, "test", "crds")}})
+	if err != nil {
+		return res, err
+	}
+	defer func() { _ = c.Stop() }()
+	dyn, err := dynamic.NewForConfig(c.Config)
+	if err != nil {
+		return res, err
+	}
+	cs, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		return res, err
+	}
+	repoDir := filepath.Join(c.Dir, "repo")
+	repo := httptest.NewServer(http.FileServer(http.Dir(repoDir)))
+	defer repo.Close()
+	publish := func(version string) error {
+		if _, err := helm.PackageAs(filepath.Join(root, "test", "charts", "webapp"), version, repoDir); err != nil {
+			return err
+		}
+		return helm.WriteIndex(repoDir, repo.URL)
+	}
+	if err := publish("1.0.0"); err != nil {
+		return res, err
+	}
+	watchesFile := filepath.Join(c.Dir, "watches.yaml")
+	if err := os.WriteFile(watchesFile, []byte(fmt.Sprintf(
+		"- {group: test.chartpilot.dev, version: v1alpha1, kind: Webapp, chart: {repo: %q, name: webapp, interval: 10s}, maxConcurrentReconciles: %d, maxConcurrentUpgrades: %d}\n",
+		repo.URL, concurrency, bound)), 0o644); err != nil {
+		return res, err
+	}
+	metricsAddr, _, stop, err := startOperator(c, root, watchesFile)
+	if err != nil {
+		return res, err
+	}
+	defer stop()
+	ns := "wave"
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, nsObject(ns), metav1.CreateOptions{}); err != nil {
+		return res, err
+	}
+	start := time.Now()
+	if err := parallel(n, 16, func(i int) error {
+		u := &unstructured.Unstructured{}
+		u.SetAPIVersion("test.chartpilot.dev/v1alpha1")
+		u.SetKind("Webapp")
+		u.SetName(fmt.Sprintf("app-%04d", i))
+		u.Object["spec"] = map[string]any{"message": "wave"}
+		_, err := dyn.Resource(gvr).Namespace(ns).Create(ctx, u, metav1.CreateOptions{})
+		return err
+	}); err != nil {
+		return res, err
+	}
+	if err := waitAllOn(ctx, dyn, n, "1.0.0", 20*time.Minute); err != nil {
+		return res, err
+	}
+	res.install = time.Since(start)
+	logf("wave N=%d: installed in %s; publishing 1.0.1", n, res.install.Round(time.Millisecond))
+
+	url := "http://" + metricsAddr + "/metrics"
+	before, err := scrape(url)
+	if err != nil {
+		return res, err
+	}
+	var mu sync.Mutex
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			if m, err := scrape(url); err == nil {
+				mu.Lock()
+				res.peak = math.Max(res.peak, m.sum("chartpilot_upgrades_in_progress", nil))
+				res.peakWaiting = math.Max(res.peakWaiting, m.sum("chartpilot_rollout_waiting", map[string]string{"reason": "UpgradeQueued"}))
+				mu.Unlock()
+			}
+		}
+	}()
+	start = time.Now()
+	if err := publish("1.0.1"); err != nil {
+		return res, err
+	}
+	err = waitAllOn(ctx, dyn, n, "1.0.1", 30*time.Minute)
+	res.wave = time.Since(start)
+	close(done)
+	if err != nil {
+		return res, err
+	}
+	after, err := scrape(url)
+	if err != nil {
+		return res, err
+	}
+	res.helm = after.sum("chartpilot_helm_action_duration_seconds_count", nil) - before.sum("chartpilot_helm_action_duration_seconds_count", nil)
+	mu.Lock()
+	defer mu.Unlock()
+	logf("wave N=%d: all on 1.0.1 after %s, peak %.0f upgrading at once", n, res.wave.Round(time.Millisecond), res.peak)
+	return res, nil
+}
+
+// waitAllOn waits until n resources are Ready with chart version deployed.
+func waitAllOn(ctx context.Context, dyn dynamic.Interface, n int, version string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	on := 0
+	for time.Now().Before(deadline) {
+		list, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{})
+		if err == nil {
+			on = 0
+			for _, u := range list.Items {
+				if v, _, _ := unstructured.NestedString(u.Object, "status", "chart", "deployedVersion"); v != version {
+					continue
+				}
+				conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+				for _, c := range conds {
+					m, _ := c.(map[string]any)
+					if m["type"] == "Ready" && m["status"] == "True" {
+						on++
+					}
+				}
+			}
+			if on >= n {
+				return nil
+			}
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	return fmt.Errorf("only %d of %d resources Ready on chart %s after %s", on, n, version, timeout)
+}
+
+func printWave(rows []waveResult) {
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Println("\nUpgrade wave — webapp 1.0.0 → 1.0.1 published in a loopback chart repository (refresh interval 10s); wave = publish until every resource is Ready on 1.0.1 (includes up to one refresh interval)")
+	fmt.Println()
+	fmt.Println("| N | maxConcurrentUpgrades | install (s) | wave (s) | upgrades/s | peak upgrading at once | peak queued | Helm actions in wave |")
+	fmt.Println("|---:|---:|---:|---:|---:|---:|---:|---:|")
+	for _, r := range rows {
+		fmt.Printf("| %d | %d | %.1f | %.1f | %.1f | %.0f | %.0f | %.0f |\n", r.n, r.bound, r.install.Seconds(), r.wave.Seconds(), float64(r.n)/r.wave.Seconds(), r.peak, r.peakWaiting, r.helm)
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/chartpilot/chartpilot/hooks"
+	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/release"
 )
 
@@ -41,7 +42,7 @@ var _ admission.Handler = (*Handler)(nil)
 func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.Response {
 	gvk := schema.GroupVersionKind{Group: req.Kind.Group, Version: req.Kind.Version, Kind: req.Kind.Kind}
 	k, ok := h.Kinds[gvk]
-	if !ok || len(k.Hooks) == 0 {
+	if !ok {
 		return admission.Allowed("")
 	}
 	obj := &unstructured.Unstructured{}
@@ -50,6 +51,14 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 	}
 	if obj.GetDeletionTimestamp() != nil {
 		return admission.Allowed("being deleted")
+	}
+	if policyAnnotationsChanged(req.OldObject.Raw, obj) {
+		if err := release.ValidateAnnotations(obj); err != nil {
+			return admission.Denied(err.Error())
+		}
+	}
+	if len(k.Hooks) == 0 {
+		return admission.Allowed("")
 	}
 	if len(req.OldObject.Raw) > 0 {
 		old := &unstructured.Unstructured{}
@@ -86,4 +95,23 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 		}
 	}
 	return admission.Allowed("")
+}
+
+// policyAnnotationsChanged reports whether a create, or an update that
+// changes an annotation the version policy reads: only those are checked,
+// so the operator's own metadata patches are never refused.
+func policyAnnotationsChanged(oldRaw []byte, obj *unstructured.Unstructured) bool {
+	if len(oldRaw) == 0 {
+		return true
+	}
+	old := &unstructured.Unstructured{}
+	if err := json.Unmarshal(oldRaw, &old.Object); err != nil {
+		return true
+	}
+	for _, a := range []string{v1alpha1.AnnotationChartVersion, v1alpha1.AnnotationAllowMajorUpgrade, v1alpha1.AnnotationMaintenanceWindow} {
+		if old.GetAnnotations()[a] != obj.GetAnnotations()[a] {
+			return true
+		}
+	}
+	return false
 }

@@ -225,7 +225,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		return ctrl.Result{}, nil
 	}
 	if err := r.desired(ctx, p); err != nil {
-		r.stall(p, "ValuesInvalid", err.Error())
+		r.stall(p, stallReason(err), err.Error())
 		return ctrl.Result{}, nil
 	}
 	if p.blocked {
@@ -384,7 +384,7 @@ func (r *Reconciler) act(ctx context.Context, p *pass) (ctrl.Result, error) {
 	if d := deployedFromHistory(o); d != p.deployed {
 		p.deployed, p.deployedExact = d, true
 		if err := r.desired(ctx, p); err != nil {
-			r.stall(p, "ValuesInvalid", err.Error())
+			r.stall(p, stallReason(err), err.Error())
 			return ctrl.Result{}, nil
 		}
 		if p.blocked {

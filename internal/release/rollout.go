@@ -126,6 +126,8 @@ func (r *Reconciler) canaryGate(ctx context.Context, p *pass) (ctrl.Result, bool
 		}
 	}
 	key := []string{r.Watch.GVK.Kind, target}
+	// One rollout at a time per kind: a newer version ends the halt of an older one.
+	rolloutHalted.DeletePartialMatch(map[string]string{"kind": r.Watch.GVK.Kind})
 	if len(failed) > 0 {
 		rolloutHalted.WithLabelValues(key...).Set(1)
 		sort.Strings(failed)

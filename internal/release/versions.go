@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/Masterminds/semver/v3"
+
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/helm"
 	"github.com/chartpilot/chartpilot/internal/source"
@@ -136,11 +138,11 @@ func (r *Reconciler) selectChart(ctx context.Context, p *pass) error {
 	}
 	pol, majors, err := r.policyFor(p.obj, p.deployed)
 	if err != nil {
-		return err
+		return &stallError{"AnnotationInvalid", err}
 	}
 	choice, err := source.Choose(versions, pol)
 	if err != nil {
-		return err
+		return &stallError{"ChartVersionUnsatisfiable", err}
 	}
 	p.choice = choice
 	cs := p.status.Chart
@@ -276,4 +278,44 @@ func blockedSummary(st *v1alpha1.ReleaseStatus) *metav1.Condition {
 		return nil
 	}
 	return c
+}
+
+// ValidateAnnotations checks the version and rollout annotations of a
+// resource (admission runs it; the reconciler reports the same errors on
+// the resource's conditions).
+func ValidateAnnotations(obj *unstructured.Unstructured) error {
+	ann := obj.GetAnnotations()
+	var errs []error
+	if _, err := source.ParseMajors(ann[v1alpha1.AnnotationAllowMajorUpgrade]); err != nil {
+		errs = append(errs, err)
+	}
+	if c := ann[v1alpha1.AnnotationChartVersion]; c != "" {
+		if _, err := semver.NewConstraint(c); err != nil {
+			errs = append(errs, fmt.Errorf("annotation %s: %q is not a semver constraint (%v): write e.g. \"~1.4\" or \">=1.2, <2\"", v1alpha1.AnnotationChartVersion, c, err))
+		}
+	}
+	if w := ann[v1alpha1.AnnotationMaintenanceWindow]; w != "" {
+		if _, err := parseWindows(w); err != nil {
+			errs = append(errs, fmt.Errorf("annotation %s: %w", v1alpha1.AnnotationMaintenanceWindow, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// stallError is an input error with its own Stalled reason.
+type stallError struct {
+	reason string
+	err    error
+}
+
+func (e *stallError) Error() string { return e.err.Error() }
+func (e *stallError) Unwrap() error { return e.err }
+
+// stallReason is the Stalled reason of an error from desired.
+func stallReason(err error) string {
+	var se *stallError
+	if errors.As(err, &se) {
+		return se.reason
+	}
+	return "ValuesInvalid"
 }

@@ -356,7 +356,7 @@ func (r *Reconciler) rollback(p *pass, o Observation) (ctrl.Result, error) {
 	}
 	r.recordHistory(p, "Rollback", target, true, msg)
 	// Released stays False: what runs is not what the resource asks for.
-	setCondition(p.status, p.obj, v1alpha1.ConditionReleased, metav1.ConditionFalse, "RolledBack", msg)
+	setCondition(p.status, p.obj, v1alpha1.ConditionReleased, metav1.ConditionFalse, "UpgradeFailed", msg)
 	summarise(p.status, p.obj)
 	return ctrl.Result{RequeueAfter: time.Second}, nil
 }

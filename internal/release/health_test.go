@@ -32,7 +32,7 @@ func TestUnhealthyUpgradeRolledBack(t *testing.T) {
 		c := condition(e.get("hg"), v1alpha1.ConditionReconciling)
 		return c != nil && c.Reason == "Progressing" && strings.Contains(c.Message, "Deployment/hg"), fmt.Sprint(c)
 	})
-	u := e.waitCondition("hg", v1alpha1.ConditionReleased, metav1.ConditionFalse, "RolledBack")
+	u := e.waitRolledBack("hg")
 	msg := condition(u, v1alpha1.ConditionReleased).Message
 	for _, want := range []string{"rolled back to revision 1", "did not become ready within 8s", "Deployment/hg"} {
 		if !strings.Contains(msg, want) {

@@ -219,6 +219,19 @@ func (e *env) waitCondition(name, typ string, want metav1.ConditionStatus, reaso
 	return u
 }
 
+// waitRolledBack waits until Released=False (UpgradeFailed) says the
+// release was rolled back (the failed upgrade itself sets the same reason first).
+func (e *env) waitRolledBack(name string) *unstructured.Unstructured {
+	e.t.Helper()
+	var u *unstructured.Unstructured
+	e.waitFor(name+" rolled back", func() (bool, string) {
+		u = e.get(name)
+		c := condition(u, v1alpha1.ConditionReleased)
+		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == "UpgradeFailed" && strings.Contains(c.Message, "rolled back to revision"), fmt.Sprint(c)
+	})
+	return u
+}
+
 // history returns the release's revisions, oldest first.
 func (e *env) history(name string) []*helm.Release {
 	e.t.Helper()

@@ -226,7 +226,7 @@ func TestFailedUpgradeRolledBack(t *testing.T) {
 	e.waitCondition("rb", v1alpha1.ConditionReady, metav1.ConditionTrue, "")
 	// Port 70000 renders fine but the API server refuses the Service.
 	e.patch("rb", `{"spec":{"message":"bad","port":70000}}`)
-	u := e.waitCondition("rb", v1alpha1.ConditionReleased, metav1.ConditionFalse, "RolledBack")
+	u := e.waitRolledBack("rb")
 	c := condition(u, v1alpha1.ConditionReleased)
 	if !strings.Contains(c.Message, "rolled back to revision 1") || !strings.Contains(c.Message, "70000") {
 		t.Errorf("Released message does not say what failed: %q", c.Message)

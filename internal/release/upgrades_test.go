@@ -268,7 +268,7 @@ func TestCanaryFailureHaltsRollout(t *testing.T) {
 
 	repo.publish("1.1.0", true)
 	for _, name := range canaries {
-		u := e.waitCondition(name, v1alpha1.ConditionReleased, metav1.ConditionFalse, "RolledBack")
+		u := e.waitRolledBack(name)
 		if st := status(u); st.Chart == nil || st.Chart.FailedVersion != "1.1.0" {
 			t.Errorf("%s: status.chart = %+v, want failedVersion 1.1.0", name, st.Chart)
 		}

@@ -138,6 +138,17 @@ func New(o Options) (manager.Manager, error) {
 			return nil, fmt.Errorf("watch %s: %w", w, err)
 		}
 		sources[i] = src
+		// Read a remote source once before reconciling starts, so that no
+		// resource has to wait for the first refresh. A source that is down
+		// is not fatal: releases keep what they have and the refresh loop
+		// tries again.
+		if src.Interval() > 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			if _, err := src.Refresh(ctx); err != nil {
+				o.Log.Info("Chart source not readable at start; releases keep what they have", "watch", w.String(), "error", err.Error())
+			}
+			cancel()
+		}
 	}
 	shared, err := release.NewShared(mgr)
 	if err != nil {

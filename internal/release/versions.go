@@ -130,7 +130,7 @@ func (r *Reconciler) selectChart(ctx context.Context, p *pass) error {
 		if verr != nil {
 			msg += ": " + oneLine(verr.Error())
 		}
-		r.hold(p, "WaitingForChartSource", msg, time.Minute)
+		r.hold(p, "WaitingForChartSource", msg, 15*time.Second)
 		return nil
 	}
 	if !p.deployedExact {

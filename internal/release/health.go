@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/helm"
@@ -174,6 +175,23 @@ func (r *Reconciler) endUpgradeLocked(key types.NamespacedName) {
 	if r.upgrading[key] {
 		delete(r.upgrading, key)
 		upgradesInProgress.WithLabelValues(r.Watch.GVK.Kind).Set(float64(len(r.upgrading)))
+		r.wakeQueuedLocked()
+	}
+}
+
+// wakeQueuedLocked reconciles the longest-queued upgrade now that a slot is
+// free, instead of at its next poll; r.mu is held.
+func (r *Reconciler) wakeQueuedLocked() {
+	if r.wake == nil || len(r.queue) == 0 {
+		return
+	}
+	key := r.queue[0]
+	obj := &metav1.PartialObjectMetadata{}
+	obj.SetNamespace(key.Namespace)
+	obj.SetName(key.Name)
+	select {
+	case r.wake <- event.GenericEvent{Object: obj}:
+	default: // the channel is full: its poll (healthPoll) picks it up
 	}
 }
 

@@ -123,6 +123,10 @@ type Reconciler struct {
 	waiting map[types.NamespacedName]string
 	// kick wakes every resource of the kind (a source's versions changed).
 	kick chan event.GenericEvent
+	// queue holds the resources waiting for an upgrade slot, oldest first;
+	// wake reconciles one of them when a slot frees.
+	queue []types.NamespacedName
+	wake  chan event.GenericEvent
 }
 
 func (r *Reconciler) now() time.Time {

@@ -3,6 +3,7 @@ package release
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -29,7 +30,7 @@ const (
 	reasonHalted          = "RolloutHalted"
 	reasonQueued          = "UpgradeQueued"
 	canaryPoll            = 10 * time.Second
-	maxWindowWait         = time.Hour
+	maxWindowWait         = 5 * time.Minute
 	invalidWindowRecheck  = 5 * time.Minute
 	rolloutResultDeployed = "deployed"
 	rolloutResultRollback = "rolled_back"
@@ -170,6 +171,12 @@ func (r *Reconciler) setWaitingLocked(key types.NamespacedName, reason string) {
 	}
 	if r.waiting[key] == reason {
 		return
+	}
+	if r.waiting[key] == reasonQueued {
+		r.queue = slices.DeleteFunc(r.queue, func(k types.NamespacedName) bool { return k == key })
+	}
+	if reason == reasonQueued {
+		r.queue = append(r.queue, key)
 	}
 	if reason == "" {
 		delete(r.waiting, key)

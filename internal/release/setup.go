@@ -146,6 +146,10 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager, sh *Shared) error {
 	if err := c.Watch(source.Kind(sh.Releases, client.Object(secret), handler.EnqueueRequestsFromMapFunc(r.mapReleaseRecord), releaseRecordPredicate())); err != nil {
 		return err
 	}
+	r.wake = make(chan event.GenericEvent, 1024)
+	if err := c.Watch(source.Channel(r.wake, &handler.EnqueueRequestForObject{})); err != nil {
+		return err
+	}
 	if r.Source.Interval() > 0 {
 		// A change of the source's versions (or its recovery) wakes every
 		// resource of the kind: that is how a published chart rolls out.

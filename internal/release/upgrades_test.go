@@ -395,3 +395,34 @@ func gaugeWith(name string, want map[string]string) float64 {
 	}
 	return 0
 }
+
+// TestMaintenanceWindowOfNamespace: a namespace's maintenance window holds
+// chart version upgrades of the resources in it (not installs).
+func TestMaintenanceWindowOfNamespace(t *testing.T) {
+	e := newEnv(t)
+	repo := newChartRepo(t)
+	repo.publish("1.0.0", false)
+	tomorrow := time.Now().UTC().Add(24 * time.Hour).Weekday().String()[:3]
+	nsPatch := func(value string) {
+		body := fmt.Sprintf(`{"metadata":{"annotations":{%q:%s}}}`, v1alpha1.AnnotationMaintenanceWindow, value)
+		if _, err := e.cs.CoreV1().Namespaces().Patch(context.Background(), e.ns, "application/merge-patch+json", []byte(body), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nsPatch(fmt.Sprintf("%q", tomorrow+" 03:00-03:01 UTC"))
+	startOperator(t, cluster.Config, []watches.Watch{repoWatch(t, repo)}, withCache(t.TempDir()))
+	e.create("win", map[string]any{"message": "v"}, nil, nil)
+	e.waitVersion("win", "1.0.0")
+	repo.publish("1.1.0", false)
+	u := e.waitCondition("win", v1alpha1.ConditionReconciling, metav1.ConditionTrue, "WaitingForMaintenanceWindow")
+	if msg := condition(u, v1alpha1.ConditionReconciling).Message; !strings.Contains(msg, "of namespace "+e.ns) || !strings.Contains(msg, "1.1.0") {
+		t.Errorf("message %q does not name the namespace's window and the version", msg)
+	}
+	if got := e.chartVersions("win"); !slices.Equal(got, []string{"1.0.0"}) {
+		t.Errorf("upgraded outside the window: %v", got)
+	}
+	// Now inside a window: a reconcile request (or the next look, within 5m) upgrades.
+	nsPatch(`"* 00:00-23:59 UTC; * 23:59-00:00 UTC"`)
+	e.patch("win", fmt.Sprintf(`{"metadata":{"annotations":{%q:"now"}}}`, v1alpha1.AnnotationReconcileRequestedAt))
+	e.waitVersion("win", "1.1.0")
+}

@@ -55,6 +55,7 @@ func main() {
 	idle := flag.Duration("idle", 30*time.Second, "idle period measured after convergence")
 	wave := flag.String("wave", "200", "comma-separated numbers of resources for the upgrade wave (empty: none)")
 	bound := flag.Int("max-upgrades", 5, "maxConcurrentUpgrades of the upgrade wave's watch")
+	kills := flag.Int("kills", 3, "also run each upgrade wave with the operator SIGKILLed this many times during it (0: skip)")
 	flag.Parse()
 	root, err := testcluster.ModuleRoot()
 	if err != nil {
@@ -84,11 +85,17 @@ func main() {
 		if err != nil || n <= 0 {
 			fail(fmt.Errorf("-wave: %q is not a positive number", f))
 		}
-		w, err := runWave(root, n, *bound, *concurrency)
-		if err != nil {
-			fail(fmt.Errorf("upgrade wave with %d resources: %w", n, err))
+		ks := []int{0}
+		if *kills > 0 {
+			ks = append(ks, *kills)
 		}
-		waves = append(waves, w)
+		for _, k := range ks {
+			w, err := runWave(root, n, *bound, *concurrency, k)
+			if err != nil {
+				fail(fmt.Errorf("upgrade wave with %d resources and %d kills: %w", n, k, err))
+			}
+			waves = append(waves, w)
+		}
 	}
 	printTable(rows, *concurrency)
 	printWave(waves)

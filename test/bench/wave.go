@@ -24,6 +24,8 @@ import (
 // repository reaching every resource.
 type waveResult struct {
 	n, bound    int
+	kills       int // SIGKILLs of the operator during the wave
+	pending     int // release records left pending-* at the end (must be 0)
 	install     time.Duration
 	wave        time.Duration
 	peak        float64 // upgrades in progress at once (operator's gauge)
@@ -34,8 +36,13 @@ type waveResult struct {
 // runWave installs n resources from webapp 1.0.0 served by a loopback chart
 // repository, publishes 1.0.1, and measures the wave until every resource
 // is Ready on 1.0.1.
-func runWave(root string, n, bound, concurrency int) (waveResult, error) {
-	res := waveResult{n: n, bound: bound}
+//
+// With kills > 0 the operator is killed with SIGKILL that many times while
+// the wave runs (every killEvery) and started again, as a node failure or an
+// OOM kill would; the wave must still complete with no release left pending.
+func runWave(root string, n, bound, concurrency, kills int) (waveResult, error) {
+	const killEvery = 8 * time.Second
+	res := waveResult{n: n, bound: bound, kills: kills}
 	ctx := context.Background()
 	logf("wave N=%d: starting the full local cluster", n)
 	c, err := testcluster.Start(ctx, testcluster.Options{Tier: testcluster.TierFull, CRDDirs: []string{filepath.Join(root, "test", "crds")}})
@@ -69,11 +76,11 @@ func runWave(root string, n, bound, concurrency int) (waveResult, error) {
 		repo.URL, concurrency, bound)), 0o644); err != nil {
 		return res, err
 	}
-	metricsAddr, _, stop, err := startOperator(c, root, watchesFile)
+	metricsAddr, op, stop, err := startOperator(c, root, watchesFile)
 	if err != nil {
 		return res, err
 	}
-	defer stop()
+	defer func() { stop() }()
 	ns := "wave"
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, nsObject(ns), metav1.CreateOptions{}); err != nil {
 		return res, err
@@ -96,12 +103,12 @@ func runWave(root string, n, bound, concurrency int) (waveResult, error) {
 	res.install = time.Since(start)
 	logf("wave N=%d: installed in %s; publishing 1.0.1", n, res.install.Round(time.Millisecond))
 
+	var mu sync.Mutex
 	url := "http://" + metricsAddr + "/metrics"
 	before, err := scrape(url)
 	if err != nil {
 		return res, err
 	}
-	var mu sync.Mutex
 	done := make(chan struct{})
 	go func() {
 		for {
@@ -110,7 +117,10 @@ func runWave(root string, n, bound, concurrency int) (waveResult, error) {
 				return
 			case <-time.After(100 * time.Millisecond):
 			}
-			if m, err := scrape(url); err == nil {
+			mu.Lock()
+			u := url
+			mu.Unlock()
+			if m, err := scrape(u); err == nil {
 				mu.Lock()
 				res.peak = math.Max(res.peak, m.sum("chartpilot_upgrades_in_progress", nil))
 				res.peakWaiting = math.Max(res.peakWaiting, m.sum("chartpilot_rollout_waiting", map[string]string{"reason": "UpgradeQueued"}))
@@ -122,6 +132,24 @@ func runWave(root string, n, bound, concurrency int) (waveResult, error) {
 	if err := publish("1.0.1"); err != nil {
 		return res, err
 	}
+	helmBefore := 0.0
+	for k := range kills {
+		time.Sleep(killEvery)
+		if m, err := scrape(url); err == nil {
+			helmBefore += m.sum("chartpilot_helm_action_duration_seconds_count", nil) - before.sum("chartpilot_helm_action_duration_seconds_count", nil)
+		}
+		logf("wave N=%d: SIGKILL %d of %d", n, k+1, kills)
+		_ = op.Process.Kill()
+		stop()
+		var addr string
+		if addr, op, stop, err = startOperator(c, root, watchesFile); err != nil {
+			return res, err
+		}
+		mu.Lock()
+		url = "http://" + addr + "/metrics"
+		mu.Unlock()
+		before = metrics{}
+	}
 	err = waitAllOn(ctx, dyn, n, "1.0.1", 30*time.Minute)
 	res.wave = time.Since(start)
 	close(done)
@@ -132,7 +160,12 @@ func runWave(root string, n, bound, concurrency int) (waveResult, error) {
 	if err != nil {
 		return res, err
 	}
-	res.helm = after.sum("chartpilot_helm_action_duration_seconds_count", nil) - before.sum("chartpilot_helm_action_duration_seconds_count", nil)
+	res.helm = helmBefore + after.sum("chartpilot_helm_action_duration_seconds_count", nil) - before.sum("chartpilot_helm_action_duration_seconds_count", nil)
+	records, err := cs.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{LabelSelector: "owner=helm,status in (pending-install,pending-upgrade,pending-rollback)"})
+	if err != nil {
+		return res, err
+	}
+	res.pending = len(records.Items)
 	mu.Lock()
 	defer mu.Unlock()
 	logf("wave N=%d: all on 1.0.1 after %s, peak %.0f upgrading at once", n, res.wave.Round(time.Millisecond), res.peak)
@@ -174,9 +207,10 @@ func printWave(rows []waveResult) {
 	}
 	fmt.Println("\nUpgrade wave — webapp 1.0.0 → 1.0.1 published in a loopback chart repository (refresh interval 10s); wave = publish until every resource is Ready on 1.0.1 (includes up to one refresh interval)")
 	fmt.Println()
-	fmt.Println("| N | maxConcurrentUpgrades | install (s) | wave (s) | upgrades/s | peak upgrading at once | peak queued | Helm actions in wave |")
-	fmt.Println("|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Println("| N | maxConcurrentUpgrades | operator SIGKILLs during wave | install (s) | wave (s) | upgrades/s | peak upgrading at once | peak queued | Helm actions in wave | releases left pending |")
+	fmt.Println("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range rows {
-		fmt.Printf("| %d | %d | %.1f | %.1f | %.1f | %.0f | %.0f | %.0f |\n", r.n, r.bound, r.install.Seconds(), r.wave.Seconds(), float64(r.n)/r.wave.Seconds(), r.peak, r.peakWaiting, r.helm)
+		fmt.Printf("| %d | %d | %d | %.1f | %.1f | %.1f | %.0f | %.0f | %.0f | %d |\n", r.n, r.bound, r.kills, r.install.Seconds(), r.wave.Seconds(), float64(r.n)/r.wave.Seconds(), r.peak, r.peakWaiting, r.helm, r.pending)
 	}
+	fmt.Println("\nPeaks are sampled every 100 ms from the operator's gauges (after a SIGKILL, from the new process). Helm actions include the unlock and re-upgrade of revisions a kill left pending.")
 }

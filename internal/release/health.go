@@ -26,6 +26,10 @@ const unhealthyPrefix = "chartpilot: unhealthy: "
 // settle; status changes of its objects wake the gate sooner.
 const healthPoll = 2 * time.Second
 
+// queuedPoll is how often an upgrade waiting for a slot looks again on its
+// own; a freed slot wakes it sooner (wakeQueuedLocked).
+const queuedPoll = 30 * time.Second
+
 // healthy returns whether revision rev of key was already seen healthy.
 func (r *Reconciler) healthy(key types.NamespacedName, rev int) bool {
 	r.mu.Lock()
@@ -179,19 +183,19 @@ func (r *Reconciler) endUpgradeLocked(key types.NamespacedName) {
 	}
 }
 
-// wakeQueuedLocked reconciles the longest-queued upgrade now that a slot is
-// free, instead of at its next poll; r.mu is held.
+// wakeQueuedLocked reconciles the longest-queued upgrades, one per free
+// slot, instead of letting them poll; r.mu is held.
 func (r *Reconciler) wakeQueuedLocked() {
-	if r.wake == nil || len(r.queue) == 0 {
-		return
-	}
-	key := r.queue[0]
-	obj := &metav1.PartialObjectMetadata{}
-	obj.SetNamespace(key.Namespace)
-	obj.SetName(key.Name)
-	select {
-	case r.wake <- event.GenericEvent{Object: obj}:
-	default: // the channel is full: its poll (healthPoll) picks it up
+	free := r.Watch.MaxConcurrentUpgrades - len(r.upgrading)
+	for i := 0; r.wake != nil && i < free && i < len(r.queue); i++ {
+		obj := &metav1.PartialObjectMetadata{}
+		obj.SetNamespace(r.queue[i].Namespace)
+		obj.SetName(r.queue[i].Name)
+		select {
+		case r.wake <- event.GenericEvent{Object: obj}:
+			r.Log.V(1).Info("Woke a queued upgrade", "resource", r.queue[i].String(), "free", free, "queued", len(r.queue))
+		default: // the channel is full: the resource's own poll picks it up
+		}
 	}
 }
 
@@ -201,7 +205,8 @@ func (r *Reconciler) queued(p *pass) ctrl.Result {
 		fmt.Sprintf("%d releases of this kind are upgrading (maxConcurrentUpgrades); this one waits its turn", r.Watch.MaxConcurrentUpgrades))
 	summarise(p.status, p.obj)
 	r.setWaiting(p.key, reasonQueued)
-	return ctrl.Result{RequeueAfter: healthPoll}
+	// A freed slot wakes the longest-queued resources; the poll is a safety net.
+	return ctrl.Result{RequeueAfter: queuedPoll}
 }
 
 // unhealthyFailure reports whether the newest failed revision of digest was

@@ -169,7 +169,7 @@ func (r *Reconciler) selectChart(ctx context.Context, p *pass) error {
 	}
 	ch, err := r.Source.Load(ctx, choice.Version)
 	if err != nil {
-		r.hold(p, "ChartUnavailable", oneLine(err.Error()), time.Minute)
+		r.hold(p, "ChartUnavailable", oneLine(err.Error()), 15*time.Second)
 		return nil
 	}
 	p.chart = ch

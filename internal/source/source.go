@@ -119,6 +119,10 @@ type remote struct {
 	cacheDir string
 	interval time.Duration
 
+	// fetchMu serialises downloads and loads from disk: many resources
+	// ask for a new version at the same moment, and it is read once.
+	fetchMu sync.Mutex
+
 	mu       sync.Mutex
 	entries  map[string]entry
 	versions []string
@@ -213,14 +217,26 @@ func (r *remote) setEntries(es []entry) {
 	}
 }
 
-func (r *remote) Load(ctx context.Context, version string) (*helm.Chart, error) {
+func (r *remote) cached(version string) (entry, *helm.Chart, bool) {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	e, ok := r.entries[version]
-	if ch := r.charts[e.Digest]; ok && e.Digest != "" && ch != nil {
-		r.mu.Unlock()
+	if !ok || e.Digest == "" {
+		return e, nil, ok
+	}
+	return e, r.charts[e.Digest], ok
+}
+
+func (r *remote) Load(ctx context.Context, version string) (*helm.Chart, error) {
+	if _, ch, _ := r.cached(version); ch != nil {
 		return ch, nil
 	}
-	r.mu.Unlock()
+	r.fetchMu.Lock()
+	defer r.fetchMu.Unlock()
+	e, ch, ok := r.cached(version)
+	if ch != nil {
+		return ch, nil // loaded while this one waited
+	}
 	if !ok {
 		return nil, fmt.Errorf("%s holds no version %s of chart %s", r.b.where(), version, r.name)
 	}
@@ -279,12 +295,25 @@ func fileExists(p string) bool {
 	return err == nil
 }
 
+// writeFileAtomic writes through a temporary file of its own, so that
+// concurrent writers (two operator processes sharing a cache) never see or
+// leave a partial file.
 func writeFileAtomic(path string, data []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*.tmp")
+	if err != nil {
 		return err
 	}
-	return os.Rename(tmp, path)
+	_, werr := f.Write(data)
+	cerr := f.Close()
+	if err := errors.Join(werr, cerr); err != nil {
+		_ = os.Remove(f.Name())
+		return err
+	}
+	if err := os.Chmod(f.Name(), 0o644); err != nil {
+		_ = os.Remove(f.Name())
+		return err
+	}
+	return os.Rename(f.Name(), path)
 }
 
 // CacheKey names a source's cache directory: one per location and chart.

@@ -210,3 +210,31 @@ func TestOCIListsAndLoadsTags(t *testing.T) {
 		t.Errorf("cached archive after restart: %v %v", ch2, err)
 	}
 }
+
+// TestConcurrentLoadsDownloadOnce: a fleet asks for a new version at once;
+// every caller gets the chart and it is downloaded once.
+func TestConcurrentLoadsDownloadOnce(t *testing.T) {
+	srv, _, downloads := repoServer(t, "0.1.0", "0.2.0")
+	s, _ := NewRepo(srv.URL, "redis", Options{Credentials: creds("reader", "s3cret"), CacheDir: t.TempDir()})
+	if _, err := s.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 32)
+	for range 32 {
+		go func() {
+			ch, err := s.Load(context.Background(), "0.2.0")
+			if err == nil && ch.Version != "0.2.0" {
+				err = errors.New("wrong version " + ch.Version)
+			}
+			errs <- err
+		}()
+	}
+	for range 32 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	if n := downloads.Load(); n != 1 {
+		t.Errorf("%d downloads for 32 concurrent loads, want 1", n)
+	}
+}

@@ -50,6 +50,12 @@ func runWave(root string, n, bound, concurrency, kills int) (waveResult, error) 
 		return res, err
 	}
 	defer func() { _ = c.Stop() }()
+	defer func() {
+		// Keep the operator's log of the last wave for a look afterwards.
+		if data, err := os.ReadFile(filepath.Join(c.LogDir, "chartpilot.log")); err == nil {
+			_ = os.WriteFile(filepath.Join(os.TempDir(), "chartpilot-bench-wave.log"), data, 0o644)
+		}
+	}()
 	dyn, err := dynamic.NewForConfig(c.Config)
 	if err != nil {
 		return res, err

@@ -370,6 +370,15 @@ func (r *Reconciler) act(ctx context.Context, p *pass) (ctrl.Result, error) {
 		return ctrl.Result{RequeueAfter: r.Watch.ReconcilePeriod}, nil
 	}
 
+	// A chart version upgrade that a rollout gate holds is looked at again
+	// from the caches alone: a fleet waiting for canaries or a maintenance
+	// window costs no API request.
+	if !checkDrift && p.isVersionChange() && r.isGated(p.key) {
+		if res, hold := r.rolloutGate(ctx, p); hold {
+			return res, nil
+		}
+	}
+
 	// Beyond the fast path every decision and status write builds on what
 	// the resource says now: the informer cache may lag behind this
 	// reconciler's own last status write (and a decision on a stale status

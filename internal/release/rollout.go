@@ -29,7 +29,7 @@ const (
 	reasonCanaries        = "WaitingForCanaries"
 	reasonHalted          = "RolloutHalted"
 	reasonQueued          = "UpgradeQueued"
-	canaryPoll            = 10 * time.Second
+	canaryPoll            = time.Minute
 	maxWindowWait         = 5 * time.Minute
 	invalidWindowRecheck  = 5 * time.Minute
 	rolloutResultDeployed = "deployed"
@@ -155,6 +155,15 @@ func (r *Reconciler) waitRollout(p *pass, reason, msg string, after time.Duratio
 	summarise(p.status, p.obj)
 	r.setWaiting(p.key, reason)
 	return ctrl.Result{RequeueAfter: after}
+}
+
+// isGated reports whether key's upgrade was held by a rollout gate (not by
+// the upgrade bound) on its last pass.
+func (r *Reconciler) isGated(key types.NamespacedName) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	why := r.waiting[key]
+	return why != "" && why != reasonQueued
 }
 
 func (r *Reconciler) setWaiting(key types.NamespacedName, reason string) {

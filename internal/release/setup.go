@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
@@ -28,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
+	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/helm"
 	"github.com/chartpilot/chartpilot/internal/watches"
 )
@@ -144,6 +146,13 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager, sh *Shared) error {
 	secret := &metav1.PartialObjectMetadata{}
 	secret.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
 	if err := c.Watch(source.Kind(sh.Releases, client.Object(secret), handler.EnqueueRequestsFromMapFunc(r.mapReleaseRecord), releaseRecordPredicate())); err != nil {
+		return err
+	}
+	// A canary's status change (Ready on a new version, or rolled back)
+	// wakes the resources waiting for the canaries, instead of their polls.
+	canary := &unstructured.Unstructured{}
+	canary.SetGroupVersionKind(r.Watch.GVK)
+	if err := c.Watch(source.Kind(mgr.GetCache(), client.Object(canary), handler.EnqueueRequestsFromMapFunc(r.waitingForCanaries), canaryStatusPredicate())); err != nil {
 		return err
 	}
 	r.wake = make(chan event.GenericEvent, 1024)
@@ -339,4 +348,35 @@ func (r *Reconciler) refreshLoop(ctx context.Context) error {
 		lastErr, first = err, false
 		t.Reset(r.Source.Interval())
 	}
+}
+
+// canaryStatusPredicate passes status changes of canaries.
+func canaryStatusPredicate() predicate.Predicate {
+	return predicate.Funcs{
+		CreateFunc:  func(event.CreateEvent) bool { return false },
+		DeleteFunc:  func(e event.DeleteEvent) bool { return e.Object.GetLabels()[v1alpha1.LabelCanary] == "true" },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			if e.ObjectNew.GetLabels()[v1alpha1.LabelCanary] != "true" && e.ObjectOld.GetLabels()[v1alpha1.LabelCanary] != "true" {
+				return false
+			}
+			o, ok1 := e.ObjectOld.(*unstructured.Unstructured)
+			n, ok2 := e.ObjectNew.(*unstructured.Unstructured)
+			return !ok1 || !ok2 || !equality.Semantic.DeepEqual(o.Object["status"], n.Object["status"]) ||
+				e.ObjectOld.GetLabels()[v1alpha1.LabelCanary] != e.ObjectNew.GetLabels()[v1alpha1.LabelCanary]
+		},
+	}
+}
+
+// waitingForCanaries lists the resources whose upgrade waits on canaries.
+func (r *Reconciler) waitingForCanaries(context.Context, client.Object) []reconcile.Request {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []reconcile.Request
+	for key, why := range r.waiting {
+		if why == reasonCanaries || why == reasonHalted {
+			out = append(out, reconcile.Request{NamespacedName: key})
+		}
+	}
+	return out
 }

@@ -235,14 +235,11 @@ func runOne(root string, n, concurrency int, idle time.Duration) (result, error)
 
 // startOperator runs bin/chartpilot against c as its own process.
 func startOperator(c *testcluster.Cluster, root, watchesFile string) (string, *exec.Cmd, func(), error) {
-	metricsAddr, err := freeAddr()
+	addrs, err := freeAddrs(2)
 	if err != nil {
 		return "", nil, nil, err
 	}
-	probeAddr, err := freeAddr()
-	if err != nil {
-		return "", nil, nil, err
-	}
+	metricsAddr, probeAddr := addrs[0], addrs[1]
 	logPath := filepath.Join(c.LogDir, "chartpilot.log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
@@ -472,13 +469,19 @@ func waitHTTP(url string) error {
 	return fmt.Errorf("%s did not answer 200 within 2 minutes", url)
 }
 
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
+// freeAddrs returns n distinct free loopback addresses (all held open
+// until every one is chosen, so that two calls cannot get the same port).
+func freeAddrs(n int) ([]string, error) {
+	var out []string
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer l.Close()
+		out = append(out, l.Addr().String())
 	}
-	defer l.Close()
-	return l.Addr().String(), nil
+	return out, nil
 }
 
 func logf(format string, args ...any) {

@@ -182,6 +182,8 @@ func (r *Reconciler) markInSync(p *pass, rel *helm.Release) {
 		}
 	}
 	r.setWaiting(p.key, "")
+	// In sync and healthy: whatever upgrade held a slot is over.
+	r.endUpgrade(p.key)
 	summarise(p.status, p.obj)
 }
 

@@ -364,7 +364,10 @@ func (r *Reconciler) act(ctx context.Context, p *pass) (ctrl.Result, error) {
 	// Fast path: from the release records' metadata alone, the release is
 	// deployed from exactly these inputs; unless a drift check is due there
 	// is nothing to read, render or write.
-	if !checkDrift && r.inSyncFromCache(ctx, p) && r.healthy(p.key, p.status.Release.Revision) {
+	// Health is judged for the revision the records show, not the one the
+	// (possibly older) status names: a fresh upgrade must pass the health
+	// gate, which also gives its upgrade slot back.
+	if rev, ok := r.inSyncFromCache(ctx, p); !checkDrift && ok && r.healthy(p.key, rev) {
 		rendersSkipped.WithLabelValues(r.Watch.GVK.Kind).Inc()
 		r.markInSync(p, nil)
 		return ctrl.Result{RequeueAfter: r.Watch.ReconcilePeriod}, nil
@@ -482,10 +485,11 @@ func (r *Reconciler) act(ctx context.Context, p *pass) (ctrl.Result, error) {
 }
 
 // inSyncFromCache reports whether the newest release record, as the
-// metadata cache sees it, is deployed from the desired digest by this owner.
-func (r *Reconciler) inSyncFromCache(ctx context.Context, p *pass) bool {
+// metadata cache sees it, is deployed from the desired digest by this owner,
+// and its revision.
+func (r *Reconciler) inSyncFromCache(ctx context.Context, p *pass) (int, bool) {
 	if r.Releases == nil {
-		return false
+		return 0, false
 	}
 	list := &metav1.PartialObjectMetadataList{}
 	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("SecretList"))
@@ -493,7 +497,7 @@ func (r *Reconciler) inSyncFromCache(ctx context.Context, p *pass) bool {
 		helm.StorageLabelOwner: helm.StorageOwnerHelm,
 		helm.StorageLabelName:  p.key.Name,
 	}); err != nil {
-		return false
+		return 0, false
 	}
 	var latest map[string]string
 	best := 0
@@ -504,9 +508,9 @@ func (r *Reconciler) inSyncFromCache(ctx context.Context, p *pass) bool {
 		}
 	}
 	if latest == nil || p.status.Release == nil || best < p.status.Release.Revision {
-		return false // absent, or the cache lags behind what this operator did
+		return 0, false // absent, or the cache lags behind what this operator did
 	}
-	return latest[helm.StorageLabelStatus] == string(helm.StatusDeployed) &&
+	return best, latest[helm.StorageLabelStatus] == string(helm.StatusDeployed) &&
 		latest[LabelDigest] == p.digest &&
 		latest[LabelOwnerUID] == string(p.obj.GetUID())
 }

@@ -182,6 +182,12 @@ func TestFleetRolloutFromRepository(t *testing.T) {
 		t.Errorf("the bound was never reached (peak %.0f), so this rollout proves nothing about it", peak)
 	}
 	mu.Unlock()
+	// Every slot is given back once the upgrades are healthy (a leaked slot
+	// once slowed a 200-resource wave to one upgrade at a time).
+	e.waitFor("no upgrade slot held", func() (bool, string) {
+		v := gauge("chartpilot_upgrades_in_progress", "Webapp")
+		return v == 0, fmt.Sprintf("%.0f in progress", v)
+	})
 
 	// The resource outside its maintenance window waits, and says until when.
 	e.waitFor("fleet-00 waiting for its window", func() (bool, string) {

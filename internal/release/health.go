@@ -168,6 +168,20 @@ func (r *Reconciler) beginUpgrade(key types.NamespacedName) bool {
 	return true
 }
 
+// holdSlot counts key as upgrading even beyond the bound: its upgrade is
+// already applied and settling, so new upgrades wait for it.
+func (r *Reconciler) holdSlot(key types.NamespacedName) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.upgrading == nil {
+		r.upgrading = map[types.NamespacedName]bool{}
+	}
+	if !r.upgrading[key] {
+		r.upgrading[key] = true
+		upgradesInProgress.WithLabelValues(r.Watch.GVK.Kind).Set(float64(len(r.upgrading)))
+	}
+}
+
 // endUpgrade releases key's reservation.
 func (r *Reconciler) endUpgrade(key types.NamespacedName) {
 	r.mu.Lock()

@@ -6,8 +6,10 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -86,6 +88,19 @@ func setup(t *testing.T) *env {
 			t.Errorf("operator: %v", err)
 		}
 	})
+	// The webhook's failurePolicy is Fail: wait until this operator serves
+	// it, or the first create races the server's start.
+	addr := net.JoinHostPort(wh.LocalServingHost, strconv.Itoa(wh.LocalServingPort))
+	if err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		conn, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			return false, nil
+		}
+		conn.Close()
+		return true, nil
+	}); err != nil {
+		t.Fatalf("the webhook server at %s did not start: %v", addr, err)
+	}
 	dyn, err := dynamic.NewForConfig(cluster.Config)
 	if err != nil {
 		t.Fatal(err)

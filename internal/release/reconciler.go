@@ -228,19 +228,28 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		r.stall(p, "NameTooLong", fmt.Sprintf("metadata.name: Helm release names are limited to %d characters; this one has %d: use a shorter name", maxReleaseName, len(obj.GetName())))
 		return ctrl.Result{}, nil
 	}
-	if err := r.desired(ctx, p); err != nil {
-		r.stall(p, stallReason(err), err.Error())
-		return ctrl.Result{}, nil
-	}
-	if p.blocked {
-		summarise(p.status, p.obj)
-		return ctrl.Result{RequeueAfter: p.retryAfter}, nil
+	if res, stop := r.decide(ctx, p); stop {
+		return res, nil
 	}
 	res, err := r.act(ctx, p)
 	if err != nil {
 		return res, err
 	}
 	return r.kindStatus(ctx, p, res)
+}
+
+// decide computes the desired inputs; stop is true when no action may
+// follow (bad input stalls the resource, or policy or a hook holds it).
+func (r *Reconciler) decide(ctx context.Context, p *pass) (res ctrl.Result, stop bool) {
+	if err := r.desired(ctx, p); err != nil {
+		r.stall(p, stallReason(err), err.Error())
+		return ctrl.Result{}, true
+	}
+	if p.blocked {
+		summarise(p.status, p.obj)
+		return ctrl.Result{RequeueAfter: p.retryAfter}, true
+	}
+	return ctrl.Result{}, false
 }
 
 // kindStatus runs Kind.Status once the release is deployed from the current
@@ -399,13 +408,8 @@ func (r *Reconciler) act(ctx context.Context, p *pass) (ctrl.Result, error) {
 	// is exact. If they differ, decide again.
 	if d := deployedFromHistory(o); d != p.deployed {
 		p.deployed, p.deployedExact = d, true
-		if err := r.desired(ctx, p); err != nil {
-			r.stall(p, stallReason(err), err.Error())
-			return ctrl.Result{}, nil
-		}
-		if p.blocked {
-			summarise(p.status, p.obj)
-			return ctrl.Result{RequeueAfter: p.retryAfter}, nil
+		if res, stop := r.decide(ctx, p); stop {
+			return res, nil
 		}
 		o = observe(history, string(p.obj.GetUID()), p.digest, adopt)
 	}

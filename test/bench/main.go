@@ -193,7 +193,7 @@ func runOne(root string, n, concurrency int, idle time.Duration) (result, error)
 	}); err != nil {
 		return res, err
 	}
-	if err := waitAllReady(ctx, dyn, n, 20*time.Minute); err != nil {
+	if err := waitAllOn(ctx, dyn, n, "", 20*time.Minute); err != nil {
 		return res, err
 	}
 	res.converge = time.Since(start)
@@ -305,31 +305,6 @@ func measure(metricsAddr string, passes int, action func() error) (phase, error)
 	p.skipped = after.sum("chartpilot_renders_skipped_total", nil) - before.sum("chartpilot_renders_skipped_total", nil)
 	p.drift = after.sum("chartpilot_drift_checks_total", nil) - before.sum("chartpilot_drift_checks_total", nil)
 	return p, nil
-}
-
-func waitAllReady(ctx context.Context, dyn dynamic.Interface, n int, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	ready := 0
-	for time.Now().Before(deadline) {
-		list, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{})
-		if err == nil {
-			ready = 0
-			for _, u := range list.Items {
-				conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-				for _, c := range conds {
-					m, _ := c.(map[string]any)
-					if m["type"] == "Ready" && m["status"] == "True" {
-						ready++
-					}
-				}
-			}
-			if ready >= n {
-				return nil
-			}
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-	return fmt.Errorf("only %d of %d resources Ready after %s", ready, n, timeout)
 }
 
 // metrics is a parsed Prometheus text exposition: series name → labels → value.

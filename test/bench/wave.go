@@ -178,7 +178,8 @@ func runWave(root string, n, bound, concurrency, kills int) (waveResult, error) 
 	return res, nil
 }
 
-// waitAllOn waits until n resources are Ready with chart version deployed.
+// waitAllOn waits until n resources are Ready with chart version deployed
+// ("" for any version).
 func waitAllOn(ctx context.Context, dyn dynamic.Interface, n int, version string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	on := 0
@@ -187,7 +188,7 @@ func waitAllOn(ctx context.Context, dyn dynamic.Interface, n int, version string
 		if err == nil {
 			on = 0
 			for _, u := range list.Items {
-				if v, _, _ := unstructured.NestedString(u.Object, "status", "chart", "deployedVersion"); v != version {
+				if v, _, _ := unstructured.NestedString(u.Object, "status", "chart", "deployedVersion"); version != "" && v != version {
 					continue
 				}
 				conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
@@ -204,7 +205,7 @@ func waitAllOn(ctx context.Context, dyn dynamic.Interface, n int, version string
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
-	return fmt.Errorf("only %d of %d resources Ready on chart %s after %s", on, n, version, timeout)
+	return fmt.Errorf("only %d of %d resources Ready (chart version %q) after %s", on, n, version, timeout)
 }
 
 func printWave(rows []waveResult) {

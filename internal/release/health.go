@@ -85,6 +85,11 @@ func (r *Reconciler) checkHealth(ctx context.Context, p *pass, o Observation, hi
 		return ctrl.Result{}, true, nil
 	}
 	r.setAwaiting(p.key, true)
+	if len(history) > 1 {
+		// An upgrade still settling (e.g. found so after a restart) counts
+		// against maxConcurrentUpgrades until it is healthy.
+		r.holdSlot(p.key)
+	}
 	waited := r.now().Sub(rel.LastDeployed)
 	msg := "waiting for " + strings.Join(pending, "; ")
 	if waited < r.Watch.HealthTimeout {

@@ -474,11 +474,6 @@ func (r *Reconciler) act(ctx context.Context, p *pass) (ctrl.Result, error) {
 			}
 		}
 		if !r.healthy(p.key, o.Latest.Revision) {
-			if o.LastGood != nil && o.Latest.Revision > 1 && len(history) > 1 {
-				// An upgrade still settling (e.g. found so after a restart)
-				// counts against maxConcurrentUpgrades until it is healthy.
-				r.holdSlot(p.key)
-			}
 			res, ok, err := r.checkHealth(ctx, p, o, history)
 			if err != nil || !ok {
 				return res, err

@@ -241,7 +241,8 @@ func startOperator(c *testcluster.Cluster, root, watchesFile string) (string, *e
 	}
 	metricsAddr, probeAddr := addrs[0], addrs[1]
 	logPath := filepath.Join(c.LogDir, "chartpilot.log")
-	logFile, err := os.Create(logPath)
+	// Appended: after a kill, the next process's log follows the last one's.
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return "", nil, nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -291,7 +292,7 @@ func ValidateAnnotations(obj *unstructured.Unstructured) error {
 	}
 	if c := ann[v1alpha1.AnnotationChartVersion]; c != "" {
 		if _, err := semver.NewConstraint(c); err != nil {
-			errs = append(errs, fmt.Errorf("annotation %s: %q is not a semver constraint (%v): write e.g. \"~1.4\" or \">=1.2, <2\"", v1alpha1.AnnotationChartVersion, c, err))
+			errs = append(errs, fmt.Errorf("annotation %s: %q is not a semver constraint (%w): write e.g. \"~1.4\" or \">=1.2, <2\"", v1alpha1.AnnotationChartVersion, c, err))
 		}
 	}
 	if w := ann[v1alpha1.AnnotationMaintenanceWindow]; w != "" {
@@ -299,7 +300,14 @@ func ValidateAnnotations(obj *unstructured.Unstructured) error {
 			errs = append(errs, fmt.Errorf("annotation %s: %w", v1alpha1.AnnotationMaintenanceWindow, err))
 		}
 	}
-	return errors.Join(errs...)
+	if len(errs) == 0 {
+		return nil
+	}
+	msgs := make([]string, len(errs))
+	for i, err := range errs {
+		msgs[i] = err.Error()
+	}
+	return errors.New(strings.Join(msgs, "; "))
 }
 
 // stallError is an input error with its own Stalled reason.

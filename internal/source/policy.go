@@ -90,7 +90,7 @@ func Choose(versions []string, p Policy) (Choice, error) {
 	}
 	if p.Resource != "" {
 		if resC, err = semver.NewConstraint(p.Resource); err != nil {
-			return Choice{}, fmt.Errorf("%s %q is not a semver constraint (%v): write e.g. \"~1.4\" or \">=1.2, <2\"", p.Field, p.Resource, err)
+			return Choice{}, fmt.Errorf("%s %q is not a semver constraint (%w): write e.g. \"~1.4\" or \">=1.2, <2\"", p.Field, p.Resource, err)
 		}
 	}
 	all := parseSorted(versions)

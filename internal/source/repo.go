@@ -94,7 +94,7 @@ func (p *repo) list(ctx context.Context, cr Credentials) ([]entry, error) {
 	if err := writeFileAtomic(path, data); err != nil {
 		return nil, err
 	}
-	defer os.Remove(path)
+	defer func() { _ = os.Remove(path) }()
 	versions, err := helm.IndexVersions(path, p.name)
 	if err != nil {
 		return nil, err

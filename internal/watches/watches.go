@@ -368,7 +368,7 @@ func validateRemote(e *remoteEntry) (*RemoteChart, error) {
 	}
 	if e.Version != "" {
 		if _, err := semver.NewConstraint(e.Version); err != nil {
-			return nil, fmt.Errorf("field chart.version: %q is not a semver constraint (%v): write e.g. \"~1.4\" or \">=1.0.0, <2\"", e.Version, err)
+			return nil, fmt.Errorf("field chart.version: %q is not a semver constraint (%w): write e.g. \"~1.4\" or \">=1.0.0, <2\"", e.Version, err)
 		}
 	}
 	if r := e.SecretRef; r != nil {

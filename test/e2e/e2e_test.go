@@ -96,7 +96,7 @@ func setup(t *testing.T) *env {
 		if err != nil {
 			return false, nil
 		}
-		conn.Close()
+		_ = conn.Close()
 		return true, nil
 	}); err != nil {
 		t.Fatalf("the webhook server at %s did not start: %v", addr, err)

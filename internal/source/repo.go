@@ -6,7 +6,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -45,7 +44,8 @@ type repo struct {
 
 func (p *repo) where() string { return redact(p.url) }
 
-func httpClient(cr Credentials) (*http.Client, error) {
+// transport trusts the credentials' CA bundle, if any.
+func transport(cr Credentials) (*http.Transport, error) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	if len(cr.CAData) > 0 {
 		pool := x509.NewCertPool()
@@ -54,35 +54,32 @@ func httpClient(cr Credentials) (*http.Client, error) {
 		}
 		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	}
-	return &http.Client{Transport: tr, Timeout: 2 * time.Minute}, nil
+	return tr, nil
 }
 
+func httpClient(cr Credentials) (*http.Client, error) {
+	tr, err := transport(cr)
+	if err != nil {
+		return nil, err
+	}
+	return &http.Client{Transport: tr, Timeout: fetchTimeout}, nil
+}
+
+// fetchTimeout bounds one download (Helm's getters take no context).
+const fetchTimeout = 2 * time.Minute
+
+// get fetches u with Helm's HTTP getter (credentials only for the
+// repository's own host).
 func (p *repo) get(ctx context.Context, cr Credentials, u string) ([]byte, error) {
-	c, err := httpClient(cr)
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	tr, err := transport(cr)
 	if err != nil {
 		return nil, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return nil, err
-	}
-	if cr.Username != "" || cr.Password != "" {
-		req.SetBasicAuth(cr.Username, cr.Password)
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		// url.Error repeats the URL; say it once, without credentials.
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return nil, fmt.Errorf("GET %s: %w", redact(u), err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s", redact(u), resp.Status)
-	}
-	return io.ReadAll(io.LimitReader(resp.Body, 256<<20))
+	// Helm's errors name the URL (credentials removed) and the answer.
+	return helm.HTTPGet(p.url, u, cr.Username, cr.Password, tr, fetchTimeout)
 }
 
 func (p *repo) list(ctx context.Context, cr Credentials) ([]entry, error) {

@@ -238,3 +238,46 @@ func TestConcurrentLoadsDownloadOnce(t *testing.T) {
 		t.Errorf("%d downloads for 32 concurrent loads, want 1", n)
 	}
 }
+
+// TestCredentialsStayWithTheRepository: an index may point at archives on
+// another server; the repository's credentials are not sent there.
+func TestCredentialsStayWithTheRepository(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := helm.PackageAs(redisChart, "0.1.0", dir); err != nil {
+		t.Fatal(err)
+	}
+	var leaked atomic.Bool
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "" {
+			leaked.Store(true)
+		}
+		http.FileServer(http.Dir(dir)).ServeHTTP(w, r)
+	}))
+	t.Cleanup(other.Close)
+	// The index lists archives by absolute URL on the other server.
+	if err := helm.WriteIndex(dir, other.URL); err != nil {
+		t.Fatal(err)
+	}
+	index, err := os.ReadFile(filepath.Join(dir, "index.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if u, p, ok := r.BasicAuth(); !ok || u != "reader" || p != "s3cret" {
+			http.Error(w, "no", http.StatusUnauthorized)
+			return
+		}
+		_, _ = w.Write(index)
+	}))
+	t.Cleanup(repo.Close)
+	s, _ := NewRepo(repo.URL, "redis", Options{Credentials: creds("reader", "s3cret"), CacheDir: t.TempDir()})
+	if _, err := s.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Load(context.Background(), "0.1.0"); err != nil {
+		t.Fatal(err)
+	}
+	if leaked.Load() {
+		t.Error("the repository's credentials were sent to another server")
+	}
+}

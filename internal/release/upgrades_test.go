@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -431,4 +432,37 @@ func TestMaintenanceWindowOfNamespace(t *testing.T) {
 	nsPatch(`"* 00:00-23:59 UTC; * 23:59-00:00 UTC"`)
 	e.patch("win", fmt.Sprintf(`{"metadata":{"annotations":{%q:"now"}}}`, v1alpha1.AnnotationReconcileRequestedAt))
 	e.waitVersion("win", "1.1.0")
+}
+
+// TestRepositoryCredentialsAndOnDemandRefresh: a repository behind basic
+// auth is read with the credentials of the Secret named in chart.secretRef;
+// with an hour-long interval, a reconcile request reads it again at once.
+func TestRepositoryCredentialsAndOnDemandRefresh(t *testing.T) {
+	e := newEnv(t)
+	repo := newChartRepo(t)
+	repo.publish("1.0.0", false)
+	files := repo.srv.Config.Handler
+	repo.srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if u, p, ok := r.BasicAuth(); !ok || u != "reader" || p != "s3cret" {
+			http.Error(w, "credentials required", http.StatusUnauthorized)
+			return
+		}
+		files.ServeHTTP(w, r)
+	})
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "repo-creds", Namespace: e.ns}, StringData: map[string]string{"username": "reader", "password": "s3cret"}}
+	if _, err := e.cs.CoreV1().Secrets(e.ns).Create(context.Background(), secret, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	startOperator(t, cluster.Config, []watches.Watch{repoWatch(t, repo, func(w *watches.Watch) {
+		w.Remote.Interval = time.Hour
+		w.Remote.SecretRef = &watches.SecretRef{Namespace: e.ns, Name: "repo-creds"}
+	})}, withCache(t.TempDir()))
+	e.create("auth", map[string]any{"message": "v"}, nil, nil)
+	e.waitVersion("auth", "1.0.0")
+	if c := condition(e.get("auth"), v1alpha1.ConditionSourceAvailable); c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("SourceAvailable = %v", c)
+	}
+	repo.publish("1.0.1", false)
+	e.patch("auth", fmt.Sprintf(`{"metadata":{"annotations":{%q:"refresh-1"}}}`, v1alpha1.AnnotationReconcileRequestedAt))
+	e.waitVersion("auth", "1.0.1")
 }

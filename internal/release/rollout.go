@@ -22,7 +22,8 @@ import (
 )
 
 // Reasons a rollout gate holds a chart version upgrade (condition
-// Reconciling, and label "reason" of chartpilot_rollout_waiting).
+// UpgradeBlocked, and label "reason" of chartpilot_rollout_waiting; queued
+// upgrades are Reconciling instead: they are about to run).
 const (
 	reasonWindow          = "WaitingForMaintenanceWindow"
 	reasonInvalidWindow   = "InvalidMaintenanceWindow"
@@ -142,11 +143,14 @@ func (r *Reconciler) canaryGate(ctx context.Context, p *pass) (ctrl.Result, bool
 	return ctrl.Result{}, false
 }
 
-// waitRollout holds the upgrade with a Reconciling condition (and a
-// Warning event for a halt, once) and counts the resource as waiting.
+// waitRollout holds a chart version upgrade: UpgradeBlocked=True says why
+// (with a Warning event for a halt or a bad window, once), nothing is in
+// progress (Reconciling=False), and the release keeps serving: Ready stays
+// True unless the window annotation is invalid. The resource counts as waiting.
 func (r *Reconciler) waitRollout(p *pass, reason, msg string, after time.Duration) ctrl.Result {
-	prev := apimeta.FindStatusCondition(p.orig.Conditions, v1alpha1.ConditionReconciling)
-	setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionTrue, reason, msg)
+	prev := apimeta.FindStatusCondition(p.orig.Conditions, v1alpha1.ConditionUpgradeBlocked)
+	setCondition(p.status, p.obj, v1alpha1.ConditionUpgradeBlocked, metav1.ConditionTrue, reason, msg)
+	setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionFalse, reason, "nothing in progress: "+msg)
 	if reason == reasonHalted || reason == reasonInvalidWindow {
 		if prev == nil || prev.Reason != reason || prev.Message != msg {
 			r.Recorder.Event(p.obj, corev1.EventTypeWarning, reason, msg)

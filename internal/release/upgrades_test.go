@@ -192,8 +192,10 @@ func TestFleetRolloutFromRepository(t *testing.T) {
 
 	// The resource outside its maintenance window waits, and says until when.
 	e.waitFor("fleet-00 waiting for its window", func() (bool, string) {
-		c := condition(e.get("fleet-00"), v1alpha1.ConditionReconciling)
-		return c != nil && c.Reason == "WaitingForMaintenanceWindow" && strings.Contains(c.Message, "next at"), fmt.Sprint(c)
+		u := e.get("fleet-00")
+		c, ready := condition(u, v1alpha1.ConditionUpgradeBlocked), condition(u, v1alpha1.ConditionReady)
+		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == "WaitingForMaintenanceWindow" && strings.Contains(c.Message, "next at") &&
+			ready != nil && ready.Status == metav1.ConditionTrue, fmt.Sprint(c, ready)
 	})
 	if got := e.chartVersions("fleet-00"); !slices.Equal(got, []string{"1.0.0"}) {
 		t.Errorf("fleet-00 upgraded outside its window: %v", got)
@@ -281,8 +283,11 @@ func TestCanaryFailureHaltsRollout(t *testing.T) {
 		}
 	}
 	for _, name := range rest {
-		u := e.waitCondition(name, v1alpha1.ConditionReconciling, metav1.ConditionTrue, "RolloutHalted")
-		if msg := condition(u, v1alpha1.ConditionReconciling).Message; !strings.Contains(msg, "canary-a") || !strings.Contains(msg, "1.1.0") {
+		u := e.waitCondition(name, v1alpha1.ConditionUpgradeBlocked, metav1.ConditionTrue, "RolloutHalted")
+		if c := condition(u, v1alpha1.ConditionReady); c == nil || c.Status != metav1.ConditionTrue {
+			t.Errorf("%s, held by a halted rollout but serving, is not Ready: %v", name, c)
+		}
+		if msg := condition(u, v1alpha1.ConditionUpgradeBlocked).Message; !strings.Contains(msg, "canary-a") || !strings.Contains(msg, "1.1.0") {
 			t.Errorf("RolloutHalted message %q does not name the canary and the version", msg)
 		}
 		e.waitEvent(name, "RolloutHalted", "1.1.0")
@@ -421,8 +426,8 @@ func TestMaintenanceWindowOfNamespace(t *testing.T) {
 	e.create("win", map[string]any{"message": "v"}, nil, nil)
 	e.waitVersion("win", "1.0.0")
 	repo.publish("1.1.0", false)
-	u := e.waitCondition("win", v1alpha1.ConditionReconciling, metav1.ConditionTrue, "WaitingForMaintenanceWindow")
-	if msg := condition(u, v1alpha1.ConditionReconciling).Message; !strings.Contains(msg, "of namespace "+e.ns) || !strings.Contains(msg, "1.1.0") {
+	u := e.waitCondition("win", v1alpha1.ConditionUpgradeBlocked, metav1.ConditionTrue, "WaitingForMaintenanceWindow")
+	if msg := condition(u, v1alpha1.ConditionUpgradeBlocked).Message; !strings.Contains(msg, "of namespace "+e.ns) || !strings.Contains(msg, "1.1.0") {
 		t.Errorf("message %q does not name the namespace's window and the version", msg)
 	}
 	if got := e.chartVersions("win"); !slices.Equal(got, []string{"1.0.0"}) {

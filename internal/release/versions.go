@@ -271,12 +271,17 @@ func (p *pass) isVersionChange() bool {
 
 // blockedSummary reports an UpgradeBlocked condition that keeps the
 // resource from what its spec asks for (a software major version change, a
-// downgrade): Ready is False. A newer chart major that is merely available
-// leaves Ready alone.
+// downgrade, an invalid window): Ready is False. A newer chart version that
+// waits by policy (major opt-in, window, canaries, a halted rollout) leaves
+// Ready alone.
 func blockedSummary(st *v1alpha1.ReleaseStatus) *metav1.Condition {
 	c := apimeta.FindStatusCondition(st.Conditions, v1alpha1.ConditionUpgradeBlocked)
-	if c == nil || c.Status != metav1.ConditionTrue || c.Reason == source.ReasonMajorUpgrade {
+	if c == nil || c.Status != metav1.ConditionTrue {
 		return nil
+	}
+	switch c.Reason {
+	case source.ReasonMajorUpgrade, reasonWindow, reasonCanaries, reasonHalted:
+		return nil // a newer chart waits by policy; what runs is what was asked
 	}
 	return c
 }

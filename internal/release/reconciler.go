@@ -171,6 +171,8 @@ type pass struct {
 	deployedExact bool
 	// appMajor is the software major version asked for (Kind.AppMajor).
 	appMajor string
+	// refreshWait > 0: a refresh the resource asked for must wait this long.
+	refreshWait time.Duration
 }
 
 // Reconcile runs one pass for a resource.
@@ -198,6 +200,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 			result = "error"
 		case res.RequeueAfter > 0:
 			result = "requeue"
+		}
+		if w := p.refreshWait; w > 0 && retErr == nil && (res.RequeueAfter == 0 || res.RequeueAfter > w) {
+			res.RequeueAfter = w // come back for the refresh this resource asked for
 		}
 		reconcileTotal.WithLabelValues(r.Watch.GVK.Kind, result).Inc()
 		reconcileDuration.WithLabelValues(r.Watch.GVK.Kind, result).Observe(time.Since(start).Seconds())

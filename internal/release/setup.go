@@ -380,3 +380,15 @@ func (r *Reconciler) waitingForCanaries(context.Context, client.Object) []reconc
 	}
 	return out
 }
+
+// kickAll reconciles every resource of the kind (after an on-demand
+// refresh found new versions).
+func (r *Reconciler) kickAll(ctx context.Context) {
+	if r.kick == nil {
+		return
+	}
+	select {
+	case r.kick <- event.GenericEvent{Object: &metav1.PartialObjectMetadata{}}:
+	case <-ctx.Done():
+	}
+}

@@ -238,29 +238,38 @@ func (r *Reconciler) sourceCondition(p *pass, verr error) {
 }
 
 // refreshOnRequest refreshes a remote source when the resource's
-// reconcile-requested-at annotation changed (at most every sourceRefreshMin).
+// reconcile-requested-at annotation changed. Refreshes on request are at
+// least sourceRefreshMin apart (a fleet-wide bump reads the index a few
+// times, not once per resource); a request that comes too soon is not
+// dropped: the pass asks to be run again when the next refresh may happen.
 func (r *Reconciler) refreshOnRequest(ctx context.Context, p *pass) {
 	if r.Source.Interval() == 0 {
 		return
 	}
 	token := p.obj.GetAnnotations()[v1alpha1.AnnotationReconcileRequestedAt]
+	if token == "" {
+		return
+	}
 	r.mu.Lock()
 	if r.refreshTokens == nil {
 		r.refreshTokens = map[types.NamespacedName]string{}
 	}
-	due := token != "" && r.refreshTokens[p.key] != token && time.Since(r.lastRefresh) >= sourceRefreshMin
-	if token != "" {
-		r.refreshTokens[p.key] = token
-	}
-	if due {
-		r.lastRefresh = time.Now()
-	}
-	r.mu.Unlock()
-	if !due {
+	if r.refreshTokens[p.key] == token {
+		r.mu.Unlock()
 		return
 	}
-	if _, err := r.Source.Refresh(ctx); err != nil && !errors.Is(err, source.ErrUnavailable) {
-		p.log.Error(err, "Refreshing the chart source")
+	if wait := sourceRefreshMin - time.Since(r.lastRefresh); wait > 0 {
+		r.mu.Unlock()
+		p.refreshWait = wait
+		return
+	}
+	r.refreshTokens[p.key] = token
+	r.lastRefresh = time.Now()
+	r.mu.Unlock()
+	changed, err := r.Source.Refresh(ctx)
+	p.log.V(1).Info("Refreshed the chart source on request", "changed", changed, "error", fmt.Sprint(err))
+	if changed {
+		r.kickAll(ctx)
 	}
 }
 

@@ -61,6 +61,10 @@ type Kind struct {
 	// (PostgreSQL's spec.version), "" if the kind names none. A change of it
 	// is a major upgrade under the same opt-in rule as a chart's major.
 	AppMajor func(obj *unstructured.Unstructured) string
+	// DeployedAppMajor reads the major version running from the resource's
+	// status; it stands in for releases deployed before chartpilot labelled
+	// release records with it.
+	DeployedAppMajor func(obj *unstructured.Unstructured) string
 }
 
 // Passthrough uses the resource's spec as the chart values.
@@ -411,7 +415,7 @@ func (r *Reconciler) act(ctx context.Context, p *pass) (ctrl.Result, error) {
 	o := observe(history, string(p.obj.GetUID()), p.digest, adopt)
 	// Version policy decided on the cached view of what runs; the history
 	// is exact. If they differ, decide again.
-	if d := deployedFromHistory(o); d != p.deployed {
+	if d := r.deployedFromHistory(p, o); d != p.deployed {
 		p.deployed, p.deployedExact = d, true
 		if res, stop := r.decide(ctx, p); stop {
 			return res, nil

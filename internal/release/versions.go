@@ -65,25 +65,34 @@ func (r *Reconciler) deployedFromCache(ctx context.Context, p *pass) deployedSta
 				}
 			}
 			if labels != nil && labels[LabelChartVersion] != "" {
-				return deployedState{chartVersion: labels[LabelChartVersion], appMajor: labels[LabelAppMajor]}
+				return r.withAppMajor(p, deployedState{chartVersion: labels[LabelChartVersion], appMajor: labels[LabelAppMajor]})
 			}
 		}
 	}
 	if c := p.status.Chart; c != nil && c.DeployedVersion != "" {
-		return deployedState{chartVersion: c.DeployedVersion}
+		return r.withAppMajor(p, deployedState{chartVersion: c.DeployedVersion})
 	}
 	if rel := p.status.Release; rel != nil && rel.Status == string(helm.StatusDeployed) {
-		return deployedState{chartVersion: rel.ChartVersion}
+		return r.withAppMajor(p, deployedState{chartVersion: rel.ChartVersion})
 	}
 	return deployedState{}
 }
 
 // deployedFromHistory is the exact deployed state: the last good revision.
-func deployedFromHistory(o Observation) deployedState {
+func (r *Reconciler) deployedFromHistory(p *pass, o Observation) deployedState {
 	if o.LastGood == nil {
 		return deployedState{}
 	}
-	return deployedState{chartVersion: o.LastGood.ChartVersion, appMajor: o.LastGood.Labels[LabelAppMajor]}
+	return r.withAppMajor(p, deployedState{chartVersion: o.LastGood.ChartVersion, appMajor: o.LastGood.Labels[LabelAppMajor]})
+}
+
+// withAppMajor fills a missing app major from the kind's status (releases
+// deployed before their records carried the label).
+func (r *Reconciler) withAppMajor(p *pass, d deployedState) deployedState {
+	if d.appMajor == "" && r.Kind.DeployedAppMajor != nil {
+		d.appMajor = r.Kind.DeployedAppMajor(p.obj)
+	}
+	return d
 }
 
 // resourceConstraint is the resource's own chart version constraint:

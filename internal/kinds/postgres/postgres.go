@@ -27,7 +27,7 @@ var GVK = v1alpha1.GroupVersion.WithKind("Postgres")
 
 // Kind returns the translator and status reporter of Postgres.
 func Kind() release.Kind {
-	return release.Kind{Values: Values, Status: Status, Facts: Facts, AppMajor: Major}
+	return release.Kind{Values: Values, Status: Status, Facts: Facts, AppMajor: Major, DeployedAppMajor: DeployedMajor}
 }
 
 // Facts are the policy figures of a Postgres: replicas, storage per pod and
@@ -203,6 +203,14 @@ func Status(ctx context.Context, c client.Reader, obj *unstructured.Unstructured
 // needs the same opt-in as a major chart upgrade.
 func Major(obj *unstructured.Unstructured) string {
 	v, _, _ := unstructured.NestedString(obj.Object, "spec", "version")
+	major, _, _ := strings.Cut(strings.TrimSpace(v), ".")
+	return major
+}
+
+// DeployedMajor is the PostgreSQL major version running, from status.version
+// (written after each deploy).
+func DeployedMajor(obj *unstructured.Unstructured) string {
+	v, _, _ := unstructured.NestedString(obj.Object, "status", "version")
 	major, _, _ := strings.Cut(strings.TrimSpace(v), ".")
 	return major
 }

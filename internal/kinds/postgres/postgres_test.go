@@ -86,3 +86,19 @@ func TestStatusReportsReadyReplicasUntilAllReady(t *testing.T) {
 		t.Errorf("all ready: asked to be called again in %s", again)
 	}
 }
+
+func TestMajorVersions(t *testing.T) {
+	obj := &unstructured.Unstructured{Object: map[string]any{
+		"spec":   map[string]any{"version": "17.2"},
+		"status": map[string]any{"version": "16"},
+	}}
+	if got := Major(obj); got != "17" {
+		t.Errorf("Major = %q, want 17", got)
+	}
+	if got := DeployedMajor(obj); got != "16" {
+		t.Errorf("DeployedMajor = %q, want 16", got)
+	}
+	if got := DeployedMajor(&unstructured.Unstructured{Object: map[string]any{}}); got != "" {
+		t.Errorf("DeployedMajor without status = %q, want empty", got)
+	}
+}

@@ -167,9 +167,8 @@ type pass struct {
 	blocked    bool
 	retryAfter time.Duration
 
-	// chart is the chart version chosen for this pass, choice how.
-	chart  *helm.Chart
-	choice source.Choice
+	// chart is the chart version chosen for this pass.
+	chart *helm.Chart
 	// deployed is what runs now; exact once read from the release history.
 	deployed      deployedState
 	deployedExact bool
@@ -177,6 +176,9 @@ type pass struct {
 	appMajor string
 	// refreshWait > 0: a refresh the resource asked for must wait this long.
 	refreshWait time.Duration
+	// records are the labels of the release records (metadata cache), once read.
+	records     []map[string]string
+	recordsRead bool
 }
 
 // Reconcile runs one pass for a resource.
@@ -501,21 +503,13 @@ func (r *Reconciler) act(ctx context.Context, p *pass) (ctrl.Result, error) {
 // metadata cache sees it, is deployed from the desired digest by this owner,
 // and its revision.
 func (r *Reconciler) inSyncFromCache(ctx context.Context, p *pass) (int, bool) {
-	if r.Releases == nil {
-		return 0, false
-	}
-	list := &metav1.PartialObjectMetadataList{}
-	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("SecretList"))
-	if err := r.Releases.List(ctx, list, client.InNamespace(p.key.Namespace), client.MatchingLabels{
-		helm.StorageLabelOwner: helm.StorageOwnerHelm,
-		helm.StorageLabelName:  p.key.Name,
-	}); err != nil {
+	records, ok := r.releaseRecords(ctx, p)
+	if !ok {
 		return 0, false
 	}
 	var latest map[string]string
 	best := 0
-	for i := range list.Items {
-		l := list.Items[i].GetLabels()
+	for _, l := range records {
 		if v := revisionOf(l); v > best {
 			best, latest = v, l
 		}
@@ -526,6 +520,32 @@ func (r *Reconciler) inSyncFromCache(ctx context.Context, p *pass) (int, bool) {
 	return best, latest[helm.StorageLabelStatus] == string(helm.StatusDeployed) &&
 		latest[LabelDigest] == p.digest &&
 		latest[LabelOwnerUID] == string(p.obj.GetUID())
+}
+
+// releaseRecords returns the labels of the resource's release records from
+// the metadata cache, read once per pass (the version policy and the fast
+// path both need them).
+func (r *Reconciler) releaseRecords(ctx context.Context, p *pass) ([]map[string]string, bool) {
+	if p.recordsRead {
+		return p.records, true
+	}
+	if r.Releases == nil {
+		return nil, false
+	}
+	list := &metav1.PartialObjectMetadataList{}
+	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("SecretList"))
+	if err := r.Releases.List(ctx, list, client.InNamespace(p.key.Namespace), client.MatchingLabels{
+		helm.StorageLabelOwner: helm.StorageOwnerHelm,
+		helm.StorageLabelName:  p.key.Name,
+	}); err != nil {
+		return nil, false
+	}
+	p.records = make([]map[string]string, len(list.Items))
+	for i := range list.Items {
+		p.records[i] = list.Items[i].GetLabels()
+	}
+	p.recordsRead = true
+	return p.records, true
 }
 
 // takeDriftFlag reports whether a drift check is due, and clears the flag.

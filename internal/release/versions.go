@@ -14,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/Masterminds/semver/v3"
 
@@ -49,24 +48,16 @@ type deployedState struct {
 // the metadata cache; before chartpilot labelled records (or without the
 // cache) it falls back to the status.
 func (r *Reconciler) deployedFromCache(ctx context.Context, p *pass) deployedState {
-	if r.Releases != nil {
-		list := &metav1.PartialObjectMetadataList{}
-		list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("SecretList"))
-		if err := r.Releases.List(ctx, list, client.InNamespace(p.key.Namespace), client.MatchingLabels{
-			helm.StorageLabelOwner: helm.StorageOwnerHelm,
-			helm.StorageLabelName:  p.key.Name,
-		}); err == nil {
-			best := 0
-			var labels map[string]string
-			for i := range list.Items {
-				l := list.Items[i].GetLabels()
-				if v := revisionOf(l); v > best && l[helm.StorageLabelStatus] == string(helm.StatusDeployed) {
-					best, labels = v, l
-				}
+	if records, ok := r.releaseRecords(ctx, p); ok {
+		best := 0
+		var labels map[string]string
+		for _, l := range records {
+			if v := revisionOf(l); v > best && l[helm.StorageLabelStatus] == string(helm.StatusDeployed) {
+				best, labels = v, l
 			}
-			if labels != nil && labels[LabelChartVersion] != "" {
-				return r.withAppMajor(p, deployedState{chartVersion: labels[LabelChartVersion], appMajor: labels[LabelAppMajor]})
-			}
+		}
+		if labels != nil && labels[LabelChartVersion] != "" {
+			return r.withAppMajor(p, deployedState{chartVersion: labels[LabelChartVersion], appMajor: labels[LabelAppMajor]})
 		}
 	}
 	if c := p.status.Chart; c != nil && c.DeployedVersion != "" {
@@ -154,7 +145,6 @@ func (r *Reconciler) selectChart(ctx context.Context, p *pass) error {
 	if err != nil {
 		return &stallError{"ChartVersionUnsatisfiable", err}
 	}
-	p.choice = choice
 	cs := p.status.Chart
 	if cs == nil {
 		cs = &v1alpha1.ChartStatus{}

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/Masterminds/semver/v3"
+
+	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 )
 
 // Reasons a Choice holds a release back.
@@ -50,13 +52,6 @@ type Choice struct {
 	Blocked, Message string
 }
 
-// Annotations through which a resource opts in to what policy holds back.
-const (
-	AnnotationAllowMajor     = "chartpilot.dev/allow-major-upgrade"
-	AnnotationAllowDowngrade = "chartpilot.dev/allow-downgrade"
-	AnnotationChartVersion   = "chartpilot.dev/chart-version"
-)
-
 // ParseMajors reads the allow-major-upgrade annotation: one major version
 // or a comma-separated list ("2" or "2,16").
 func ParseMajors(s string) ([]uint64, error) {
@@ -68,7 +63,7 @@ func ParseMajors(s string) ([]uint64, error) {
 		}
 		n, err := strconv.ParseUint(f, 10, 64)
 		if err != nil {
-			return nil, fmt.Errorf("annotation %s: %q is not a major version number: write the target major, e.g. \"2\"", AnnotationAllowMajor, f)
+			return nil, fmt.Errorf("annotation %s: %q is not a major version number: write the target major, e.g. \"2\"", v1alpha1.AnnotationAllowMajorUpgrade, f)
 		}
 		out = append(out, n)
 	}
@@ -142,13 +137,13 @@ func choose(sat []*semver.Version, dv *semver.Version, p Policy, c *Choice) *sem
 			// Everything from here on is a refused downgrade.
 			if v == desired {
 				c.Blocked = ReasonDowngrade
-				c.Message = fmt.Sprintf("%s selects chart %s %s, below the deployed %s: downgrades are refused; set annotation %s: %q to downgrade, or change the constraint", describeConstraints(p), p.Chart, v.Original(), dv.Original(), AnnotationAllowDowngrade, v.Original())
+				c.Message = fmt.Sprintf("%s selects chart %s %s, below the deployed %s: downgrades are refused; set annotation %s: %q to downgrade, or change the constraint", describeConstraints(p), p.Chart, v.Original(), dv.Original(), v1alpha1.AnnotationAllowDowngrade, v.Original())
 			}
 			return keepDeployed(sat, dv)
 		case v.Major() > dv.Major() && !allowedMajor(v.Major()):
 			if c.Blocked == "" {
 				c.Blocked = ReasonMajorUpgrade
-				c.Message = fmt.Sprintf("chart %s %s is available but is a major upgrade from %s: set annotation %s: \"%d\" to upgrade", p.Chart, v.Original(), dv.Original(), AnnotationAllowMajor, v.Major())
+				c.Message = fmt.Sprintf("chart %s %s is available but is a major upgrade from %s: set annotation %s: \"%d\" to upgrade", p.Chart, v.Original(), dv.Original(), v1alpha1.AnnotationAllowMajorUpgrade, v.Major())
 			}
 			continue
 		default:

@@ -3,6 +3,8 @@ package source
 import (
 	"strings"
 	"testing"
+
+	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 )
 
 func TestChoose(t *testing.T) {
@@ -57,7 +59,7 @@ func TestParseMajors(t *testing.T) {
 	if err != nil || len(got) != 2 || got[0] != 2 || got[1] != 16 {
 		t.Fatalf("got %v %v", got, err)
 	}
-	if _, err := ParseMajors("two"); err == nil || !strings.Contains(err.Error(), AnnotationAllowMajor) {
+	if _, err := ParseMajors("two"); err == nil || !strings.Contains(err.Error(), v1alpha1.AnnotationAllowMajorUpgrade) {
 		t.Fatalf("error %v, want one naming the annotation", err)
 	}
 }

@@ -128,19 +128,11 @@ func runOne(root string, n, concurrency int, idle time.Duration) (result, error)
 	res := result{n: n}
 	ctx := context.Background()
 	logf("N=%d: starting the full local cluster", n)
-	c, err := testcluster.Start(ctx, testcluster.Options{Tier: testcluster.TierFull, CRDDirs: []string{filepath.Join(root, "test", "crds")}})
+	c, dyn, cs, err := startCluster(ctx, root)
 	if err != nil {
 		return res, err
 	}
 	defer func() { _ = c.Stop() }()
-	dyn, err := dynamic.NewForConfig(c.Config)
-	if err != nil {
-		return res, err
-	}
-	cs, err := kubernetes.NewForConfig(c.Config)
-	if err != nil {
-		return res, err
-	}
 	watchesFile := filepath.Join(c.Dir, "watches.yaml")
 	if err := os.WriteFile(watchesFile, []byte(fmt.Sprintf(
 		"- {group: test.chartpilot.dev, version: v1alpha1, kind: Webapp, chart: %s, maxConcurrentReconciles: %d}\n",
@@ -182,15 +174,7 @@ func runOne(root string, n, concurrency int, idle time.Duration) (result, error)
 	}
 	logf("N=%d: creating %d resources", n, n)
 	start := time.Now()
-	if err := parallel(n, 16, func(i int) error {
-		u := &unstructured.Unstructured{}
-		u.SetAPIVersion("test.chartpilot.dev/v1alpha1")
-		u.SetKind("Webapp")
-		u.SetName(fmt.Sprintf("app-%04d", i))
-		u.Object["spec"] = map[string]any{"message": fmt.Sprintf("hello %d", i)}
-		_, err := dyn.Resource(gvr).Namespace(namespaces[i%len(namespaces)]).Create(ctx, u, metav1.CreateOptions{})
-		return err
-	}); err != nil {
+	if err := createWebapps(ctx, dyn, n, func(i int) string { return namespaces[i%len(namespaces)] }); err != nil {
 		return res, err
 	}
 	if err := waitAllOn(ctx, dyn, n, "", 20*time.Minute); err != nil {
@@ -231,6 +215,36 @@ func runOne(root string, n, concurrency int, idle time.Duration) (result, error)
 	heapMu.Unlock()
 	res.peakRSS, err = peakRSS(op.Process.Pid)
 	return res, err
+}
+
+// startCluster starts a full-tier local cluster with the test CRDs.
+func startCluster(ctx context.Context, root string) (*testcluster.Cluster, dynamic.Interface, kubernetes.Interface, error) {
+	c, err := testcluster.Start(ctx, testcluster.Options{Tier: testcluster.TierFull, CRDDirs: []string{filepath.Join(root, "test", "crds")}})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	dyn, err := dynamic.NewForConfig(c.Config)
+	if err == nil {
+		var cs kubernetes.Interface
+		if cs, err = kubernetes.NewForConfig(c.Config); err == nil {
+			return c, dyn, cs, nil
+		}
+	}
+	_ = c.Stop()
+	return nil, nil, nil, err
+}
+
+// createWebapps creates app-0000 … app-<n-1>, 16 at a time, in namespace(i).
+func createWebapps(ctx context.Context, dyn dynamic.Interface, n int, namespace func(i int) string) error {
+	return parallel(n, 16, func(i int) error {
+		u := &unstructured.Unstructured{}
+		u.SetAPIVersion("test.chartpilot.dev/v1alpha1")
+		u.SetKind("Webapp")
+		u.SetName(fmt.Sprintf("app-%04d", i))
+		u.Object["spec"] = map[string]any{"message": fmt.Sprintf("hello %d", i)}
+		_, err := dyn.Resource(gvr).Namespace(namespace(i)).Create(ctx, u, metav1.CreateOptions{})
+		return err
+	})
 }
 
 // startOperator runs bin/chartpilot against c as its own process.

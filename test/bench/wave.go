@@ -15,10 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/chartpilot/chartpilot/internal/helm"
-	"github.com/chartpilot/chartpilot/internal/testcluster"
 )
 
 // waveResult is one upgrade wave: a chart version published in a chart
@@ -47,7 +45,7 @@ func runWave(root string, n, bound, concurrency, kills int) (waveResult, error) 
 	res := waveResult{n: n, bound: bound, kills: kills}
 	ctx := context.Background()
 	logf("wave N=%d: starting the full local cluster", n)
-	c, err := testcluster.Start(ctx, testcluster.Options{Tier: testcluster.TierFull, CRDDirs: []string{filepath.Join(root, "test", "crds")}})
+	c, dyn, cs, err := startCluster(ctx, root)
 	if err != nil {
 		return res, err
 	}
@@ -58,14 +56,6 @@ func runWave(root string, n, bound, concurrency, kills int) (waveResult, error) 
 			_ = os.WriteFile(filepath.Join(os.TempDir(), "chartpilot-bench-wave.log"), data, 0o644)
 		}
 	}()
-	dyn, err := dynamic.NewForConfig(c.Config)
-	if err != nil {
-		return res, err
-	}
-	cs, err := kubernetes.NewForConfig(c.Config)
-	if err != nil {
-		return res, err
-	}
 	repoDir := filepath.Join(c.Dir, "repo")
 	repo := httptest.NewServer(http.FileServer(http.Dir(repoDir)))
 	defer repo.Close()
@@ -94,15 +84,7 @@ func runWave(root string, n, bound, concurrency, kills int) (waveResult, error) 
 		return res, err
 	}
 	start := time.Now()
-	if err := parallel(n, 16, func(i int) error {
-		u := &unstructured.Unstructured{}
-		u.SetAPIVersion("test.chartpilot.dev/v1alpha1")
-		u.SetKind("Webapp")
-		u.SetName(fmt.Sprintf("app-%04d", i))
-		u.Object["spec"] = map[string]any{"message": "wave"}
-		_, err := dyn.Resource(gvr).Namespace(ns).Create(ctx, u, metav1.CreateOptions{})
-		return err
-	}); err != nil {
+	if err := createWebapps(ctx, dyn, n, func(int) string { return ns }); err != nil {
 		return res, err
 	}
 	if err := waitAllOn(ctx, dyn, n, "1.0.0", 20*time.Minute); err != nil {

@@ -49,15 +49,15 @@ lint: tools-dev
 	$(BIN)/golangci-lint run ./...
 
 fmt:
-	gofmt -w cmd internal test
+	gofmt -w cmd internal hooks test
 
 vet:
 	$(GO) vet ./...
 
 ## verify: fail when generated files or formatting are out of date
 verify: generate manifests
-	@test -z "$$(gofmt -l cmd internal test)" || { echo "gofmt needed:"; gofmt -l cmd internal test; exit 1; }
-	@git diff --exit-code -- config internal || { echo "generated files are out of date: run make generate manifests and commit"; exit 1; }
+	@test -z "$$(gofmt -l cmd internal hooks test)" || { echo "gofmt needed:"; gofmt -l cmd internal hooks test; exit 1; }
+	@git diff --exit-code -- config internal hooks || { echo "generated files are out of date: run make generate manifests and commit"; exit 1; }
 	@test -z "$$(git status --porcelain -- config internal)" || { echo "untracked generated files:"; git status --porcelain -- config internal; exit 1; }
 
 ## demo: local cluster + operator, shown healthy (no cluster needed)

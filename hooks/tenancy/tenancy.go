@@ -30,6 +30,7 @@ import (
 
 	"github.com/chartpilot/chartpilot/hooks"
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
+	"github.com/chartpilot/chartpilot/internal/values"
 )
 
 // Name is the hook's name in watches.yaml.
@@ -161,7 +162,7 @@ func (t *Tenancy) values(ctx context.Context, obj hooks.Object) (map[string]any,
 // tenantValues merges the tenant's values entries that name obj's kind.
 func tenantValues(tenant *v1alpha1.Tenant, obj hooks.Object) (map[string]any, error) {
 	gvk := obj.Resource.GroupVersionKind()
-	out := map[string]any{}
+	var parts []map[string]any
 	for i, v := range tenant.Spec.Values {
 		if v.Kind != gvk.Kind && v.Kind != gvk.Group+"/"+gvk.Kind {
 			continue
@@ -170,8 +171,9 @@ func tenantValues(tenant *v1alpha1.Tenant, obj hooks.Object) (map[string]any, er
 		if err := json.Unmarshal(v.Values.Raw, &m); err != nil {
 			return nil, hooks.Reject("TenantInvalid", "tenant %s: spec.values[%d].values is not an object of chart values", tenant.Name, i)
 		}
-		mergeInto(out, m)
+		parts = append(parts, m)
 	}
+	out := values.Compose(parts...)
 	if def := tenant.Spec.Limits.DefaultStorageClass; def != "" && obj.Facts.StorageClass == "" && len(obj.Facts.StorageClassPath) > 0 {
 		m := out
 		path := obj.Facts.StorageClassPath
@@ -191,18 +193,6 @@ func tenantValues(tenant *v1alpha1.Tenant, obj hooks.Object) (map[string]any, er
 		return nil, nil
 	}
 	return out, nil
-}
-
-func mergeInto(dst, src map[string]any) {
-	for k, v := range src {
-		if sm, ok := v.(map[string]any); ok {
-			if dm, ok := dst[k].(map[string]any); ok {
-				mergeInto(dm, sm)
-				continue
-			}
-		}
-		dst[k] = v
-	}
 }
 
 // identity is the tenant's ServiceAccount in the resource's namespace.

@@ -17,7 +17,8 @@ import (
 
 	"github.com/chartpilot/chartpilot/hooks"
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
-	"github.com/chartpilot/chartpilot/internal/release"
+	"github.com/chartpilot/chartpilot/internal/kinds"
+	"github.com/chartpilot/chartpilot/internal/policy"
 )
 
 // Path is where the webhook is served.
@@ -25,7 +26,7 @@ const Path = "/validate-chartpilot"
 
 // Kind is what the handler needs of one watched kind.
 type Kind struct {
-	Kind  release.Kind
+	Kind  kinds.Kind
 	Hooks []*hooks.Hook
 	// Chart names the chart and the version a new resource would get.
 	Chart func() (name, version string)
@@ -53,7 +54,7 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 		return admission.Allowed("being deleted")
 	}
 	if policyAnnotationsChanged(req.OldObject.Raw, obj) {
-		if err := release.ValidateAnnotations(obj); err != nil {
+		if err := policy.ValidateAnnotations(obj.GetAnnotations()); err != nil {
 			return admission.Denied(err.Error())
 		}
 	}
@@ -68,20 +69,13 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 			return admission.Allowed("spec unchanged")
 		}
 	}
-	vf, ff := k.Kind.Values, k.Kind.Facts
-	if vf == nil {
-		vf = release.Passthrough
+	var chartName, chartVersion string
+	if k.Chart != nil {
+		chartName, chartVersion = k.Chart()
 	}
-	if ff == nil {
-		ff = release.GenericFacts
-	}
-	vals, err := vf(obj)
+	hobj, _, err := k.Kind.Object(obj, chartName, chartVersion)
 	if err != nil {
 		return admission.Denied(err.Error())
-	}
-	hobj := hooks.Object{Resource: obj, Facts: ff(obj, vals)}
-	if k.Chart != nil {
-		hobj.ChartName, hobj.ChartVersion = k.Chart()
 	}
 	for _, hk := range k.Hooks {
 		if hk.Validator == nil {

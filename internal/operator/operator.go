@@ -28,6 +28,7 @@ import (
 	"github.com/chartpilot/chartpilot/internal/admission"
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/kinds"
+	"github.com/chartpilot/chartpilot/internal/kinds/postgres"
 	"github.com/chartpilot/chartpilot/internal/release"
 	"github.com/chartpilot/chartpilot/internal/source"
 	"github.com/chartpilot/chartpilot/internal/watches"
@@ -46,9 +47,9 @@ type Options struct {
 	RenewDeadline           time.Duration
 	RetryPeriod             time.Duration
 	Log                     logr.Logger
-	// Kinds are the typed kinds (translators); default kinds.Builtin().
+	// Kinds are the typed kinds (translators); default BuiltinKinds().
 	// A watched kind not listed is passthrough.
-	Kinds map[schema.GroupVersionKind]release.Kind
+	Kinds map[schema.GroupVersionKind]kinds.Kind
 	// Hooks are registered next to the built-in ones (tenancy), for
 	// watches.yaml to select by name.
 	Hooks []*hooks.Hook
@@ -83,7 +84,7 @@ func New(o Options) (manager.Manager, error) {
 		return nil, err
 	}
 	if o.Kinds == nil {
-		o.Kinds = kinds.Builtin()
+		o.Kinds = BuiltinKinds()
 	}
 	if o.LeaderElectionID == "" {
 		o.LeaderElectionID = "chartpilot.chartpilot.dev"
@@ -216,19 +217,12 @@ func webhookServer(o *WebhookOptions) webhook.Server {
 
 // resourcesFunc lists the managed resources of every watched kind in some
 // namespaces, with their policy facts (for tenant-wide limits and status).
-func resourcesFunc(c client.Reader, ws []watches.Watch, sources []source.Source, kinds map[schema.GroupVersionKind]release.Kind) tenancy.ResourcesFunc {
+func resourcesFunc(c client.Reader, ws []watches.Watch, sources []source.Source, typed map[schema.GroupVersionKind]kinds.Kind) tenancy.ResourcesFunc {
 	return func(ctx context.Context, namespaces []string) ([]hooks.Object, error) {
 		var out []hooks.Object
 		for i, w := range ws {
 			chartName, chartVersion := newestOf(w, sources[i])()
-			k := kinds[w.GVK]
-			vf, ff := k.Values, k.Facts
-			if vf == nil {
-				vf = release.Passthrough
-			}
-			if ff == nil {
-				ff = release.GenericFacts
-			}
+			k := typed[w.GVK]
 			for _, ns := range namespaces {
 				list := &unstructured.UnstructuredList{}
 				list.SetGroupVersionKind(w.GVK.GroupVersion().WithKind(w.GVK.Kind + "List"))
@@ -237,14 +231,21 @@ func resourcesFunc(c client.Reader, ws []watches.Watch, sources []source.Source,
 				}
 				for j := range list.Items {
 					u := &list.Items[j]
-					vals, err := vf(u)
+					hobj, _, err := k.Object(u, chartName, chartVersion)
 					if err != nil {
 						continue // its own reconcile reports the bad spec
 					}
-					out = append(out, hooks.Object{Resource: u, Facts: ff(u, vals), ChartName: chartName, ChartVersion: chartVersion})
+					out = append(out, hobj)
 				}
 			}
 		}
 		return out, nil
+	}
+}
+
+// BuiltinKinds returns chartpilot's typed kinds by GVK.
+func BuiltinKinds() map[schema.GroupVersionKind]kinds.Kind {
+	return map[schema.GroupVersionKind]kinds.Kind{
+		postgres.GVK: postgres.Kind(),
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/chartpilot/chartpilot/internal/policy"
 	"github.com/chartpilot/chartpilot/internal/source"
 	"github.com/chartpilot/chartpilot/internal/watches"
 )
@@ -59,11 +60,11 @@ func newSource(w watches.Watch, cacheDir string, reader client.Reader) (source.S
 func newestOf(w watches.Watch, src source.Source) func() (string, string) {
 	return func() (string, string) {
 		versions, _ := src.Versions()
-		pol := source.Policy{Chart: src.Name()}
+		pol := policy.Policy{Chart: src.Name()}
 		if w.Remote != nil {
 			pol.Watch = w.Remote.Version
 		}
-		c, err := source.Choose(versions, pol)
+		c, err := policy.Choose(versions, pol)
 		if err != nil {
 			return src.Name(), ""
 		}

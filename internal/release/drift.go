@@ -18,6 +18,7 @@ import (
 
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/helm"
+	"github.com/chartpilot/chartpilot/internal/values"
 )
 
 // driftedObject is one object of a release that differs from the manifest.
@@ -206,8 +207,8 @@ func scalarEqual(a, b any) bool {
 	if a == b {
 		return true
 	}
-	if fa, ok := number(a); ok {
-		if fb, ok := number(b); ok {
+	if fa, ok := values.Number(a); ok {
+		if fb, ok := values.Number(b); ok {
 			return fa == fb
 		}
 	}
@@ -220,33 +221,16 @@ func scalarEqual(a, b any) bool {
 	}
 	// A quantity written as a number in the chart, a string in the cluster.
 	if aok != bok {
-		if fa, ok := number(a); ok && bok {
+		if fa, ok := values.Number(a); ok && bok {
 			q, err := resource.ParseQuantity(sb)
 			return err == nil && q.AsApproximateFloat64() == fa
 		}
-		if fb, ok := number(b); ok && aok {
+		if fb, ok := values.Number(b); ok && aok {
 			q, err := resource.ParseQuantity(sa)
 			return err == nil && q.AsApproximateFloat64() == fb
 		}
 	}
 	return false
-}
-
-func number(v any) (float64, bool) {
-	switch n := v.(type) {
-	case int:
-		return float64(n), true
-	case int32:
-		return float64(n), true
-	case int64:
-		return float64(n), true
-	case float64:
-		return n, true
-	case json.Number:
-		f, err := n.Float64()
-		return f, err == nil
-	}
-	return 0, false
 }
 
 // restore creates a deleted object or sets the chart's fields back on a changed one.

@@ -6,9 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/chartpilot/chartpilot/hooks"
 )
@@ -39,65 +37,4 @@ func (r *Reconciler) hookPassed(p *pass, h *hooks.Hook) {
 		return
 	}
 	setCondition(p.status, p.obj, h.ConditionType, metav1.ConditionTrue, "Passed", "hook "+h.Name+" admits this resource")
-}
-
-// GenericFacts reads policy figures from a passthrough resource's values,
-// at the paths charts conventionally use: replicas (or replicaCount),
-// storage.size / persistence.size (counted only when persistence is not
-// disabled), their storageClass, and resources.limits (else requests).
-func GenericFacts(_ *unstructured.Unstructured, vals map[string]any) hooks.Facts {
-	f := hooks.Facts{}
-	for _, k := range []string{"replicas", "replicaCount"} {
-		if n, ok := number(vals[k]); ok {
-			f.Replicas = int64(n)
-			break
-		}
-	}
-	for _, base := range []string{"storage", "persistence"} {
-		m, ok := vals[base].(map[string]any)
-		if !ok {
-			continue
-		}
-		if enabled, ok := m["enabled"].(bool); ok && !enabled {
-			continue
-		}
-		if s, ok := m["size"].(string); ok {
-			if q, err := resource.ParseQuantity(s); err == nil {
-				f.StorageBytes = q.Value()
-			}
-		}
-		if c, ok := m["storageClass"].(string); ok {
-			f.StorageClass = c
-		}
-		f.StorageClassPath = []string{base, "storageClass"}
-		break
-	}
-	if res, ok := vals["resources"].(map[string]any); ok {
-		for _, kind := range []string{"requests", "limits"} { // limits win
-			m, ok := res[kind].(map[string]any)
-			if !ok {
-				continue
-			}
-			if q, ok := quantity(m["cpu"]); ok {
-				f.CPUMilli = q.MilliValue()
-			}
-			if q, ok := quantity(m["memory"]); ok {
-				f.MemoryBytes = q.Value()
-			}
-		}
-	}
-	return f
-}
-
-func quantity(v any) (resource.Quantity, bool) {
-	switch t := v.(type) {
-	case string:
-		q, err := resource.ParseQuantity(t)
-		return q, err == nil
-	default:
-		if n, ok := number(v); ok {
-			return *resource.NewMilliQuantity(int64(n*1000), resource.DecimalSI), true
-		}
-	}
-	return resource.Quantity{}, false
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/chartpilot/chartpilot/hooks"
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/helm"
+	"github.com/chartpilot/chartpilot/internal/kinds"
 	"github.com/chartpilot/chartpilot/internal/source"
 	"github.com/chartpilot/chartpilot/internal/values"
 	"github.com/chartpilot/chartpilot/internal/watches"
@@ -39,45 +40,6 @@ import (
 
 // maxReleaseName is Helm's limit on release names.
 const maxReleaseName = 53
-
-// ValuesFunc turns a custom resource into its values layer. Passthrough kinds
-// use spec as-is; typed kinds register a translator.
-type ValuesFunc func(obj *unstructured.Unstructured) (map[string]any, error)
-
-// Kind customises a typed kind; the zero Kind is a passthrough kind.
-type Kind struct {
-	// Values makes the resource's values layer (default Passthrough).
-	Values ValuesFunc
-	// Status returns the kind's own status fields, written next to the
-	// shared release status (a nil value removes a field), and how soon to
-	// look again (0: not until the next action). It is called after each
-	// action and then only while it asks to be called again, so a resting
-	// resource costs no request.
-	Status func(ctx context.Context, c client.Reader, obj *unstructured.Unstructured) (map[string]any, time.Duration, error)
-	// Facts reads the policy-relevant figures of a resource (default:
-	// GenericFacts from its values layer).
-	Facts func(obj *unstructured.Unstructured, crValues map[string]any) hooks.Facts
-	// AppMajor is the major version of the software the resource asks for
-	// (PostgreSQL's spec.version), "" if the kind names none. A change of it
-	// is a major upgrade under the same opt-in rule as a chart's major.
-	AppMajor func(obj *unstructured.Unstructured) string
-	// DeployedAppMajor reads the major version running from the resource's
-	// status; it stands in for releases deployed before chartpilot labelled
-	// release records with it.
-	DeployedAppMajor func(obj *unstructured.Unstructured) string
-}
-
-// Passthrough uses the resource's spec as the chart values.
-func Passthrough(obj *unstructured.Unstructured) (map[string]any, error) {
-	spec, _, err := unstructured.NestedMap(obj.Object, "spec")
-	if err != nil {
-		return nil, fmt.Errorf("spec: %w", err)
-	}
-	if spec == nil {
-		spec = map[string]any{}
-	}
-	return spec, nil
-}
 
 // Reconciler reconciles one watched kind.
 type Reconciler struct {
@@ -94,7 +56,7 @@ type Reconciler struct {
 	Recorder  record.EventRecorder
 	Log       logr.Logger
 	// Kind is the typed kind's translator and status reporter (zero: passthrough).
-	Kind Kind
+	Kind kinds.Kind
 	// Hooks are the watch's hooks, in order.
 	Hooks []*hooks.Hook
 	// Now is the clock (tests may replace it).
@@ -316,19 +278,11 @@ func (r *Reconciler) desired(ctx context.Context, p *pass) error {
 	if err := r.selectChart(ctx, p); err != nil || p.blocked {
 		return err
 	}
-	vf := r.Kind.Values
-	if vf == nil {
-		vf = Passthrough
-	}
-	crVals, err := vf(p.obj)
+	hobj, crVals, err := r.Kind.Object(p.obj, p.chart.Name, p.chart.Version)
 	if err != nil {
 		return err
 	}
-	facts := r.Kind.Facts
-	if facts == nil {
-		facts = GenericFacts
-	}
-	p.hobj = hooks.Object{Resource: p.obj, Facts: facts(p.obj, crVals), ChartName: p.chart.Name, ChartVersion: p.chart.Version}
+	p.hobj = hobj
 	layers := []values.Layer{{Name: "cr", Values: crVals}}
 	var tenantLayers []values.Layer
 	for _, h := range r.Hooks {

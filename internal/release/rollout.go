@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
-	"github.com/chartpilot/chartpilot/internal/source"
+	"github.com/chartpilot/chartpilot/internal/policy"
 )
 
 // Reasons a rollout gate holds a chart version upgrade (condition
@@ -64,11 +64,11 @@ func (r *Reconciler) windowGate(ctx context.Context, p *pass) (ctrl.Result, bool
 	if spec == "" {
 		return ctrl.Result{}, false
 	}
-	ws, err := parseWindows(spec)
+	ws, err := policy.ParseWindows(spec)
 	if err != nil {
 		return r.waitRollout(p, reasonInvalidWindow, fmt.Sprintf("%s: %v; the upgrade to chart %s %s waits until it is fixed", where, err, p.chart.Name, p.chart.Version), invalidWindowRecheck), true
 	}
-	open, next := inWindow(ws, r.now())
+	open, next := policy.InWindow(ws, r.now())
 	if open {
 		return ctrl.Result{}, false
 	}
@@ -108,7 +108,7 @@ func (r *Reconciler) canaryGate(ctx context.Context, p *pass) (ctrl.Result, bool
 		if err != nil {
 			continue
 		}
-		if ch, err := source.Choose(versions, pol); err != nil || ch.Version != target {
+		if ch, err := policy.Choose(versions, pol); err != nil || ch.Version != target {
 			continue
 		}
 		total++

@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -15,11 +12,9 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/Masterminds/semver/v3"
-
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/helm"
-	"github.com/chartpilot/chartpilot/internal/source"
+	"github.com/chartpilot/chartpilot/internal/policy"
 )
 
 // Labels on release records that say what a revision deployed, read by the
@@ -27,13 +22,6 @@ import (
 const (
 	LabelChartVersion = "chartpilot.dev/chart-version"
 	LabelAppMajor     = "chartpilot.dev/app-major"
-)
-
-// Reasons of the UpgradeBlocked condition.
-const (
-	// reasonAppMajor: the resource asks for another major version of the
-	// software it names; nothing is changed until it opts in.
-	reasonAppMajor = "MajorVersionChangeBlocked"
 )
 
 // sourceRefreshMin is the least time between on-demand refreshes of a source.
@@ -89,7 +77,7 @@ func (r *Reconciler) withAppMajor(p *pass, d deployedState) deployedState {
 // resourceConstraint is the resource's own chart version constraint:
 // spec.chartVersion for typed kinds, else the annotation.
 func (r *Reconciler) resourceConstraint(obj *unstructured.Unstructured) (string, string) {
-	if r.Kind.Values != nil {
+	if r.Kind.Typed() {
 		if v, ok, _ := unstructured.NestedString(obj.Object, "spec", "chartVersion"); ok && v != "" {
 			return v, "spec.chartVersion"
 		}
@@ -98,14 +86,14 @@ func (r *Reconciler) resourceConstraint(obj *unstructured.Unstructured) (string,
 }
 
 // policyFor is the version policy of a resource, given what it runs.
-func (r *Reconciler) policyFor(obj *unstructured.Unstructured, d deployedState) (source.Policy, []uint64, error) {
+func (r *Reconciler) policyFor(obj *unstructured.Unstructured, d deployedState) (policy.Policy, []uint64, error) {
 	ann := obj.GetAnnotations()
-	majors, err := source.ParseMajors(ann[v1alpha1.AnnotationAllowMajorUpgrade])
+	majors, err := policy.ParseMajors(ann[v1alpha1.AnnotationAllowMajorUpgrade])
 	if err != nil {
-		return source.Policy{}, nil, err
+		return policy.Policy{}, nil, err
 	}
 	constraint, field := r.resourceConstraint(obj)
-	pol := source.Policy{
+	pol := policy.Policy{
 		Chart:          r.Source.Name(),
 		Resource:       constraint,
 		Field:          field,
@@ -141,7 +129,7 @@ func (r *Reconciler) selectChart(ctx context.Context, p *pass) error {
 	if err != nil {
 		return &stallError{"AnnotationInvalid", err}
 	}
-	choice, err := source.Choose(versions, pol)
+	choice, err := policy.Choose(versions, pol)
 	if err != nil {
 		return &stallError{"ChartVersionUnsatisfiable", err}
 	}
@@ -156,7 +144,7 @@ func (r *Reconciler) selectChart(ctx context.Context, p *pass) error {
 	p.appMajor = ""
 	if r.Kind.AppMajor != nil {
 		p.appMajor = r.Kind.AppMajor(p.obj)
-		if reason, msg := appMajorPolicy(p.deployed.appMajor, p.appMajor, majors, p.obj.GetAnnotations()[v1alpha1.AnnotationAllowDowngrade]); reason != "" {
+		if reason, msg := policy.AppMajor(p.deployed.appMajor, p.appMajor, majors, p.obj.GetAnnotations()[v1alpha1.AnnotationAllowDowngrade]); reason != "" {
 			blockReason, blockMsg = reason, msg
 			choice.Version = "" // nothing changes until the resource opts in
 		}
@@ -174,27 +162,6 @@ func (r *Reconciler) selectChart(ctx context.Context, p *pass) error {
 	}
 	p.chart = ch
 	return nil
-}
-
-// appMajorPolicy applies the major-version rule to the software version a
-// kind names (PostgreSQL's spec.version): a change of major is a major
-// upgrade, a lower major a downgrade.
-func appMajorPolicy(have, want string, allow []uint64, allowDowngrade string) (string, string) {
-	if have == "" || want == "" || have == want {
-		return "", ""
-	}
-	h, err1 := strconv.ParseUint(have, 10, 64)
-	w, err2 := strconv.ParseUint(want, 10, 64)
-	if err1 != nil || err2 != nil {
-		return "", ""
-	}
-	if w > h && !slices.Contains(allow, w) {
-		return reasonAppMajor, fmt.Sprintf("spec.version asks for major version %d but %d runs: a major upgrade is not done on its own; take a backup, then set annotation %s: \"%d\"", w, h, v1alpha1.AnnotationAllowMajorUpgrade, w)
-	}
-	if w < h && allowDowngrade != want {
-		return source.ReasonDowngrade, fmt.Sprintf("spec.version asks for major version %d but %d runs: downgrades are refused (data written by %d may not be readable by %d); set spec.version back, or annotation %s: %q", w, h, h, w, v1alpha1.AnnotationAllowDowngrade, want)
-	}
-	return "", ""
 }
 
 // hold leaves the release as it is and says why.
@@ -288,39 +255,10 @@ func blockedSummary(st *v1alpha1.ReleaseStatus) *metav1.Condition {
 		return nil
 	}
 	switch c.Reason {
-	case source.ReasonMajorUpgrade, reasonWindow, reasonCanaries, reasonHalted:
+	case policy.ReasonMajorUpgrade, reasonWindow, reasonCanaries, reasonHalted:
 		return nil // a newer chart waits by policy; what runs is what was asked
 	}
 	return c
-}
-
-// ValidateAnnotations checks the version and rollout annotations of a
-// resource (admission runs it; the reconciler reports the same errors on
-// the resource's conditions).
-func ValidateAnnotations(obj *unstructured.Unstructured) error {
-	ann := obj.GetAnnotations()
-	var errs []error
-	if _, err := source.ParseMajors(ann[v1alpha1.AnnotationAllowMajorUpgrade]); err != nil {
-		errs = append(errs, err)
-	}
-	if c := ann[v1alpha1.AnnotationChartVersion]; c != "" {
-		if _, err := semver.NewConstraint(c); err != nil {
-			errs = append(errs, fmt.Errorf("annotation %s: %q is not a semver constraint (%w): write e.g. \"~1.4\" or \">=1.2, <2\"", v1alpha1.AnnotationChartVersion, c, err))
-		}
-	}
-	if w := ann[v1alpha1.AnnotationMaintenanceWindow]; w != "" {
-		if _, err := parseWindows(w); err != nil {
-			errs = append(errs, fmt.Errorf("annotation %s: %w", v1alpha1.AnnotationMaintenanceWindow, err))
-		}
-	}
-	if len(errs) == 0 {
-		return nil
-	}
-	msgs := make([]string, len(errs))
-	for i, err := range errs {
-		msgs[i] = err.Error()
-	}
-	return errors.New(strings.Join(msgs, "; "))
 }
 
 // stallError is an input error with its own Stalled reason.

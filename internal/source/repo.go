@@ -7,13 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/chartpilot/chartpilot/internal/helm"
+	"github.com/chartpilot/chartpilot/internal/redact"
 )
 
 // Options configure a remote source.
@@ -42,7 +42,7 @@ type repo struct {
 	url, name, cacheDir string
 }
 
-func (p *repo) where() string { return redact(p.url) }
+func (p *repo) where() string { return redact.URL(p.url) }
 
 // transport trusts the credentials' CA bundle, if any.
 func transport(cr Credentials) (*http.Transport, error) {
@@ -97,7 +97,7 @@ func (p *repo) list(ctx context.Context, cr Credentials) ([]entry, error) {
 		return nil, err
 	}
 	if len(versions) == 0 {
-		return nil, fmt.Errorf("the index of %s has no chart named %s", redact(p.url), p.name)
+		return nil, fmt.Errorf("the index of %s has no chart named %s", redact.URL(p.url), p.name)
 	}
 	out := make([]entry, 0, len(versions))
 	for _, v := range versions {
@@ -119,14 +119,4 @@ func (p *repo) fetch(ctx context.Context, cr Credentials, e entry) ([]byte, erro
 		u = p.url + "/" + strings.TrimPrefix(u, "/")
 	}
 	return p.get(ctx, cr, u)
-}
-
-// redact drops user information from a URL for messages.
-func redact(u string) string {
-	pu, err := url.Parse(u)
-	if err != nil {
-		return "(unparseable URL)"
-	}
-	pu.User = nil
-	return pu.String()
 }

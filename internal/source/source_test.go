@@ -18,6 +18,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/chartpilot/chartpilot/internal/helm"
+	"github.com/chartpilot/chartpilot/internal/policy"
 )
 
 var redisChart = filepath.Join("..", "..", "charts", "redis")
@@ -190,8 +191,8 @@ func TestOCIListsAndLoadsTags(t *testing.T) {
 	if strings.Join(vs, ",") != "2.0.0,1.1.0,1.0.0" {
 		t.Fatalf("versions %v", vs)
 	}
-	c, err := Choose(vs, Policy{Chart: "redis", Deployed: "1.0.0"})
-	if err != nil || c.Version != "1.1.0" || c.Blocked != ReasonMajorUpgrade {
+	c, err := policy.Choose(vs, policy.Policy{Chart: "redis", Deployed: "1.0.0"})
+	if err != nil || c.Version != "1.1.0" || c.Blocked != policy.ReasonMajorUpgrade {
 		t.Fatalf("choice %+v %v", c, err)
 	}
 	ch, err := s.Load(ctx, c.Version)

@@ -1,6 +1,6 @@
 // Package values layers chart values and hashes a release's inputs.
 //
-// Layers, lowest to highest (DESIGN.md): chart defaults (applied by Helm),
+// Layers, lowest to highest: chart defaults (applied by Helm),
 // the custom resource (translator or spec as-is), hook contributions, tenant
 // overrides, and watches.yaml overrideValues.
 package values
@@ -26,24 +26,39 @@ type Layer struct {
 func Merge(layers ...Layer) map[string]any {
 	out := map[string]any{}
 	for _, l := range layers {
-		mergeInto(out, l.Values)
+		mergeInto(out, l.Values, false)
 	}
 	return out
 }
 
-func mergeInto(dst, src map[string]any) {
+// Compose deep-merges the parts of one layer (a tenant's several values
+// entries, say) the way Merge does, except that a null is kept: it must
+// still remove the key from the layers below when the layer is merged.
+func Compose(parts ...map[string]any) map[string]any {
+	out := map[string]any{}
+	for _, p := range parts {
+		mergeInto(out, p, true)
+	}
+	return out
+}
+
+func mergeInto(dst, src map[string]any, keepNull bool) {
 	for k, v := range src {
 		if v == nil {
-			delete(dst, k)
+			if keepNull {
+				dst[k] = nil
+			} else {
+				delete(dst, k)
+			}
 			continue
 		}
 		if sm, ok := v.(map[string]any); ok {
 			if dm, ok := dst[k].(map[string]any); ok {
-				mergeInto(dm, sm)
+				mergeInto(dm, sm, keepNull)
 				continue
 			}
 			nm := map[string]any{}
-			mergeInto(nm, sm)
+			mergeInto(nm, sm, keepNull)
 			dst[k] = nm
 			continue
 		}
@@ -55,7 +70,7 @@ func copyValue(v any) any {
 	switch t := v.(type) {
 	case map[string]any:
 		m := map[string]any{}
-		mergeInto(m, t)
+		mergeInto(m, t, true)
 		return m
 	case []any:
 		l := make([]any, len(t))
@@ -94,4 +109,23 @@ func Digest(chartDigest string, vals map[string]any, annotations map[string]stri
 		fmt.Fprintf(h, "\x00ann\x00%s\x00%s", k, annotations[k])
 	}
 	return hex.EncodeToString(h.Sum(nil))[:DigestLength], nil
+}
+
+// Number reads a numeric value as decoded from YAML or JSON (ints, floats,
+// json.Number).
+func Number(v any) (float64, bool) {
+	switch n := v.(type) {
+	case int:
+		return float64(n), true
+	case int32:
+		return float64(n), true
+	case int64:
+		return float64(n), true
+	case float64:
+		return n, true
+	case json.Number:
+		f, err := n.Float64()
+		return f, err == nil
+	}
+	return 0, false
 }

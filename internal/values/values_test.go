@@ -49,3 +49,18 @@ func TestDigest(t *testing.T) {
 		}
 	}
 }
+
+func TestComposeKeepsNullForTheMerge(t *testing.T) {
+	layer := Compose(
+		map[string]any{"a": map[string]any{"x": 1, "y": 2}, "drop": "set first"},
+		map[string]any{"a": map[string]any{"y": nil}, "drop": nil},
+	)
+	want := map[string]any{"a": map[string]any{"x": 1, "y": nil}, "drop": nil}
+	if !reflect.DeepEqual(layer, want) {
+		t.Fatalf("Compose = %v, want %v", layer, want)
+	}
+	got := Merge(Layer{Name: "cr", Values: map[string]any{"a": map[string]any{"y": 3, "z": 4}, "drop": "cr"}}, Layer{Name: "tenant", Values: layer})
+	if want := map[string]any{"a": map[string]any{"x": 1, "z": 4}}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("Merge = %v, want %v", got, want)
+	}
+}

@@ -8,6 +8,8 @@
 package watches
 
 import (
+	"github.com/chartpilot/chartpilot/internal/redact"
+
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -357,7 +359,7 @@ func validateRemote(e *remoteEntry) (*RemoteChart, error) {
 	case e.Repo == "":
 		return nil, errors.New("field chart.repo: required: https://… (a chart repository) or oci://host/path (an OCI registry)")
 	case err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http" && u.Scheme != "oci"):
-		return nil, fmt.Errorf("field chart.repo: %q is not an https://, http:// or oci:// URL with a host", redactURL(e.Repo))
+		return nil, fmt.Errorf("field chart.repo: %q is not an https://, http:// or oci:// URL with a host", redact.URL(e.Repo))
 	case u.User != nil:
 		return nil, errors.New("field chart.repo: credentials in the URL are not accepted (they would show in logs): put them in a Secret and name it in chart.secretRef")
 	case e.PlainHTTP && u.Scheme != "oci":
@@ -384,14 +386,6 @@ func validateRemote(e *remoteEntry) (*RemoteChart, error) {
 		rc.Interval = d
 	}
 	return rc, nil
-}
-
-func redactURL(s string) string {
-	if u, err := url.Parse(s); err == nil && u.User != nil {
-		u.User = nil
-		return u.String()
-	}
-	return s
 }
 
 // envRef matches $VAR and ${VAR}; $$ is a literal dollar.

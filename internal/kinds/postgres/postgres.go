@@ -18,7 +18,7 @@ import (
 
 	"github.com/chartpilot/chartpilot/hooks"
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
-	"github.com/chartpilot/chartpilot/internal/release"
+	"github.com/chartpilot/chartpilot/internal/kinds"
 	"github.com/chartpilot/chartpilot/internal/values"
 )
 
@@ -26,8 +26,8 @@ import (
 var GVK = v1alpha1.GroupVersion.WithKind("Postgres")
 
 // Kind returns the translator and status reporter of Postgres.
-func Kind() release.Kind {
-	return release.Kind{Values: Values, Status: Status, Facts: Facts, AppMajor: Major, DeployedAppMajor: DeployedMajor}
+func Kind() kinds.Kind {
+	return kinds.Kind{Values: Values, Status: Status, Facts: Facts, AppMajor: Major, DeployedAppMajor: DeployedMajor}
 }
 
 // Facts are the policy figures of a Postgres: replicas, storage per pod and

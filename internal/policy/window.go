@@ -1,4 +1,4 @@
-package release
+package policy
 
 import (
 	"fmt"
@@ -7,9 +7,9 @@ import (
 	_ "time/tzdata" // maintenance windows name time zones; the image may have no zoneinfo
 )
 
-// window is one weekly maintenance window: on the given weekdays, from
+// Window is one weekly maintenance window: on the given weekdays, from
 // start to end (minutes after midnight, end may wrap past midnight), in loc.
-type window struct {
+type Window struct {
 	days       [7]bool
 	start, end int
 	loc        *time.Location
@@ -20,9 +20,9 @@ var weekdays = map[string]time.Weekday{"sun": time.Sunday, "mon": time.Monday, "
 // windowFormat is shown in every parse error.
 const windowFormat = `"<days> HH:MM-HH:MM <time zone>", e.g. "Sat 02:00-04:00 UTC", "Mon-Fri 22:00-23:30 Europe/Berlin" or "* 01:00-02:00 UTC"; several separated by ";"`
 
-// parseWindows reads the maintenance-window annotation.
-func parseWindows(s string) ([]window, error) {
-	var out []window
+// ParseWindows reads the maintenance-window annotation.
+func ParseWindows(s string) ([]Window, error) {
+	var out []Window
 	for _, part := range strings.Split(s, ";") {
 		part = strings.TrimSpace(part)
 		if part == "" {
@@ -32,7 +32,7 @@ func parseWindows(s string) ([]window, error) {
 		if len(f) != 3 {
 			return nil, fmt.Errorf("%q is not %s", part, windowFormat)
 		}
-		var w window
+		var w Window
 		if err := parseDays(f[0], &w.days); err != nil {
 			return nil, fmt.Errorf("%q: %w; write %s", part, err, windowFormat)
 		}
@@ -98,9 +98,9 @@ func parseClock(s string) (int, error) {
 	return t.Hour()*60 + t.Minute(), nil
 }
 
-// inWindow reports whether now falls in one of the windows, and if not,
+// InWindow reports whether now falls in one of the windows, and if not,
 // how long until the next one opens.
-func inWindow(ws []window, now time.Time) (bool, time.Duration) {
+func InWindow(ws []Window, now time.Time) (bool, time.Duration) {
 	next := time.Duration(-1)
 	for _, w := range ws {
 		local := now.In(w.loc)

@@ -1,4 +1,4 @@
-package release
+package policy
 
 import (
 	"strings"
@@ -24,11 +24,11 @@ func TestMaintenanceWindows(t *testing.T) {
 		{"Sat 02:00-04:00 Europe/Berlin", sat(1, 30), true, 0}, // 02:30 in Berlin (UTC+1)
 		{"* 02:00-04:00 UTC", sat(5, 0), false, 21 * time.Hour},
 	} {
-		ws, err := parseWindows(tc.spec)
+		ws, err := ParseWindows(tc.spec)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.spec, err)
 		}
-		open, next := inWindow(ws, tc.now)
+		open, next := InWindow(ws, tc.now)
 		if open != tc.open || (!open && next != tc.nextOpen) {
 			t.Errorf("%s at %s: open=%v next=%s; want %v %s", tc.spec, tc.now.Format(time.RFC3339), open, next, tc.open, tc.nextOpen)
 		}
@@ -41,7 +41,7 @@ func TestMaintenanceWindows(t *testing.T) {
 		"Sat 02:00-04:00":           "e.g. \"Sat 02:00-04:00 UTC\"",
 		"":                          "no window",
 	} {
-		if _, err := parseWindows(spec); err == nil || !strings.Contains(err.Error(), want) {
+		if _, err := ParseWindows(spec); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: error %v, want one containing %q", spec, err, want)
 		}
 	}

@@ -1,0 +1,147 @@
+// Package kinds is the contract a watched kind implements. A kind listed in
+// watches.yaml with no Kind registered is passthrough: its spec is the
+// chart's values. Typed kinds (internal/kinds/postgres) register a
+// translator from their spec to values, their own status fields and the
+// figures tenant policy checks.
+package kinds
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/chartpilot/chartpilot/hooks"
+	"github.com/chartpilot/chartpilot/internal/values"
+)
+
+// ValuesFunc turns a custom resource into its values layer.
+type ValuesFunc func(obj *unstructured.Unstructured) (map[string]any, error)
+
+// Kind customises a typed kind; the zero Kind is a passthrough kind.
+type Kind struct {
+	// Values makes the resource's values layer (default Passthrough).
+	Values ValuesFunc
+	// Status returns the kind's own status fields, written next to the
+	// shared release status (a nil value removes a field), and how soon to
+	// look again (0: not until the next action). It is called after each
+	// action and then only while it asks to be called again, so a resting
+	// resource costs no request.
+	Status func(ctx context.Context, c client.Reader, obj *unstructured.Unstructured) (map[string]any, time.Duration, error)
+	// Facts reads the policy-relevant figures of a resource (default:
+	// GenericFacts from its values layer).
+	Facts func(obj *unstructured.Unstructured, crValues map[string]any) hooks.Facts
+	// AppMajor is the major version of the software the resource asks for
+	// (PostgreSQL's spec.version), "" if the kind names none. A change of it
+	// is a major upgrade under the same opt-in rule as a chart's major.
+	AppMajor func(obj *unstructured.Unstructured) string
+	// DeployedAppMajor reads the major version running from the resource's
+	// status; it stands in for releases deployed before chartpilot labelled
+	// release records with it.
+	DeployedAppMajor func(obj *unstructured.Unstructured) string
+}
+
+// Typed reports whether the kind has its own translator (spec fields such as
+// spec.chartVersion then have a meaning of their own).
+func (k Kind) Typed() bool { return k.Values != nil }
+
+// Object is what hooks, admission and tenant policy see of a resource: the
+// kind's values layer and the facts read from it, with the chart it runs
+// (or would run). The values layer is returned too, for the release.
+func (k Kind) Object(obj *unstructured.Unstructured, chartName, chartVersion string) (hooks.Object, map[string]any, error) {
+	vf := k.Values
+	if vf == nil {
+		vf = Passthrough
+	}
+	vals, err := vf(obj)
+	if err != nil {
+		return hooks.Object{}, nil, err
+	}
+	facts := k.Facts
+	if facts == nil {
+		facts = GenericFacts
+	}
+	return hooks.Object{Resource: obj, Facts: facts(obj, vals), ChartName: chartName, ChartVersion: chartVersion}, vals, nil
+}
+
+// Passthrough uses the resource's spec as the chart values.
+func Passthrough(obj *unstructured.Unstructured) (map[string]any, error) {
+	spec, _, err := unstructured.NestedMap(obj.Object, "spec")
+	if err != nil {
+		return nil, fmt.Errorf("spec: %w", err)
+	}
+	if spec == nil {
+		spec = map[string]any{}
+	}
+	return spec, nil
+}
+
+// GenericFacts reads policy figures from a passthrough resource's values,
+// at the paths charts conventionally use: replicas (or replicaCount),
+// storage.size / persistence.size (counted only when persistence is not
+// disabled), their storageClass, and resources.limits (else requests).
+func GenericFacts(_ *unstructured.Unstructured, vals map[string]any) hooks.Facts {
+	f := hooks.Facts{}
+	for _, k := range []string{"replicas", "replicaCount"} {
+		if n, ok := values.Number(vals[k]); ok {
+			f.Replicas = int64(n)
+			break
+		}
+	}
+	storageFacts(vals, &f)
+	if res, ok := vals["resources"].(map[string]any); ok {
+		for _, kind := range []string{"requests", "limits"} { // limits win
+			m, ok := res[kind].(map[string]any)
+			if !ok {
+				continue
+			}
+			if q, ok := quantity(m["cpu"]); ok {
+				f.CPUMilli = q.MilliValue()
+			}
+			if q, ok := quantity(m["memory"]); ok {
+				f.MemoryBytes = q.Value()
+			}
+		}
+	}
+	return f
+}
+
+// storageFacts reads the first of storage.* and persistence.* that is not
+// disabled.
+func storageFacts(vals map[string]any, f *hooks.Facts) {
+	for _, base := range []string{"storage", "persistence"} {
+		m, ok := vals[base].(map[string]any)
+		if !ok {
+			continue
+		}
+		if enabled, ok := m["enabled"].(bool); ok && !enabled {
+			continue
+		}
+		if s, ok := m["size"].(string); ok {
+			if q, err := resource.ParseQuantity(s); err == nil {
+				f.StorageBytes = q.Value()
+			}
+		}
+		if c, ok := m["storageClass"].(string); ok {
+			f.StorageClass = c
+		}
+		f.StorageClassPath = []string{base, "storageClass"}
+		return
+	}
+}
+
+func quantity(v any) (resource.Quantity, bool) {
+	switch t := v.(type) {
+	case string:
+		q, err := resource.ParseQuantity(t)
+		return q, err == nil
+	default:
+		if n, ok := values.Number(v); ok {
+			return *resource.NewMilliQuantity(int64(n*1000), resource.DecimalSI), true
+		}
+	}
+	return resource.Quantity{}, false
+}

@@ -75,13 +75,7 @@ func observe(history []*helm.Release, ownerUID, desiredDigest string, adopt bool
 		return Observation{State: StateAbsent}
 	}
 	latest := history[len(history)-1]
-	o := Observation{Latest: latest}
-	for i := len(history) - 1; i >= 0; i-- {
-		if s := history[i].Status; s == helm.StatusDeployed || s == helm.StatusSuperseded {
-			o.LastGood = history[i]
-			break
-		}
-	}
+	o := Observation{Latest: latest, LastGood: lastGood(history)}
 	switch uid := latest.Labels[LabelOwnerUID]; {
 	case uid == "" && !adopt:
 		o.State = StateUnmanaged
@@ -116,4 +110,25 @@ func revisionOf(labels map[string]string) int {
 		return 0
 	}
 	return v
+}
+
+// lastGood is the newest deployed or superseded revision of a history
+// (oldest first), the rollback target; nil when none.
+func lastGood(history []*helm.Release) *helm.Release {
+	for i := len(history) - 1; i >= 0; i-- {
+		if s := history[i].Status; s == helm.StatusDeployed || s == helm.StatusSuperseded {
+			return history[i]
+		}
+	}
+	return nil
+}
+
+// lastGoodBefore is the newest deployed or superseded revision older than rev.
+func lastGoodBefore(history []*helm.Release, rev int) *helm.Release {
+	for i := len(history) - 1; i >= 0; i-- {
+		if h := history[i]; h.Revision < rev && (h.Status == helm.StatusDeployed || h.Status == helm.StatusSuperseded) {
+			return h
+		}
+	}
+	return nil
 }

@@ -133,20 +133,23 @@ func TestBackoffUsesObservedFailures(t *testing.T) {
 		return []*helm.Release{ok, bad}
 	}
 	newPass := func() *pass {
-		return &pass{obj: &unstructured.Unstructured{Object: map[string]any{}}, status: &v1alpha1.ReleaseStatus{}, digest: "d2"}
+		return &pass{obj: &unstructured.Unstructured{Object: map[string]any{}}, status: &v1alpha1.ReleaseStatus{}}
 	}
-	if w := r.backoff(newPass(), "Upgrade", "", failedAt(5*time.Second, "")); w != 10*time.Second {
+	backoff := func(p *pass, digest, requested string, h []*helm.Release) time.Duration {
+		p.requested = requested
+		w, _ := r.backoff(p, digest, h)
+		return w
+	}
+	if w := backoff(newPass(), "d2", "", failedAt(5*time.Second, "")); w != 10*time.Second {
 		t.Errorf("a failure 5s ago (status not yet updated): wait %s, want 10s", w)
 	}
-	if w := r.backoff(newPass(), "Upgrade", "", failedAt(20*time.Second, "")); w != 0 {
+	if w := backoff(newPass(), "d2", "", failedAt(20*time.Second, "")); w != 0 {
 		t.Errorf("a failure 20s ago: wait %s, want 0", w)
 	}
-	if w := r.backoff(newPass(), "Upgrade", "new-token", failedAt(5*time.Second, "")); w != 0 {
+	if w := backoff(newPass(), "d2", "new-token", failedAt(5*time.Second, "")); w != 0 {
 		t.Errorf("a new reconcile request: wait %s, want 0", w)
 	}
-	p := newPass()
-	p.digest = "d3"
-	if w := r.backoff(p, "Upgrade", "", failedAt(5*time.Second, "")); w != 0 {
+	if w := backoff(newPass(), "d3", "", failedAt(5*time.Second, "")); w != 0 {
 		t.Errorf("new inputs: wait %s, want 0", w)
 	}
 	// Two failed revisions of the same inputs double the wait.
@@ -154,7 +157,7 @@ func TestBackoffUsesObservedFailures(t *testing.T) {
 	older := rev(0, helm.StatusFailed, "u", "d2", "")
 	older.LastDeployed = now.Add(-time.Minute)
 	h = append([]*helm.Release{older}, h...)
-	if w := r.backoff(newPass(), "Upgrade", "", h); w != 10*time.Second {
+	if w := backoff(newPass(), "d2", "", h); w != 10*time.Second {
 		t.Errorf("second failure 20s ago: wait %s, want 10s (30s back-off)", w)
 	}
 }

@@ -3,7 +3,6 @@ package release
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -37,22 +36,28 @@ const (
 	rolloutResultRollback = "rolled_back"
 )
 
-// rolloutGate decides whether a chart version upgrade may start now:
+// rolloutHold says why a chart version upgrade must wait, and when to look again.
+type rolloutHold struct {
+	reason, msg string
+	after       time.Duration
+}
+
+// rolloutHold decides whether a chart version upgrade may start now:
 // inside the maintenance window (of the resource, else of its namespace)
 // and, for a resource that is not a canary, after every canary taking
 // part in this version's rollout has been Ready on it for canarySoak.
-// hold is true when it must wait; the condition says why.
-func (r *Reconciler) rolloutGate(ctx context.Context, p *pass) (ctrl.Result, bool) {
-	if res, hold := r.windowGate(ctx, p); hold {
-		return res, true
+// It returns what holds the upgrade, or nil. It reads caches only.
+func (r *Reconciler) rolloutHold(ctx context.Context, p *pass, d *desired) *rolloutHold {
+	if h := r.windowHold(ctx, p, d); h != nil {
+		return h
 	}
 	if p.obj.GetLabels()[v1alpha1.LabelCanary] == "true" {
-		return ctrl.Result{}, false
+		return nil
 	}
-	return r.canaryGate(ctx, p)
+	return r.canaryHold(ctx, d)
 }
 
-func (r *Reconciler) windowGate(ctx context.Context, p *pass) (ctrl.Result, bool) {
+func (r *Reconciler) windowHold(ctx context.Context, p *pass, d *desired) *rolloutHold {
 	spec, where := p.obj.GetAnnotations()[v1alpha1.AnnotationMaintenanceWindow], "annotation "+v1alpha1.AnnotationMaintenanceWindow
 	if spec == "" {
 		ns := &metav1.PartialObjectMetadata{}
@@ -62,29 +67,29 @@ func (r *Reconciler) windowGate(ctx context.Context, p *pass) (ctrl.Result, bool
 		}
 	}
 	if spec == "" {
-		return ctrl.Result{}, false
+		return nil
 	}
 	ws, err := policy.ParseWindows(spec)
 	if err != nil {
-		return r.waitRollout(p, reasonInvalidWindow, fmt.Sprintf("%s: %v; the upgrade to chart %s %s waits until it is fixed", where, err, p.chart.Name, p.chart.Version), invalidWindowRecheck), true
+		return &rolloutHold{reasonInvalidWindow, fmt.Sprintf("%s: %v; the upgrade to chart %s %s waits until it is fixed", where, err, d.chart.Name, d.chart.Version), invalidWindowRecheck}
 	}
 	open, next := policy.InWindow(ws, r.now())
 	if open {
-		return ctrl.Result{}, false
+		return nil
 	}
 	at := r.now().Add(next).UTC().Format(time.RFC3339)
-	return r.waitRollout(p, reasonWindow, fmt.Sprintf("the upgrade to chart %s %s waits for the maintenance window (%s: %q), next at %s", p.chart.Name, p.chart.Version, where, spec, at), min(next, maxWindowWait)), true
+	return &rolloutHold{reasonWindow, fmt.Sprintf("the upgrade to chart %s %s waits for the maintenance window (%s: %q), next at %s", d.chart.Name, d.chart.Version, where, spec, at), min(next, maxWindowWait)}
 }
 
-// canaryGate holds a non-canary while the canaries of this version's rollout
+// canaryHold holds a non-canary while the canaries of this version's rollout
 // are not yet Ready on it for canarySoak, and halts it when one of them
 // failed on it.
-func (r *Reconciler) canaryGate(ctx context.Context, p *pass) (ctrl.Result, bool) {
-	target := p.chart.Version
+func (r *Reconciler) canaryHold(ctx context.Context, d *desired) *rolloutHold {
+	target := d.chart.Version
 	list := &unstructured.UnstructuredList{}
 	list.SetGroupVersionKind(r.Watch.GVK.GroupVersion().WithKind(r.Watch.GVK.Kind + "List"))
 	if err := r.Client.List(ctx, list, client.MatchingLabels{v1alpha1.LabelCanary: "true"}); err != nil {
-		return r.waitRollout(p, reasonCanaries, "listing canaries: "+oneLine(err.Error()), canaryPoll), true
+		return &rolloutHold{reasonCanaries, "listing canaries: " + oneLine(err.Error()), canaryPoll}
 	}
 	versions, _ := r.Source.Versions()
 	var pending, failed []string
@@ -133,74 +138,29 @@ func (r *Reconciler) canaryGate(ctx context.Context, p *pass) (ctrl.Result, bool
 	if len(failed) > 0 {
 		rolloutHalted.WithLabelValues(key...).Set(1)
 		sort.Strings(failed)
-		return r.waitRollout(p, reasonHalted, fmt.Sprintf("the rollout of chart %s %s is halted: canary %s failed on it and was rolled back; fix the chart or the canary, then set %s on the canary to try again", p.chart.Name, target, strings.Join(failed, ", "), v1alpha1.AnnotationReconcileRequestedAt), time.Minute), true
+		return &rolloutHold{reasonHalted, fmt.Sprintf("the rollout of chart %s %s is halted: canary %s failed on it and was rolled back; fix the chart or the canary, then set %s on the canary to try again", d.chart.Name, target, strings.Join(failed, ", "), v1alpha1.AnnotationReconcileRequestedAt), time.Minute}
 	}
 	rolloutHalted.WithLabelValues(key...).Set(0)
 	if len(pending) > 0 {
 		sort.Strings(pending)
-		return r.waitRollout(p, reasonCanaries, fmt.Sprintf("the upgrade to chart %s %s waits for %d of %d canaries to be Ready on it for %s: %s", p.chart.Name, target, len(pending), total, r.Watch.CanarySoak, strings.Join(pending, ", ")), wait), true
+		return &rolloutHold{reasonCanaries, fmt.Sprintf("the upgrade to chart %s %s waits for %d of %d canaries to be Ready on it for %s: %s", d.chart.Name, target, len(pending), total, r.Watch.CanarySoak, strings.Join(pending, ", ")), wait}
 	}
-	return ctrl.Result{}, false
+	return nil
 }
 
 // waitRollout holds a chart version upgrade: UpgradeBlocked=True says why
 // (with a Warning event for a halt or a bad window, once), nothing is in
 // progress (Reconciling=False), and the release keeps serving: Ready stays
 // True unless the window annotation is invalid. The resource counts as waiting.
-func (r *Reconciler) waitRollout(p *pass, reason, msg string, after time.Duration) ctrl.Result {
+func (r *Reconciler) waitRollout(p *pass, h rolloutHold) ctrl.Result {
 	prev := apimeta.FindStatusCondition(p.orig.Conditions, v1alpha1.ConditionUpgradeBlocked)
-	setCondition(p.status, p.obj, v1alpha1.ConditionUpgradeBlocked, metav1.ConditionTrue, reason, msg)
-	setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionFalse, reason, "nothing in progress: "+msg)
-	if reason == reasonHalted || reason == reasonInvalidWindow {
-		if prev == nil || prev.Reason != reason || prev.Message != msg {
-			r.Recorder.Event(p.obj, corev1.EventTypeWarning, reason, msg)
+	setCondition(p.status, p.obj, v1alpha1.ConditionUpgradeBlocked, metav1.ConditionTrue, h.reason, h.msg)
+	setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionFalse, h.reason, "nothing in progress: "+h.msg)
+	if h.reason == reasonHalted || h.reason == reasonInvalidWindow {
+		if prev == nil || prev.Reason != h.reason || prev.Message != h.msg {
+			r.Recorder.Event(p.obj, corev1.EventTypeWarning, h.reason, h.msg)
 		}
 	}
-	summarise(p.status, p.obj)
-	r.setWaiting(p.key, reason)
-	return ctrl.Result{RequeueAfter: after}
-}
-
-// isGated reports whether key's upgrade was held by a rollout gate (not by
-// the upgrade bound) on its last pass.
-func (r *Reconciler) isGated(key types.NamespacedName) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	why := r.waiting[key]
-	return why != "" && why != reasonQueued
-}
-
-func (r *Reconciler) setWaiting(key types.NamespacedName, reason string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.setWaitingLocked(key, reason)
-}
-
-// setWaitingLocked records why key waits ("" for not waiting) and updates
-// chartpilot_rollout_waiting; r.mu is held.
-func (r *Reconciler) setWaitingLocked(key types.NamespacedName, reason string) {
-	if r.waiting == nil {
-		r.waiting = map[types.NamespacedName]string{}
-	}
-	if r.waiting[key] == reason {
-		return
-	}
-	if r.waiting[key] == reasonQueued {
-		r.queue = slices.DeleteFunc(r.queue, func(k types.NamespacedName) bool { return k == key })
-	}
-	if reason == reasonQueued {
-		r.queue = append(r.queue, key)
-	}
-	if reason == "" {
-		delete(r.waiting, key)
-	} else {
-		r.waiting[key] = reason
-	}
-	counts := map[string]int{reasonWindow: 0, reasonInvalidWindow: 0, reasonCanaries: 0, reasonHalted: 0, reasonQueued: 0}
-	for _, why := range r.waiting {
-		counts[why]++
-	}
-	for why, n := range counts {
-		rolloutWaiting.WithLabelValues(r.Watch.GVK.Kind, why).Set(float64(n))
-	}
+	r.setWaiting(p.key, h.reason)
+	return ctrl.Result{RequeueAfter: h.after}
 }

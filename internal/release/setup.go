@@ -159,6 +159,7 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager, sh *Shared) error {
 	if err := c.Watch(source.Channel(r.wake, &handler.EnqueueRequestForObject{})); err != nil {
 		return err
 	}
+	r.initOnce.Do(r.init)
 	if r.Source.Interval() > 0 {
 		// A change of the source's versions (or its recovery) wakes every
 		// resource of the kind: that is how a published chart rolls out.
@@ -184,6 +185,19 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager, sh *Shared) error {
 		}
 	}
 	return nil
+}
+
+// init sets up the upgrade slots and the per-resource memory with their
+// metrics; it runs once, before the first pass.
+func (r *Reconciler) init() {
+	r.slots.max = r.Watch.MaxConcurrentUpgrades
+	r.slots.wake = r.wakeOne
+	r.slots.inUse = func(n int) { upgradesInProgress.WithLabelValues(r.Watch.GVK.Kind).Set(float64(n)) }
+	r.mem.onWaiting = func(counts map[string]int) {
+		for why, n := range counts {
+			rolloutWaiting.WithLabelValues(r.Watch.GVK.Kind, why).Set(float64(n))
+		}
+	}
 }
 
 // enqueueNamespaces lists requests for every resource of this kind in the
@@ -299,17 +313,17 @@ func (r *Reconciler) dependentHandler() handler.TypedEventHandler[client.Object,
 			o, n := e.ObjectOld, e.ObjectNew
 			if o.GetGeneration() != n.GetGeneration() || !labels.Equals(o.GetLabels(), n.GetLabels()) ||
 				(n.GetGeneration() == 0 && o.GetResourceVersion() != n.GetResourceVersion()) {
-				r.flagDrift(key)
+				r.mem.with(key, func(m *memo) { m.driftDue = true })
 				q.Add(reconcile.Request{NamespacedName: key})
 				return
 			}
-			if r.awaitingHealth(key) {
+			if r.mem.get(key).awaiting {
 				q.Add(reconcile.Request{NamespacedName: key})
 			}
 		},
 		DeleteFunc: func(_ context.Context, e event.TypedDeleteEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 			if key, ok := r.ownerOf(e.Object); ok {
-				r.flagDrift(key)
+				r.mem.with(key, func(m *memo) { m.driftDue = true })
 				q.Add(reconcile.Request{NamespacedName: key})
 			}
 		},
@@ -370,15 +384,25 @@ func canaryStatusPredicate() predicate.Predicate {
 
 // waitingForCanaries lists the resources whose upgrade waits on canaries.
 func (r *Reconciler) waitingForCanaries(context.Context, client.Object) []reconcile.Request {
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	var out []reconcile.Request
-	for key, why := range r.waiting {
-		if why == reasonCanaries || why == reasonHalted {
-			out = append(out, reconcile.Request{NamespacedName: key})
-		}
+	for _, key := range r.mem.waitingFor(reasonCanaries, reasonHalted) {
+		out = append(out, reconcile.Request{NamespacedName: key})
 	}
 	return out
+}
+
+// wakeOne reconciles one resource (a queued upgrade whose slot freed)
+// without blocking: when the channel is full the resource's own poll
+// picks it up.
+func (r *Reconciler) wakeOne(key types.NamespacedName) {
+	obj := &metav1.PartialObjectMetadata{}
+	obj.SetNamespace(key.Namespace)
+	obj.SetName(key.Name)
+	select {
+	case r.wake <- event.GenericEvent{Object: obj}:
+		r.Log.V(1).Info("Woke a queued upgrade", "resource", key.String())
+	default:
+	}
 }
 
 // kickAll reconciles every resource of the kind (after an on-demand

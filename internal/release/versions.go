@@ -2,8 +2,8 @@ package release
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -58,11 +58,11 @@ func (r *Reconciler) deployedFromCache(ctx context.Context, p *pass) deployedSta
 }
 
 // deployedFromHistory is the exact deployed state: the last good revision.
-func (r *Reconciler) deployedFromHistory(p *pass, o Observation) deployedState {
-	if o.LastGood == nil {
+func (r *Reconciler) deployedFromHistory(p *pass, good *helm.Release) deployedState {
+	if good == nil {
 		return deployedState{}
 	}
-	return r.withAppMajor(p, deployedState{chartVersion: o.LastGood.ChartVersion, appMajor: o.LastGood.Labels[LabelAppMajor]})
+	return r.withAppMajor(p, deployedState{chartVersion: good.ChartVersion, appMajor: good.Labels[LabelAppMajor]})
 }
 
 // withAppMajor fills a missing app major from the kind's status (releases
@@ -109,8 +109,8 @@ func (r *Reconciler) policyFor(obj *unstructured.Unstructured, d deployedState) 
 
 // selectChart decides the chart version of the pass and loads it. When
 // nothing may be deployed (the source knows no version yet, or policy holds
-// the release) p.blocked is set and the release stays as it is.
-func (r *Reconciler) selectChart(ctx context.Context, p *pass) error {
+// the release) d.held is set and the release stays as it is.
+func (r *Reconciler) selectChart(ctx context.Context, p *pass, d *desired) error {
 	r.refreshOnRequest(ctx, p)
 	versions, verr := r.Source.Versions()
 	r.sourceCondition(p, verr)
@@ -119,13 +119,10 @@ func (r *Reconciler) selectChart(ctx context.Context, p *pass) error {
 		if verr != nil {
 			msg += ": " + oneLine(verr.Error())
 		}
-		r.hold(p, "WaitingForChartSource", msg, 15*time.Second)
+		r.holdChart(p, d, "WaitingForChartSource", msg)
 		return nil
 	}
-	if !p.deployedExact {
-		p.deployed = r.deployedFromCache(ctx, p)
-	}
-	pol, majors, err := r.policyFor(p.obj, p.deployed)
+	pol, majors, err := r.policyFor(p.obj, d.deployed)
 	if err != nil {
 		return &stallError{"AnnotationInvalid", err}
 	}
@@ -137,39 +134,38 @@ func (r *Reconciler) selectChart(ctx context.Context, p *pass) error {
 	if cs == nil {
 		cs = &v1alpha1.ChartStatus{}
 	}
-	cs.Name, cs.DeployedVersion, cs.DesiredVersion, cs.AvailableUpgrade = r.Source.Name(), p.deployed.chartVersion, choice.Desired, choice.AvailableUpgrade
+	cs.Name, cs.DeployedVersion, cs.DesiredVersion, cs.AvailableUpgrade = r.Source.Name(), d.deployed.chartVersion, choice.Desired, choice.AvailableUpgrade
 	p.status.Chart = cs
 
 	blockReason, blockMsg := choice.Blocked, choice.Message
-	p.appMajor = ""
 	if r.Kind.AppMajor != nil {
-		p.appMajor = r.Kind.AppMajor(p.obj)
-		if reason, msg := policy.AppMajor(p.deployed.appMajor, p.appMajor, majors, p.obj.GetAnnotations()[v1alpha1.AnnotationAllowDowngrade]); reason != "" {
+		d.appMajor = r.Kind.AppMajor(p.obj)
+		if reason, msg := policy.AppMajor(d.deployed.appMajor, d.appMajor, majors, p.obj.GetAnnotations()[v1alpha1.AnnotationAllowDowngrade]); reason != "" {
 			blockReason, blockMsg = reason, msg
 			choice.Version = "" // nothing changes until the resource opts in
 		}
 	}
 	r.upgradeBlockedCondition(p, blockReason, blockMsg)
 	if choice.Version == "" {
-		summarise(p.status, p.obj)
-		p.blocked = true
+		d.held = true
 		return nil
 	}
 	ch, err := r.Source.Load(ctx, choice.Version)
 	if err != nil {
-		r.hold(p, "ChartUnavailable", oneLine(err.Error()), 15*time.Second)
+		r.holdChart(p, d, "ChartUnavailable", oneLine(err.Error()))
 		return nil
 	}
-	p.chart = ch
+	d.chart = ch
 	return nil
 }
 
-// hold leaves the release as it is and says why.
-func (r *Reconciler) hold(p *pass, reason, msg string, retry time.Duration) {
+// chartRetry is how soon a resource waiting for its chart looks again.
+const chartRetry = 15 * time.Second
+
+// holdChart leaves the release as it is while no chart can be had, and says why.
+func (r *Reconciler) holdChart(p *pass, d *desired, reason, msg string) {
 	setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionTrue, reason, msg)
-	summarise(p.status, p.obj)
-	p.blocked = true
-	p.retryAfter = retry
+	d.held, d.retryAfter = true, chartRetry
 }
 
 // upgradeBlockedCondition sets UpgradeBlocked (and a Warning event when it
@@ -216,22 +212,11 @@ func (r *Reconciler) refreshOnRequest(ctx context.Context, p *pass) {
 	if token == "" {
 		return
 	}
-	r.mu.Lock()
-	if r.refreshTokens == nil {
-		r.refreshTokens = map[types.NamespacedName]string{}
-	}
-	if r.refreshTokens[p.key] == token {
-		r.mu.Unlock()
-		return
-	}
-	if wait := sourceRefreshMin - time.Since(r.lastRefresh); wait > 0 {
-		r.mu.Unlock()
+	due, wait := r.sourceRefresh.take(p.key, token, time.Now())
+	if !due {
 		p.refreshWait = wait
 		return
 	}
-	r.refreshTokens[p.key] = token
-	r.lastRefresh = time.Now()
-	r.mu.Unlock()
 	changed, err := r.Source.Refresh(ctx)
 	p.log.V(1).Info("Refreshed the chart source on request", "changed", changed, "error", fmt.Sprint(err))
 	if changed {
@@ -239,9 +224,37 @@ func (r *Reconciler) refreshOnRequest(ctx context.Context, p *pass) {
 	}
 }
 
-// isVersionChange reports whether the pass would change the deployed chart version.
-func (p *pass) isVersionChange() bool {
-	return p.deployed.chartVersion != "" && p.chart != nil && p.chart.Version != p.deployed.chartVersion
+// refreshLimiter spaces the source refreshes that resources ask for.
+type refreshLimiter struct {
+	mu   sync.Mutex
+	last time.Time
+	// tokens is the reconcile-requested-at value that last refreshed the
+	// source, per resource.
+	tokens map[types.NamespacedName]string
+}
+
+// take reports whether key's token calls for a refresh now; when one is
+// called for but comes too soon, wait says when it may happen.
+func (l *refreshLimiter) take(key types.NamespacedName, token string, now time.Time) (due bool, wait time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.tokens[key] == token {
+		return false, 0
+	}
+	if wait := sourceRefreshMin - now.Sub(l.last); wait > 0 {
+		return false, wait
+	}
+	if l.tokens == nil {
+		l.tokens = map[types.NamespacedName]string{}
+	}
+	l.tokens[key], l.last = token, now
+	return true, 0
+}
+
+func (l *refreshLimiter) forget(key types.NamespacedName) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.tokens, key)
 }
 
 // blockedSummary reports an UpgradeBlocked condition that keeps the
@@ -259,22 +272,4 @@ func blockedSummary(st *v1alpha1.ReleaseStatus) *metav1.Condition {
 		return nil // a newer chart waits by policy; what runs is what was asked
 	}
 	return c
-}
-
-// stallError is an input error with its own Stalled reason.
-type stallError struct {
-	reason string
-	err    error
-}
-
-func (e *stallError) Error() string { return e.err.Error() }
-func (e *stallError) Unwrap() error { return e.err }
-
-// stallReason is the Stalled reason of an error from desired.
-func stallReason(err error) string {
-	var se *stallError
-	if errors.As(err, &se) {
-		return se.reason
-	}
-	return "ValuesInvalid"
 }

@@ -1,0 +1,29 @@
+package release
+
+import (
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
+)
+
+// cleanupFailedInstall uninstalls a release that never deployed (failed,
+// interrupted, or caught mid-uninstall), so that Install can start again
+// from nothing. nextAction has already waited out the back-off.
+func (r *Reconciler) cleanupFailedInstall(p *pass, d *desired, o Observation) (ctrl.Result, error) {
+	_, err := timed("uninstall", func() (struct{}, error) {
+		return struct{}{}, r.Helm.Uninstall(p.key.Namespace, p.key.Name, r.Watch.Timeout)
+	})
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("cleaning up failed install: %w", err)
+	}
+	msg := fmt.Sprintf("removed revision %d (%s) that never deployed, to install again", o.Latest.Revision, o.Latest.Status)
+	r.Recorder.Event(p.obj, corev1.EventTypeNormal, "FailedInstallRemoved", msg)
+	r.recordHistory(p, d.digest, "Uninstall", o.Latest, true, msg)
+	setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionTrue, "Reinstalling", msg)
+	return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil
+}

@@ -1,0 +1,30 @@
+package release
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
+)
+
+// unlock is the Unlock action: a revision left pending-* by a process that
+// died mid-action is marked failed, so that the next pass finishes the work.
+// Only one pass at a time handles a resource and only the leader runs
+// passes, so a pending revision seen here has no live holder.
+func (r *Reconciler) unlock(p *pass, d *desired, o Observation) (ctrl.Result, error) {
+	action := strings.TrimPrefix(string(o.Latest.Status), "pending-")
+	err := r.Helm.As(d.identity).MarkFailed(p.key.Namespace, p.key.Name, o.Latest.Revision, unlockedPrefix+action)
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("unlocking release: %w", err)
+	}
+	msg := fmt.Sprintf("revision %d was left %s by an interrupted %s; unlocked it to finish the work", o.Latest.Revision, o.Latest.Status, action)
+	r.Recorder.Event(p.obj, corev1.EventTypeNormal, "Unlocked", msg)
+	r.recordHistory(p, d.digest, "Unlock", o.Latest, true, msg)
+	setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionTrue, "Unlocked", msg)
+	return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil
+}

@@ -1,0 +1,63 @@
+package release
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
+	"github.com/chartpilot/chartpilot/internal/helm"
+)
+
+// upgrade is the Upgrade action (also how an interrupted upgrade is
+// finished). The caller holds an upgrade slot.
+func (r *Reconciler) upgrade(ctx context.Context, p *pass, d *desired, o Observation) (ctrl.Result, error) {
+	opts := r.actionOptions(p, d, "Upgrade by chartpilot")
+	from, prevRevision := "", 0
+	if o.Latest != nil {
+		from, prevRevision = o.Latest.ChartVersion, o.Latest.Revision
+		opts.Force = d.force != "" && o.Latest.Labels[LabelForceToken] != labelSafe(d.force)
+	}
+	if res, held := r.preUpgrade(ctx, p, d, from); held {
+		return res, nil
+	}
+	setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionTrue, "Upgrading", "upgrading to chart "+d.chart.Name+" "+d.chart.Version)
+	rel, err := timed("upgrade", func() (*helm.Release, error) { return r.Helm.As(d.identity).Upgrade(ctx, d.chart, opts) })
+	if err != nil {
+		r.slots.end(p.key)
+		if rel == nil || rel.Revision <= prevRevision {
+			res := r.failed(p, d, "Upgrade", "UpgradeFailed", err, nil)
+			r.stall(p, "RenderFailed", fmt.Sprintf("Upgrade failed before anything was applied; revision %d keeps running: %s", prevRevision, oneLine(err.Error())))
+			return res, nil
+		}
+		// A failed revision is stored: the next pass rolls back to the last good one.
+		res := r.failed(p, d, "Upgrade", "UpgradeFailed", err, rel)
+		return ctrl.Result{RequeueAfter: min(res.RequeueAfter, time.Second)}, nil
+	}
+	r.succeeded(p, d, "Upgrade", "UpgradeSucceeded", fmt.Sprintf("upgraded to %s %s as revision %d", rel.ChartName, rel.ChartVersion, rel.Revision), rel)
+	if from != rel.ChartVersion {
+		rolloutUpgrades.WithLabelValues(r.Watch.GVK.Kind, rel.ChartVersion, rolloutResultDeployed).Inc()
+	}
+	r.afterDeploy(ctx, p, d, rel)
+	return r.awaitHealth(p), nil
+}
+
+// preUpgrade runs the PreUpgrade hooks; held is true when one holds the
+// upgrade (it is looked at again in a minute).
+func (r *Reconciler) preUpgrade(ctx context.Context, p *pass, d *desired, from string) (ctrl.Result, bool) {
+	for _, h := range r.Hooks {
+		if h.PreUpgrade == nil {
+			continue
+		}
+		if err := h.PreUpgrade.PreUpgrade(ctx, d.hobj, from, d.chart.Version); err != nil {
+			r.hookRefused(p, h, err)
+			setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionTrue, "UpgradeBlocked", "hook "+h.Name+" holds the upgrade: "+oneLine(err.Error()))
+			return ctrl.Result{RequeueAfter: time.Minute}, true
+		}
+		r.hookPassed(p, h)
+	}
+	return ctrl.Result{}, false
+}

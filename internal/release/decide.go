@@ -1,0 +1,96 @@
+package release
+
+import "time"
+
+// action is what one pass does to a release; exactly one runs per pass.
+type action string
+
+// Actions, as chosen by nextAction.
+const (
+	actNone          action = "None"          // in sync and healthy: nothing to do
+	actInstall       action = "Install"       // no release yet
+	actUpgrade       action = "Upgrade"       // new inputs, or finish an interrupted upgrade
+	actRollback      action = "Rollback"      // the newest revision failed: back to the last good one
+	actUnlock        action = "Unlock"        // a revision left pending by a dead process
+	actCleanup       action = "Cleanup"       // remove a release that never deployed, to install again
+	actCheckHealth   action = "CheckHealth"   // a fresh revision: wait for its workloads
+	actCorrectDrift  action = "CorrectDrift"  // set changed or deleted objects back
+	actBackOff       action = "BackOff"       // the same inputs failed recently: wait
+	actQueue         action = "Queue"         // no upgrade slot free: wait for one
+	actHoldRollout   action = "HoldRollout"   // a maintenance window or canaries hold the new chart version
+	actHoldUnhealthy action = "HoldUnhealthy" // these inputs were rolled back as unhealthy
+	actStallForeign  action = "StallForeign"  // the release is not chartpilot's, or another object's
+)
+
+// gates are the facts besides the release's state that the choice of action
+// depends on. They are read before the choice, from memory and caches.
+type gates struct {
+	// backoff > 0: the action these inputs call for failed recently.
+	backoff time.Duration
+	// condemned: these inputs were rolled back because they never became healthy.
+	condemned bool
+	// rolloutHold: a window or canaries hold this chart version change.
+	rolloutHold bool
+	// slotFree: an upgrade slot is held or free.
+	slotFree bool
+	// healthy: the newest revision was seen healthy.
+	healthy bool
+	// driftDue: the release's objects may have changed.
+	driftDue bool
+}
+
+// nextAction chooses the one action a pass takes, from the observed
+// release and the gates. It is a pure function (see its table test).
+func nextAction(o Observation, g gates) action {
+	switch o.State {
+	case StateAbsent:
+		return waitOr(g, actInstall)
+	case StateUnmanaged, StateConflict:
+		return actStallForeign
+	case StateLocked:
+		return actUnlock
+	case StateUninstalling:
+		return actCleanup
+	case StateFailedInstall:
+		return waitOr(g, actCleanup)
+	case StateFailedUpgrade:
+		return actRollback
+	case StateInterrupted:
+		if o.LastGood == nil {
+			return actCleanup
+		}
+		return upgradeOr(g)
+	case StateOutOfSync:
+		switch {
+		case g.condemned:
+			return actHoldUnhealthy
+		case g.backoff > 0:
+			return actBackOff
+		case g.rolloutHold:
+			return actHoldRollout
+		}
+		return upgradeOr(g)
+	case StateInSync:
+		switch {
+		case !g.healthy:
+			return actCheckHealth
+		case g.driftDue:
+			return actCorrectDrift
+		}
+	}
+	return actNone
+}
+
+func waitOr(g gates, a action) action {
+	if g.backoff > 0 {
+		return actBackOff
+	}
+	return a
+}
+
+func upgradeOr(g gates) action {
+	if !g.slotFree {
+		return actQueue
+	}
+	return actUpgrade
+}

@@ -1,0 +1,52 @@
+package release
+
+import (
+	"testing"
+	"time"
+
+	"github.com/chartpilot/chartpilot/internal/helm"
+)
+
+// TestNextAction covers every release state and every gate.
+func TestNextAction(t *testing.T) {
+	good := &helm.Release{Revision: 1, Status: helm.StatusSuperseded}
+	free := gates{slotFree: true, healthy: true}
+	with := func(f func(*gates)) gates { g := free; f(&g); return g }
+	for _, tc := range []struct {
+		name  string
+		state State
+		last  *helm.Release
+		g     gates
+		want  action
+	}{
+		{"absent installs", StateAbsent, nil, free, actInstall},
+		{"absent after a failed install backs off", StateAbsent, nil, with(func(g *gates) { g.backoff = time.Second }), actBackOff},
+		{"unmanaged release is left alone", StateUnmanaged, nil, free, actStallForeign},
+		{"another object's release is left alone", StateConflict, good, free, actStallForeign},
+		{"pending revision is unlocked", StateLocked, good, free, actUnlock},
+		{"pending revision is unlocked whatever the gates", StateLocked, good, gates{backoff: time.Minute}, actUnlock},
+		{"interrupted uninstall is finished", StateUninstalling, nil, free, actCleanup},
+		{"failed install is removed", StateFailedInstall, nil, free, actCleanup},
+		{"failed install waits out its back-off", StateFailedInstall, nil, with(func(g *gates) { g.backoff = time.Second }), actBackOff},
+		{"failed upgrade is rolled back", StateFailedUpgrade, good, free, actRollback},
+		{"interrupted install is removed", StateInterrupted, nil, free, actCleanup},
+		{"interrupted upgrade is finished", StateInterrupted, good, free, actUpgrade},
+		{"interrupted upgrade waits for a slot", StateInterrupted, good, with(func(g *gates) { g.slotFree = false }), actQueue},
+		{"new inputs upgrade", StateOutOfSync, good, free, actUpgrade},
+		{"inputs rolled back as unhealthy are held", StateOutOfSync, good, with(func(g *gates) { g.condemned = true; g.backoff = time.Second }), actHoldUnhealthy},
+		{"new inputs back off after a failure", StateOutOfSync, good, with(func(g *gates) { g.backoff = time.Second; g.rolloutHold = true }), actBackOff},
+		{"window or canaries hold a version change", StateOutOfSync, good, with(func(g *gates) { g.rolloutHold = true; g.slotFree = false }), actHoldRollout},
+		{"no slot: queued", StateOutOfSync, good, with(func(g *gates) { g.slotFree = false }), actQueue},
+		{"fresh revision: health gate", StateInSync, good, with(func(g *gates) { g.healthy = false; g.driftDue = true }), actCheckHealth},
+		{"drift is corrected once healthy", StateInSync, good, with(func(g *gates) { g.driftDue = true }), actCorrectDrift},
+		{"in sync and healthy: nothing", StateInSync, good, with(func(g *gates) { g.backoff = time.Second; g.slotFree = false }), actNone},
+	} {
+		o := Observation{State: tc.state, Latest: tc.last, LastGood: tc.last}
+		if tc.state == StateInterrupted || tc.state == StateFailedInstall || tc.state == StateUninstalling {
+			o.LastGood = tc.last
+		}
+		if got := nextAction(o, tc.g); got != tc.want {
+			t.Errorf("%s: nextAction = %s, want %s", tc.name, got, tc.want)
+		}
+	}
+}

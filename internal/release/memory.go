@@ -1,0 +1,130 @@
+package release
+
+import (
+	"sync"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
+)
+
+// memo is what this process remembers of one resource between passes. None
+// of it is needed for correctness after a restart: every decision is made
+// again from observed state, and memo only saves work and requests.
+type memo struct {
+	// seen: reconciled since start; requested is the reconcile-requested-at
+	// token last handled (a new one asks for a drift check).
+	seen      bool
+	requested string
+	// driftDue: an event of the release's objects may be drift.
+	driftDue bool
+	// failure is the last failed action (status may lag behind it).
+	failure *v1alpha1.Failure
+	// statusSettled: Kind.Status asked for nothing more.
+	statusSettled bool
+	// healthyRev is the revision last seen healthy.
+	healthyRev int
+	// awaiting: the health gate waits on the workloads.
+	awaiting bool
+	// refreshToken is the reconcile-requested-at value that last refreshed
+	// the chart source.
+	refreshToken string
+	// waiting is why a rollout gate holds the resource ("" when it does not).
+	waiting string
+}
+
+// memory holds one memo per resource behind one lock.
+type memory struct {
+	mu sync.Mutex
+	m  map[types.NamespacedName]*memo
+	// onWaiting is told the count of resources per waiting reason whenever
+	// one changes (metrics).
+	onWaiting func(counts map[string]int)
+}
+
+// with runs f on key's memo (made on first use) under the lock.
+func (m *memory) with(key types.NamespacedName, f func(*memo)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.m == nil {
+		m.m = map[types.NamespacedName]*memo{}
+	}
+	e := m.m[key]
+	if e == nil {
+		e = &memo{}
+		m.m[key] = e
+	}
+	f(e)
+}
+
+// get returns a copy of key's memo (the zero memo when none).
+func (m *memory) get(key types.NamespacedName) memo {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if e := m.m[key]; e != nil {
+		return *e
+	}
+	return memo{}
+}
+
+// forget drops key's memo.
+func (m *memory) forget(key types.NamespacedName) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.m, key)
+	m.countWaitingLocked()
+}
+
+// takeDrift reports whether a drift check is due for key (flagged, first
+// pass since start, or a new reconcile request) and clears the flag.
+func (m *memory) takeDrift(key types.NamespacedName, requested string) (due bool) {
+	m.with(key, func(e *memo) {
+		due = e.driftDue || !e.seen || e.requested != requested
+		e.driftDue, e.seen, e.requested = false, true, requested
+	})
+	return due
+}
+
+// setWaiting records why key waits for a rollout gate ("" for not waiting);
+// it reports whether the reason changed.
+func (m *memory) setWaiting(key types.NamespacedName, reason string) (changed bool) {
+	m.with(key, func(e *memo) {
+		if e.waiting != reason {
+			e.waiting, changed = reason, true
+		}
+	})
+	if changed {
+		m.mu.Lock()
+		m.countWaitingLocked()
+		m.mu.Unlock()
+	}
+	return changed
+}
+
+// waitingFor lists the resources that wait for one of reasons.
+func (m *memory) waitingFor(reasons ...string) []types.NamespacedName {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []types.NamespacedName
+	for key, e := range m.m {
+		for _, why := range reasons {
+			if e.waiting == why {
+				out = append(out, key)
+			}
+		}
+	}
+	return out
+}
+
+func (m *memory) countWaitingLocked() {
+	if m.onWaiting == nil {
+		return
+	}
+	counts := map[string]int{reasonWindow: 0, reasonInvalidWindow: 0, reasonCanaries: 0, reasonHalted: 0, reasonQueued: 0}
+	for _, e := range m.m {
+		if e.waiting != "" {
+			counts[e.waiting]++
+		}
+	}
+	m.onWaiting(counts)
+}

@@ -1,0 +1,191 @@
+package release
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
+	"github.com/chartpilot/chartpilot/internal/helm"
+)
+
+// Back-off of a failed action on the same inputs: 15s, 30s, 1m, ... capped.
+const (
+	backoffBase = 15 * time.Second
+	backoffMax  = 15 * time.Minute
+)
+
+// backoffDelay is the wait after the count-th failure of the same inputs.
+func backoffDelay(count int) time.Duration {
+	return min(backoffBase<<min(max(count, 1)-1, 10), backoffMax)
+}
+
+// backoff returns how long to wait before retrying an action on inputs
+// digest, or 0 to go ahead, and the failure it waits out. New inputs or a
+// new reconcile request retry at once. The last failure is the newest of
+// three records: the resource's status, this process's memory (the status
+// read may come from a cache that lags behind the write), and failed
+// revisions of these inputs in the release history (observed state, which
+// survives restarts and cache lag).
+func (r *Reconciler) backoff(p *pass, digest string, history []*helm.Release) (time.Duration, *v1alpha1.Failure) {
+	f := r.lastFailure(p, digest, history)
+	if f == nil || f.Digest != digest || f.RequestedAt != p.requested || f.Count == 0 {
+		return 0, nil
+	}
+	wait := backoffDelay(f.Count)
+	elapsed := r.now().Sub(f.Time.Time)
+	if elapsed >= wait {
+		return 0, nil
+	}
+	return wait - elapsed, f
+}
+
+// lastFailure merges the failure records described at backoff.
+func (r *Reconciler) lastFailure(p *pass, digest string, history []*helm.Release) *v1alpha1.Failure {
+	var f *v1alpha1.Failure
+	newer := func(c *v1alpha1.Failure) {
+		if c == nil {
+			return
+		}
+		if f == nil || c.Time.After(f.Time.Time) {
+			cc := *c
+			if f != nil && f.Digest == cc.Digest && f.Count > cc.Count {
+				cc.Count = f.Count
+			}
+			f = &cc
+		} else if f.Digest == c.Digest && c.Count > f.Count {
+			f.Count = c.Count
+		}
+	}
+	newer(p.status.LastFailure)
+	newer(r.mem.get(p.key).failure)
+	count := 0
+	var newest *helm.Release
+	for _, rel := range history {
+		if rel.Status == helm.StatusFailed && rel.Labels[LabelDigest] == digest && !strings.HasPrefix(rel.Description, unlockedPrefix) {
+			count++
+			newest = rel
+		}
+	}
+	if newest != nil {
+		newer(&v1alpha1.Failure{
+			Action: "Upgrade", Digest: digest, Count: count,
+			Time:        metav1.NewTime(newest.LastDeployed),
+			RequestedAt: newest.Labels[LabelRequestedAt],
+		})
+	}
+	return f
+}
+
+// failed records a failed action: condition, event, history, back-off.
+func (r *Reconciler) failed(p *pass, d *desired, action, reason string, err error, rel *helm.Release) ctrl.Result {
+	msg := fmt.Sprintf("%s failed: %s", action, oneLine(err.Error()))
+	count := 1
+	same := func(f *v1alpha1.Failure) bool {
+		return f != nil && f.Digest == d.digest && f.Action == action && f.RequestedAt == p.requested
+	}
+	if f := p.status.LastFailure; same(f) {
+		count = f.Count + 1
+	}
+	if f := r.lastFailure(p, d.digest, nil); same(f) {
+		count = max(count, f.Count+1)
+	}
+	failure := &v1alpha1.Failure{
+		Action: action, Digest: d.digest, Count: count, Time: metav1.NewTime(r.now().Truncate(time.Second).UTC()),
+		RequestedAt: p.requested, Message: msg,
+	}
+	p.status.LastFailure = failure
+	r.mem.with(p.key, func(m *memo) { m.failure = failure.DeepCopy() })
+	setCondition(p.status, p.obj, v1alpha1.ConditionReleased, metav1.ConditionFalse, reason, msg)
+	setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionTrue, reason, msg)
+	r.recordHistory(p, d.digest, action, rel, false, msg)
+	r.Recorder.Event(p.obj, corev1.EventTypeWarning, reason, msg)
+	p.log.Info("Helm action failed", "action", action, "reason", reason, "error", oneLine(err.Error()))
+	if rel != nil {
+		r.setReleaseInfo(p, rel)
+	}
+	return ctrl.Result{RequeueAfter: backoffDelay(count)}
+}
+
+// succeeded records a successful action.
+func (r *Reconciler) succeeded(p *pass, d *desired, action, reason, msg string, rel *helm.Release) {
+	p.status.LastFailure = nil
+	r.mem.with(p.key, func(m *memo) {
+		m.failure = nil
+		m.statusSettled = false // the kind's status may change with the release
+	})
+	apimeta.RemoveStatusCondition(&p.status.Conditions, v1alpha1.ConditionStalled)
+	setCondition(p.status, p.obj, v1alpha1.ConditionReleased, metav1.ConditionTrue, reason, msg)
+	setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionFalse, reason, msg)
+	r.recordHistory(p, d.digest, action, rel, true, msg)
+	r.Recorder.Event(p.obj, corev1.EventTypeNormal, reason, msg)
+	p.log.Info("Helm action succeeded", "action", action, "revision", revisionOfRelease(rel))
+	if rel != nil {
+		r.setReleaseInfo(p, rel)
+	}
+}
+
+// stall marks input that must change before anything can be done. Nothing
+// deployed is touched; the next change of the resource retries.
+func (r *Reconciler) stall(p *pass, reason, msg string) {
+	prev := apimeta.FindStatusCondition(p.status.Conditions, v1alpha1.ConditionStalled)
+	setCondition(p.status, p.obj, v1alpha1.ConditionStalled, metav1.ConditionTrue, reason, msg)
+	setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionFalse, reason, msg)
+	if prev == nil || prev.Status != metav1.ConditionTrue || prev.Message != msg {
+		r.Recorder.Event(p.obj, corev1.EventTypeWarning, reason, msg)
+		p.log.Info("Stalled", "reason", reason, "message", msg)
+	}
+}
+
+// markInSync records a release deployed from the current inputs and healthy.
+func (r *Reconciler) markInSync(p *pass, d *desired, rel *helm.Release) {
+	apimeta.RemoveStatusCondition(&p.status.Conditions, v1alpha1.ConditionStalled)
+	// Nothing is left to upgrade: a hook that can only hold upgrades holds nothing.
+	for _, h := range r.Hooks {
+		if h.PreUpgrade != nil && h.Validator == nil && h.PostRelease == nil {
+			r.hookPassed(p, h)
+		}
+	}
+	if c := apimeta.FindStatusCondition(p.status.Conditions, v1alpha1.ConditionReleased); c == nil || c.Status != metav1.ConditionTrue {
+		setCondition(p.status, p.obj, v1alpha1.ConditionReleased, metav1.ConditionTrue, "UpToDate", "the release is deployed from the current inputs")
+	}
+	if c := apimeta.FindStatusCondition(p.status.Conditions, v1alpha1.ConditionReconciling); c == nil || c.Status != metav1.ConditionFalse {
+		setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionFalse, "UpToDate", "the release is deployed from the current inputs")
+	}
+	if rel != nil {
+		r.setReleaseInfo(p, rel)
+	}
+	if cs := p.status.Chart; cs != nil && d.chart != nil {
+		cs.DeployedVersion = d.chart.Version
+		if cs.FailedVersion == d.chart.Version {
+			cs.FailedVersion = ""
+		}
+	}
+	r.setWaiting(p.key, "")
+	// In sync and healthy: whatever upgrade held a slot is over.
+	r.slots.end(p.key)
+}
+
+func revisionOfRelease(rel *helm.Release) int {
+	if rel == nil {
+		return 0
+	}
+	return rel.Revision
+}
+
+// timed runs one Helm action and records its duration.
+func timed[T any](action string, f func() (T, error)) (T, error) {
+	start := time.Now()
+	v, err := f()
+	result := "success"
+	if err != nil {
+		result = "error"
+	}
+	helmActionDuration.WithLabelValues(action, result).Observe(time.Since(start).Seconds())
+	return v, err
+}

@@ -1,0 +1,285 @@
+package release
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/chartpilot/chartpilot/hooks"
+	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
+	"github.com/chartpilot/chartpilot/internal/helm"
+)
+
+// historyLimit bounds status.history.
+const historyLimit = 10
+
+// sharedStatusFields are the status fields this reconciler owns for every
+// kind; a typed kind's own fields live beside them.
+var sharedStatusFields = []string{"observedGeneration", "conditions", "release", "chart", "history", "lastFailure"}
+
+// readStatus decodes the resource's status.
+// A status someone else wrote in another shape is replaced, not fatal.
+func readStatus(obj *unstructured.Unstructured) *v1alpha1.ReleaseStatus {
+	st := &v1alpha1.ReleaseStatus{}
+	raw, ok := obj.Object["status"].(map[string]any)
+	if !ok || raw == nil {
+		return st
+	}
+	if runtime.DefaultUnstructuredConverter.FromUnstructured(raw, st) != nil {
+		return &v1alpha1.ReleaseStatus{}
+	}
+	return st
+}
+
+// statusChanged reports whether the pass changed the status.
+func statusChanged(p *pass) bool {
+	if !apiEqual(p.orig, p.status) {
+		return true
+	}
+	current, _ := p.obj.Object["status"].(map[string]any)
+	for k, v := range p.extras {
+		if !equality.Semantic.DeepEqual(current[k], v) {
+			return true
+		}
+	}
+	return false
+}
+
+// mergedStatus is base's status with the shared fields replaced by raw and
+// the kind's fields by p.extras.
+func mergedStatus(base *unstructured.Unstructured, raw, extras map[string]any) map[string]any {
+	merged := map[string]any{}
+	if cur, ok := base.Object["status"].(map[string]any); ok {
+		for k, v := range cur {
+			merged[k] = v
+		}
+	}
+	for _, k := range sharedStatusFields {
+		delete(merged, k)
+	}
+	for k, v := range raw {
+		merged[k] = v
+	}
+	for k, v := range extras {
+		if v == nil {
+			delete(merged, k)
+		} else {
+			merged[k] = v
+		}
+	}
+	return merged
+}
+
+// writeStatus patches the status subresource when, and only when, it
+// changed, with optimistic locking: a status computed from a stale read is
+// refused by the API server instead of undoing a newer write. This
+// reconciler is the only writer of the status, so on a conflict it applies
+// its status once more on top of a fresh read.
+func (r *Reconciler) writeStatus(ctx context.Context, p *pass) error {
+	if !statusChanged(p) {
+		return nil
+	}
+	raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(p.status)
+	if err != nil {
+		return err
+	}
+	base := p.obj
+	for attempt := 0; ; attempt++ {
+		withStatus := base.DeepCopy()
+		withStatus.Object["status"] = mergedStatus(base, raw, p.extras)
+		err := r.Client.Status().Patch(ctx, withStatus, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
+		switch {
+		case err == nil, apierrors.IsNotFound(err):
+			return nil
+		case apierrors.IsConflict(err) && attempt == 0 && r.APIReader != nil:
+			fresh := &unstructured.Unstructured{}
+			fresh.SetGroupVersionKind(r.Watch.GVK)
+			if err := r.APIReader.Get(ctx, p.key, fresh); err != nil {
+				return fmt.Errorf("writing status: %w", err)
+			}
+			base = fresh
+		default:
+			return fmt.Errorf("writing status: %w", err)
+		}
+	}
+}
+
+// kindStatus runs Kind.Status once the release is deployed from the current
+// inputs, unless it said last time that nothing more was to be seen.
+func (r *Reconciler) kindStatus(ctx context.Context, p *pass, res ctrl.Result) (ctrl.Result, error) {
+	if r.Kind.Status == nil {
+		return res, nil
+	}
+	c := apimeta.FindStatusCondition(p.status.Conditions, v1alpha1.ConditionReleased)
+	if c == nil || c.Status != metav1.ConditionTrue {
+		r.mem.with(p.key, func(m *memo) { m.statusSettled = false })
+		return res, nil
+	}
+	if r.mem.get(p.key).statusSettled {
+		return res, nil
+	}
+	reader := r.APIReader
+	if reader == nil {
+		reader = r.Client
+	}
+	extras, again, err := r.Kind.Status(ctx, reader, p.obj)
+	if err != nil {
+		return res, fmt.Errorf("reporting %s status: %w", r.Watch.GVK.Kind, err)
+	}
+	p.extras = extras
+	r.mem.with(p.key, func(m *memo) { m.statusSettled = again == 0 })
+	if again > 0 && (res.RequeueAfter == 0 || again < res.RequeueAfter) {
+		res.RequeueAfter = again
+	}
+	return res, nil
+}
+
+// setCondition sets a condition; LastTransitionTime moves only on a flip
+// (apimeta.SetStatusCondition keeps it otherwise).
+func setCondition(st *v1alpha1.ReleaseStatus, obj *unstructured.Unstructured, typ string, status metav1.ConditionStatus, reason, msg string) {
+	apimeta.SetStatusCondition(&st.Conditions, metav1.Condition{
+		Type:               typ,
+		Status:             status,
+		Reason:             reason,
+		Message:            msg,
+		ObservedGeneration: obj.GetGeneration(),
+	})
+}
+
+// summarise derives Ready from the other conditions and moves
+// observedGeneration. It runs once per pass, just before the status write.
+func summarise(st *v1alpha1.ReleaseStatus, obj *unstructured.Unstructured) {
+	st.ObservedGeneration = obj.GetGeneration()
+	c := readyFrom(st)
+	setCondition(st, obj, v1alpha1.ConditionReady, c.Status, c.Reason, c.Message)
+}
+
+// readyFrom is the Ready condition the other conditions call for, the first
+// that applies of: stalled, paused, not released, blocked from what the spec
+// asks, refused by a hook, drifted, reconciling; else the release's own.
+func readyFrom(st *v1alpha1.ReleaseStatus) metav1.Condition {
+	get := func(t string) *metav1.Condition { return apimeta.FindStatusCondition(st.Conditions, t) }
+	is := func(c *metav1.Condition, s metav1.ConditionStatus) bool { return c != nil && c.Status == s }
+	notReady := func(c *metav1.Condition) metav1.Condition {
+		return metav1.Condition{Status: metav1.ConditionFalse, Reason: c.Reason, Message: c.Message}
+	}
+	stalled, released, reconciling, drifted := get(v1alpha1.ConditionStalled), get(v1alpha1.ConditionReleased), get(v1alpha1.ConditionReconciling), get(v1alpha1.ConditionDrifted)
+	switch {
+	case is(stalled, metav1.ConditionTrue):
+		return notReady(stalled)
+	case reconciling != nil && reconciling.Reason == "Paused":
+		return metav1.Condition{Status: metav1.ConditionUnknown, Reason: "Paused", Message: reconciling.Message}
+	case released == nil:
+		return metav1.Condition{Status: metav1.ConditionFalse, Reason: "Progressing", Message: "the release is not deployed yet"}
+	case !is(released, metav1.ConditionTrue):
+		return notReady(released)
+	case blockedSummary(st) != nil:
+		return notReady(blockedSummary(st))
+	case blockingHookCondition(st) != nil:
+		return notReady(blockingHookCondition(st))
+	case is(drifted, metav1.ConditionTrue):
+		return notReady(drifted)
+	case is(reconciling, metav1.ConditionTrue):
+		return notReady(reconciling)
+	}
+	return metav1.Condition{Status: metav1.ConditionTrue, Reason: released.Reason, Message: released.Message}
+}
+
+// blockingHookCondition returns a hook's False condition, if any: a hook that
+// refuses a resource makes it not Ready.
+func blockingHookCondition(st *v1alpha1.ReleaseStatus) *metav1.Condition {
+	for i := range st.Conditions {
+		c := &st.Conditions[i]
+		switch c.Type {
+		case v1alpha1.ConditionReady, v1alpha1.ConditionReleased, v1alpha1.ConditionReconciling, v1alpha1.ConditionStalled, v1alpha1.ConditionDrifted,
+			v1alpha1.ConditionUpgradeBlocked, v1alpha1.ConditionSourceAvailable:
+			continue
+		}
+		if c.Status == metav1.ConditionFalse {
+			return c
+		}
+	}
+	return nil
+}
+
+// hookRefused records a hook's refusal: its condition False, a Warning
+// event (once per message), and no action on the release.
+func (r *Reconciler) hookRefused(p *pass, h *hooks.Hook, err error) {
+	typ := h.ConditionType
+	if typ == "" {
+		typ = "Hook" + strings.ToUpper(h.Name[:1]) + h.Name[1:]
+	}
+	reason, msg := "HookFailed", fmt.Sprintf("hook %s: %s", h.Name, oneLine(err.Error()))
+	if rej, ok := hooks.AsRejection(err); ok {
+		reason, msg = rej.Reason, oneLine(rej.Message)
+	}
+	prev := apimeta.FindStatusCondition(p.status.Conditions, typ)
+	setCondition(p.status, p.obj, typ, metav1.ConditionFalse, reason, msg+": the release is left as it is")
+	if prev == nil || prev.Status != metav1.ConditionFalse || prev.Reason != reason || !strings.HasPrefix(prev.Message, msg) {
+		r.Recorder.Event(p.obj, corev1.EventTypeWarning, reason, msg)
+		p.log.Info("Hook refused the resource", "hook", h.Name, "reason", reason, "message", msg)
+	}
+}
+
+// hookPassed marks a hook's condition True.
+func (r *Reconciler) hookPassed(p *pass, h *hooks.Hook) {
+	if h.ConditionType == "" {
+		return
+	}
+	setCondition(p.status, p.obj, h.ConditionType, metav1.ConditionTrue, "Passed", "hook "+h.Name+" admits this resource")
+}
+
+func (r *Reconciler) setReleaseInfo(p *pass, rel *helm.Release) {
+	info := &v1alpha1.ReleaseInfo{
+		Name:         rel.Name,
+		Revision:     rel.Revision,
+		ChartName:    rel.ChartName,
+		ChartVersion: rel.ChartVersion,
+		AppVersion:   rel.AppVersion,
+		Status:       string(rel.Status),
+		ValuesDigest: rel.Labels[LabelDigest],
+	}
+	if !rel.LastDeployed.IsZero() {
+		t := metav1.NewTime(rel.LastDeployed.Truncate(time.Second).UTC())
+		info.LastDeployed = &t
+	}
+	p.status.Release = info
+	if rel.Status == helm.StatusDeployed && p.status.Chart != nil {
+		p.status.Chart.DeployedVersion = rel.ChartVersion
+	}
+	releaseInfo.DeletePartialMatch(map[string]string{"kind": r.Watch.GVK.Kind, "namespace": p.key.Namespace, "name": p.key.Name})
+	releaseInfo.WithLabelValues(r.Watch.GVK.Kind, p.key.Namespace, p.key.Name, rel.ChartName, rel.ChartVersion, string(rel.Status)).Set(1)
+}
+
+func (r *Reconciler) recordHistory(p *pass, digest, action string, rel *helm.Release, ok bool, msg string) {
+	e := v1alpha1.HistoryEntry{
+		Action:    action,
+		Digest:    digest,
+		Succeeded: ok,
+		Time:      metav1.NewTime(r.now().Truncate(time.Second).UTC()),
+		Message:   msg,
+	}
+	if rel != nil {
+		e.Revision = rel.Revision
+		e.ChartVersion = rel.ChartVersion
+	}
+	p.status.History = append([]v1alpha1.HistoryEntry{e}, p.status.History...)
+	if len(p.status.History) > historyLimit {
+		p.status.History = p.status.History[:historyLimit]
+	}
+}
+
+// apiEqual compares statuses as the API server would store them (times by
+// instant, not by location), so an unchanged status is never written.
+func apiEqual(a, b *v1alpha1.ReleaseStatus) bool { return equality.Semantic.DeepEqual(a, b) }

@@ -76,6 +76,7 @@ type WebhookOptions struct {
 // New builds the manager. Every local chart is loaded up front: a chart that
 // does not load is a start-up error naming the watch.
 func New(o Options) (manager.Manager, error) {
+	o.defaults()
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return nil, err
@@ -83,6 +84,28 @@ func New(o Options) (manager.Manager, error) {
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		return nil, err
 	}
+	mgr, err := newManager(o, scheme)
+	if err != nil || len(o.Watches) == 0 {
+		return mgr, err
+	}
+	sources, err := openSources(o, mgr)
+	if err != nil {
+		return nil, err
+	}
+	admitted, err := addReconcilers(o, mgr, sources)
+	if err != nil {
+		return nil, err
+	}
+	if o.Webhook != nil {
+		if err := addWebhook(o, mgr, scheme, admitted); err != nil {
+			return nil, err
+		}
+	}
+	return mgr, nil
+}
+
+// defaults fills what the caller left unset.
+func (o *Options) defaults() {
 	if o.Kinds == nil {
 		o.Kinds = BuiltinKinds()
 	}
@@ -101,6 +124,10 @@ func New(o Options) (manager.Manager, error) {
 	if o.Log.GetSink() == nil {
 		o.Log = ctrl.Log
 	}
+}
+
+// newManager is the controller-runtime manager with probes.
+func newManager(o Options, scheme *runtime.Scheme) (manager.Manager, error) {
 	mgr, err := ctrl.NewManager(o.Config, ctrl.Options{
 		Scheme:                        scheme,
 		Logger:                        o.Log,
@@ -129,9 +156,14 @@ func New(o Options) (manager.Manager, error) {
 	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
 		return nil, err
 	}
-	if len(o.Watches) == 0 {
-		return mgr, nil
-	}
+	return mgr, nil
+}
+
+// openSources opens every watch's chart source and reads a remote one once
+// before reconciling starts, so that no resource has to wait for the first
+// refresh. A source that is down is not fatal: releases keep what they have
+// and the refresh loop tries again.
+func openSources(o Options, mgr manager.Manager) ([]source.Source, error) {
 	sources := make([]source.Source, len(o.Watches))
 	for i, w := range o.Watches {
 		src, err := newSource(w, o.ChartCacheDir, mgr.GetAPIReader())
@@ -139,10 +171,6 @@ func New(o Options) (manager.Manager, error) {
 			return nil, fmt.Errorf("watch %s: %w", w, err)
 		}
 		sources[i] = src
-		// Read a remote source once before reconciling starts, so that no
-		// resource has to wait for the first refresh. A source that is down
-		// is not fatal: releases keep what they have and the refresh loop
-		// tries again.
 		if src.Interval() > 0 {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			if _, err := src.Refresh(ctx); err != nil {
@@ -151,6 +179,13 @@ func New(o Options) (manager.Manager, error) {
 			cancel()
 		}
 	}
+	return sources, nil
+}
+
+// addReconcilers adds one release reconciler per watch with the hooks it
+// selects, and the Tenant status controller when a watch uses tenancy. It
+// returns what admission needs of each kind.
+func addReconcilers(o Options, mgr manager.Manager, sources []source.Source) (map[schema.GroupVersionKind]admission.Kind, error) {
 	shared, err := release.NewShared(mgr)
 	if err != nil {
 		return nil, err
@@ -186,26 +221,28 @@ func New(o Options) (manager.Manager, error) {
 			return nil, err
 		}
 	}
-	if o.Webhook != nil {
-		mgr.GetWebhookServer().Register(admission.Path, &webhook.Admission{Handler: &admission.Handler{Kinds: admitted}})
-		if ss := o.Webhook.SelfSigned; ss != nil {
-			c, err := client.New(o.Config, client.Options{Scheme: scheme})
-			if err != nil {
-				return nil, err
-			}
-			ss.Client, ss.Dir, ss.Log = c, o.Webhook.CertDir, o.Log.WithName("webhook-certs")
-			// The server reads the certificates when it starts: make them now.
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			if err := ss.Ensure(ctx); err != nil {
-				return nil, fmt.Errorf("webhook certificates: %w", err)
-			}
-			if err := mgr.Add(ss); err != nil {
-				return nil, err
-			}
-		}
+	return admitted, nil
+}
+
+// addWebhook serves the validating webhook, with self-signed certificates
+// made now (the server reads them when it starts) and rotated, when asked.
+func addWebhook(o Options, mgr manager.Manager, scheme *runtime.Scheme, admitted map[schema.GroupVersionKind]admission.Kind) error {
+	mgr.GetWebhookServer().Register(admission.Path, &webhook.Admission{Handler: &admission.Handler{Kinds: admitted}})
+	ss := o.Webhook.SelfSigned
+	if ss == nil {
+		return nil
 	}
-	return mgr, nil
+	c, err := client.New(o.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		return err
+	}
+	ss.Client, ss.Dir, ss.Log = c, o.Webhook.CertDir, o.Log.WithName("webhook-certs")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := ss.Ensure(ctx); err != nil {
+		return fmt.Errorf("webhook certificates: %w", err)
+	}
+	return mgr.Add(ss)
 }
 
 func webhookServer(o *WebhookOptions) webhook.Server {

@@ -97,40 +97,20 @@ func (r *Reconciler) canaryHold(ctx context.Context, d *desired) *rolloutHold {
 	wait := canaryPoll
 	for i := range list.Items {
 		c := &list.Items[i]
-		if r.Watch.Selector != nil && !r.Watch.Selector.Matches(labels.Set(c.GetLabels())) {
-			continue
-		}
-		if c.GetDeletionTimestamp() != nil {
-			continue
-		}
-		st := readStatus(c)
-		deployed := ""
-		if st.Chart != nil {
-			deployed = st.Chart.DeployedVersion
-		}
-		// A canary takes part when its own policy leads it to this version.
-		pol, _, err := r.policyFor(c, deployedState{chartVersion: deployed})
-		if err != nil {
-			continue
-		}
-		if ch, err := policy.Choose(versions, pol); err != nil || ch.Version != target {
-			continue
-		}
-		total++
+		state, left := r.canaryState(c, versions, target)
 		name := c.GetNamespace() + "/" + c.GetName()
-		ready := apimeta.FindStatusCondition(st.Conditions, v1alpha1.ConditionReady)
-		switch {
-		case st.Chart != nil && st.Chart.FailedVersion == target:
+		switch state {
+		case canaryNotInRollout:
+			continue
+		case canaryFailed:
 			failed = append(failed, name)
-		case deployed != target || ready == nil || ready.Status != metav1.ConditionTrue || st.Release == nil || st.Release.LastDeployed == nil:
+		case canaryPending:
 			pending = append(pending, name)
-		default:
-			soaked := st.Release.LastDeployed.Add(r.Watch.CanarySoak)
-			if left := soaked.Sub(r.now()); left > 0 {
-				pending = append(pending, name)
+			if left > 0 {
 				wait = min(wait, left+time.Second)
 			}
 		}
+		total++
 	}
 	key := []string{r.Watch.GVK.Kind, target}
 	// One rollout at a time per kind: a newer version ends the halt of an older one.
@@ -146,6 +126,46 @@ func (r *Reconciler) canaryHold(ctx context.Context, d *desired) *rolloutHold {
 		return &rolloutHold{reasonCanaries, fmt.Sprintf("the upgrade to chart %s %s waits for %d of %d canaries to be Ready on it for %s: %s", d.chart.Name, target, len(pending), total, r.Watch.CanarySoak, strings.Join(pending, ", ")), wait}
 	}
 	return nil
+}
+
+// States of a canary in the rollout of one chart version.
+const (
+	canaryNotInRollout = iota // not a canary of this watch, being deleted, or its policy leads elsewhere
+	canaryFailed              // rolled back from the version
+	canaryPending             // not yet Ready on the version, or not yet soaked
+	canarySoaked              // Ready on the version for canarySoak
+)
+
+// canaryState places canary c in the rollout of chart version target;
+// left is the soak time still to go for a pending canary that is Ready.
+func (r *Reconciler) canaryState(c *unstructured.Unstructured, versions []string, target string) (int, time.Duration) {
+	if r.Watch.Selector != nil && !r.Watch.Selector.Matches(labels.Set(c.GetLabels())) || c.GetDeletionTimestamp() != nil {
+		return canaryNotInRollout, 0
+	}
+	st := readStatus(c)
+	deployed := ""
+	if st.Chart != nil {
+		deployed = st.Chart.DeployedVersion
+	}
+	// A canary takes part when its own policy leads it to this version.
+	pol, _, err := r.policyFor(c, deployedState{chartVersion: deployed})
+	if err != nil {
+		return canaryNotInRollout, 0
+	}
+	if ch, err := policy.Choose(versions, pol); err != nil || ch.Version != target {
+		return canaryNotInRollout, 0
+	}
+	ready := apimeta.FindStatusCondition(st.Conditions, v1alpha1.ConditionReady)
+	switch {
+	case st.Chart != nil && st.Chart.FailedVersion == target:
+		return canaryFailed, 0
+	case deployed != target || ready == nil || ready.Status != metav1.ConditionTrue || st.Release == nil || st.Release.LastDeployed == nil:
+		return canaryPending, 0
+	}
+	if left := st.Release.LastDeployed.Add(r.Watch.CanarySoak).Sub(r.now()); left > 0 {
+		return canaryPending, left
+	}
+	return canarySoaked, 0
 }
 
 // waitRollout holds a chart version upgrade: UpgradeBlocked=True says why

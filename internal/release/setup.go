@@ -106,6 +106,48 @@ func NewShared(mgr manager.Manager) (*Shared, error) {
 
 // SetupWithManager builds the controller of r's kind.
 func (r *Reconciler) SetupWithManager(mgr manager.Manager, sh *Shared) error {
+	r.useManager(mgr, sh)
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(r.Watch.GVK)
+	primary := predicate.Or(
+		predicate.GenerationChangedPredicate{},
+		predicate.AnnotationChangedPredicate{},
+		predicate.LabelChangedPredicate{},
+		deletionPredicate(),
+	)
+	name := strings.ToLower(r.Watch.GVK.Kind + "." + r.Watch.GVK.Group)
+	c, err := ctrl.NewControllerManagedBy(mgr).
+		Named(name).
+		For(u, builder.WithPredicates(primary)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.Watch.MaxConcurrentReconciles, SkipNameValidation: &sh.SkipNameValidation}).
+		Build(r)
+	if err != nil {
+		return fmt.Errorf("building controller for %s: %w", r.Watch, err)
+	}
+	r.initOnce.Do(r.init)
+	if err := r.watchRecordsAndCanaries(mgr, c, sh); err != nil {
+		return err
+	}
+	if err := r.watchWakeUps(mgr, c); err != nil {
+		return err
+	}
+	if r.Watch.WatchDependentResources {
+		r.deps = &dependents{cache: sh.Dependents, ctrl: c, watched: map[schema.GroupVersionKind]bool{}}
+	}
+	for _, h := range r.Hooks {
+		if h.Watcher == nil {
+			continue
+		}
+		if err := h.Watcher.Watch(mgr, c, r.enqueueNamespaces); err != nil {
+			return fmt.Errorf("hook %s watches for %s: %w", h.Name, r.Watch, err)
+		}
+	}
+	return nil
+}
+
+// useManager takes the shared clients and the manager's defaults for what
+// the caller left unset.
+func (r *Reconciler) useManager(mgr manager.Manager, sh *Shared) {
 	r.Helm = sh.Helm
 	r.Dynamic = sh.Dynamic
 	r.Releases = sh.Releases
@@ -124,67 +166,41 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager, sh *Shared) error {
 	if r.Log.GetSink() == nil {
 		r.Log = mgr.GetLogger().WithName("release").WithValues("kind", r.Watch.GVK.Kind)
 	}
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(r.Watch.GVK)
-	primary := predicate.Or(
-		predicate.GenerationChangedPredicate{},
-		predicate.AnnotationChangedPredicate{},
-		predicate.LabelChangedPredicate{},
-		deletionPredicate(),
-	)
-	name := strings.ToLower(r.Watch.GVK.Kind + "." + r.Watch.GVK.Group)
-	c, err := ctrl.NewControllerManagedBy(mgr).
-		Named(name).
-		For(u, builder.WithPredicates(primary)).
-		WithOptions(controller.Options{MaxConcurrentReconciles: r.Watch.MaxConcurrentReconciles, SkipNameValidation: &sh.SkipNameValidation}).
-		Build(r)
-	if err != nil {
-		return fmt.Errorf("building controller for %s: %w", r.Watch, err)
-	}
-	// A change of a release record (deleted by hand, or left by another
-	// process) reconciles its owner.
+}
+
+// watchRecordsAndCanaries: a change of a release record (deleted by hand,
+// or left by another process) reconciles its owner; a canary's status
+// change (Ready on a new version, or rolled back) wakes the resources
+// waiting for the canaries, instead of their polls.
+func (r *Reconciler) watchRecordsAndCanaries(mgr manager.Manager, c controller.Controller, sh *Shared) error {
 	secret := &metav1.PartialObjectMetadata{}
 	secret.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
 	if err := c.Watch(source.Kind(sh.Releases, client.Object(secret), handler.EnqueueRequestsFromMapFunc(r.mapReleaseRecord), releaseRecordPredicate())); err != nil {
 		return err
 	}
-	// A canary's status change (Ready on a new version, or rolled back)
-	// wakes the resources waiting for the canaries, instead of their polls.
 	canary := &unstructured.Unstructured{}
 	canary.SetGroupVersionKind(r.Watch.GVK)
-	if err := c.Watch(source.Kind(mgr.GetCache(), client.Object(canary), handler.EnqueueRequestsFromMapFunc(r.waitingForCanaries), canaryStatusPredicate())); err != nil {
-		return err
-	}
+	return c.Watch(source.Kind(mgr.GetCache(), client.Object(canary), handler.EnqueueRequestsFromMapFunc(r.waitingForCanaries), canaryStatusPredicate()))
+}
+
+// watchWakeUps adds the channels that wake resources: one queued upgrade
+// whose slot freed, or every resource when the source's versions changed
+// (or it recovered), which is how a published chart rolls out.
+func (r *Reconciler) watchWakeUps(mgr manager.Manager, c controller.Controller) error {
 	r.wake = make(chan event.GenericEvent, 1024)
 	if err := c.Watch(source.Channel(r.wake, &handler.EnqueueRequestForObject{})); err != nil {
 		return err
 	}
-	r.initOnce.Do(r.init)
-	if r.Source.Interval() > 0 {
-		// A change of the source's versions (or its recovery) wakes every
-		// resource of the kind: that is how a published chart rolls out.
-		r.kick = make(chan event.GenericEvent)
-		if err := c.Watch(source.Channel(r.kick, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
-			return r.enqueueNamespaces(ctx, nil)
-		}))); err != nil {
-			return err
-		}
-		if err := mgr.Add(manager.RunnableFunc(r.refreshLoop)); err != nil {
-			return err
-		}
+	if r.Source.Interval() == 0 {
+		return nil
 	}
-	if r.Watch.WatchDependentResources {
-		r.deps = &dependents{cache: sh.Dependents, ctrl: c, watched: map[schema.GroupVersionKind]bool{}}
+	r.kick = make(chan event.GenericEvent)
+	if err := c.Watch(source.Channel(r.kick, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
+		return r.enqueueNamespaces(ctx, nil)
+	}))); err != nil {
+		return err
 	}
-	for _, h := range r.Hooks {
-		if h.Watcher == nil {
-			continue
-		}
-		if err := h.Watcher.Watch(mgr, c, r.enqueueNamespaces); err != nil {
-			return fmt.Errorf("hook %s watches for %s: %w", h.Name, r.Watch, err)
-		}
-	}
-	return nil
+	return mgr.Add(manager.RunnableFunc(r.refreshLoop))
 }
 
 // init sets up the upgrade slots and the per-resource memory with their

@@ -19,7 +19,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"flag"
 	"fmt"
@@ -320,103 +319,6 @@ func measure(metricsAddr string, passes int, action func() error) (phase, error)
 	p.skipped = after.sum("chartpilot_renders_skipped_total", nil) - before.sum("chartpilot_renders_skipped_total", nil)
 	p.drift = after.sum("chartpilot_drift_checks_total", nil) - before.sum("chartpilot_drift_checks_total", nil)
 	return p, nil
-}
-
-// metrics is a parsed Prometheus text exposition: series name → labels → value.
-type metrics map[string][]sample
-
-type sample struct {
-	labels map[string]string
-	value  float64
-}
-
-func (m metrics) sum(name string, match map[string]string) float64 {
-	total := 0.0
-	for _, s := range m[name] {
-		ok := true
-		for k, v := range match {
-			if s.labels[k] != v {
-				ok = false
-			}
-		}
-		if ok {
-			total += s.value
-		}
-	}
-	return total
-}
-
-func scrape(url string) (metrics, error) {
-	resp, err := http.Get(url)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	out := metrics{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		name, rest := line, ""
-		labels := map[string]string{}
-		if i := strings.IndexByte(line, '{'); i >= 0 {
-			j := strings.LastIndexByte(line, '}')
-			name, rest = line[:i], line[j+1:]
-			for _, kv := range splitLabels(line[i+1 : j]) {
-				k, v, _ := strings.Cut(kv, "=")
-				labels[k] = strings.Trim(v, `"`)
-			}
-		} else if i := strings.IndexByte(line, ' '); i >= 0 {
-			name, rest = line[:i], line[i:]
-		}
-		v, err := strconv.ParseFloat(strings.Fields(rest)[0], 64)
-		if err != nil {
-			continue
-		}
-		out[name] = append(out[name], sample{labels: labels, value: v})
-	}
-	return out, sc.Err()
-}
-
-// splitLabels splits `a="x",b="y,z"` on commas outside quotes.
-func splitLabels(s string) []string {
-	var out []string
-	inQuote, start := false, 0
-	for i := 0; i < len(s); i++ {
-		switch s[i] {
-		case '\\':
-			i++
-		case '"':
-			inQuote = !inQuote
-		case ',':
-			if !inQuote {
-				out = append(out, s[start:i])
-				start = i + 1
-			}
-		}
-	}
-	if start < len(s) {
-		out = append(out, s[start:])
-	}
-	return out
-}
-
-func peakRSS(pid int) (float64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, "VmHWM:") {
-			f := strings.Fields(line)
-			kb, err := strconv.ParseFloat(f[1], 64)
-			return kb / 1024, err
-		}
-	}
-	return 0, fmt.Errorf("no VmHWM in /proc/%d/status", pid)
 }
 
 func parallel(n, workers int, f func(i int) error) error {

@@ -1,0 +1,67 @@
+package release_test
+
+import (
+	"fmt"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
+	"github.com/chartpilot/chartpilot/internal/release"
+	"github.com/chartpilot/chartpilot/internal/watches"
+)
+
+func TestForceUpgradeAndHistoryCap(t *testing.T) {
+	e := newEnv(t)
+	startOperator(t, cluster.Config, []watches.Watch{webappWatch(t, func(w *watches.Watch) { w.MaxHistory = 3 })})
+	e.create("hist", map[string]any{"message": "m0"}, nil, nil)
+	e.waitCondition("hist", v1alpha1.ConditionReady, metav1.ConditionTrue, "")
+	waitRevision := func(rev int) {
+		t.Helper()
+		e.waitFor(fmt.Sprintf("revision %d ready", rev), func() (bool, string) {
+			u := e.get("hist")
+			st := status(u)
+			c := condition(u, v1alpha1.ConditionReady)
+			return st.Release != nil && st.Release.Revision == rev && c != nil && c.Status == metav1.ConditionTrue,
+				fmt.Sprintf("%+v", st.Release)
+		})
+	}
+	e.patch("hist", fmt.Sprintf(`{"metadata":{"annotations":{%q:"one"}}}`, v1alpha1.AnnotationForceUpgrade))
+	waitRevision(2)
+	if h := e.history("hist"); h[len(h)-1].Labels[release.LabelForceToken] != "one" {
+		t.Errorf("force token not recorded: %v", h[len(h)-1].Labels)
+	}
+	for i := 1; i <= 4; i++ {
+		e.patch("hist", fmt.Sprintf(`{"spec":{"message":"m%d"}}`, i))
+		waitRevision(2 + i)
+	}
+	if h := e.history("hist"); len(h) > 3 {
+		t.Errorf("%d revisions stored, maxHistory is 3", len(h))
+	}
+	if st := status(e.get("hist")); len(st.History) == 0 || st.History[0].Action != "Upgrade" || st.History[0].Revision != 6 {
+		t.Errorf("status.history[0] = %+v", st.History)
+	}
+	families, err := ctrlmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, f := range families {
+		if f.GetName() != "chartpilot_release_info" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			l := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				l[lp.GetName()] = lp.GetValue()
+			}
+			if l["namespace"] == e.ns && l["name"] == "hist" && l["chart"] == "webapp" && l["version"] == "1.0.0" && l["status"] == "deployed" {
+				found = true
+			}
+		}
+	}
+	if !found {
+		t.Errorf("chartpilot_release_info has no series for %s/hist", e.ns)
+	}
+}

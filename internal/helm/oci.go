@@ -8,7 +8,7 @@ import (
 	"helm.sh/helm/v3/pkg/registry"
 )
 
-// OCIClient reads (and, for tests and tools, pushes) charts in an OCI registry.
+// OCIClient reads charts in an OCI registry.
 type OCIClient struct {
 	c *registry.Client
 }
@@ -63,10 +63,4 @@ func (o *OCIClient) Pull(ref, version string) ([]byte, error) {
 		return nil, fmt.Errorf("%s:%s holds no chart layer", ref, version)
 	}
 	return res.Chart.Data, nil
-}
-
-// Push uploads a packaged chart as ref:version.
-func (o *OCIClient) Push(data []byte, ref, version string) error {
-	_, err := o.c.Push(data, trimScheme(ref)+":"+version, registry.PushOptStrictMode(false))
-	return err
 }

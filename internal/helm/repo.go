@@ -4,13 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"regexp"
 	"time"
 
-	"helm.sh/helm/v3/pkg/chart/loader"
-	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/getter"
 	"helm.sh/helm/v3/pkg/repo"
 )
@@ -39,29 +35,6 @@ func IndexVersions(indexPath, name string) ([]RepoChartVersion, error) {
 		out = append(out, RepoChartVersion{Version: cv.Version, AppVersion: cv.AppVersion, Digest: cv.Digest, URLs: cv.URLs})
 	}
 	return out, nil
-}
-
-// PackageAs packages the chart directory dir as version into outDir and
-// returns the .tgz path (tests and tools build repositories with it).
-func PackageAs(dir, version, outDir string) (string, error) {
-	ch, err := loader.Load(dir)
-	if err != nil {
-		return "", err
-	}
-	ch.Metadata.Version = version
-	if err := os.MkdirAll(outDir, 0o755); err != nil {
-		return "", err
-	}
-	return chartutil.Save(ch, outDir)
-}
-
-// WriteIndex writes index.yaml for every .tgz in dir, with URLs under baseURL.
-func WriteIndex(dir, baseURL string) error {
-	idx, err := repo.IndexDirectory(dir, baseURL)
-	if err != nil {
-		return err
-	}
-	return idx.WriteFile(filepath.Join(dir, "index.yaml"), 0o644)
 }
 
 // HTTPGet fetches href with Helm's HTTP getter. Basic auth is sent only when

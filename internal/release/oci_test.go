@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,7 +14,7 @@ import (
 	_ "github.com/distribution/distribution/v3/registry/storage/driver/inmemory"
 	"github.com/sirupsen/logrus"
 
-	"github.com/chartpilot/chartpilot/internal/helm"
+	"github.com/chartpilot/chartpilot/internal/helm/helmtest"
 	"github.com/chartpilot/chartpilot/internal/watches"
 )
 
@@ -33,20 +32,8 @@ func TestOCISourceInstallsAndUpgrades(t *testing.T) {
 	base := "oci://" + strings.TrimPrefix(srv.URL, "http://") + "/charts"
 
 	dir := t.TempDir()
-	pusher, err := helm.NewOCIClient(helm.OCIOptions{PlainHTTP: true, CredentialsFile: filepath.Join(dir, "creds.json")})
-	if err != nil {
-		t.Fatal(err)
-	}
 	push := func(version string) {
-		tgz, err := helm.PackageAs(filepath.Join("..", "..", "test", "charts", "webapp"), version, dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		data, err := os.ReadFile(tgz)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := pusher.Push(data, base+"/webapp", version); err != nil {
+		if err := helmtest.Push(filepath.Join("..", "..", "test", "charts", "webapp"), version, base+"/webapp", dir); err != nil {
 			t.Fatal(err)
 		}
 	}

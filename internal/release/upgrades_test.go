@@ -19,7 +19,7 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
-	"github.com/chartpilot/chartpilot/internal/helm"
+	"github.com/chartpilot/chartpilot/internal/helm/helmtest"
 	"github.com/chartpilot/chartpilot/internal/operator"
 	"github.com/chartpilot/chartpilot/internal/watches"
 )
@@ -66,10 +66,10 @@ func (r *chartRepo) publish(version string, broken bool) {
 		f.Close()
 		src = tmp
 	}
-	if _, err := helm.PackageAs(src, version, r.dir); err != nil {
+	if _, err := helmtest.PackageAs(src, version, r.dir); err != nil {
 		r.t.Fatal(err)
 	}
-	if err := helm.WriteIndex(r.dir, r.srv.URL); err != nil {
+	if err := helmtest.WriteIndex(r.dir, r.srv.URL); err != nil {
 		r.t.Fatal(err)
 	}
 }

@@ -17,7 +17,7 @@ import (
 	_ "github.com/distribution/distribution/v3/registry/storage/driver/inmemory"
 	"github.com/sirupsen/logrus"
 
-	"github.com/chartpilot/chartpilot/internal/helm"
+	"github.com/chartpilot/chartpilot/internal/helm/helmtest"
 	"github.com/chartpilot/chartpilot/internal/policy"
 )
 
@@ -29,7 +29,7 @@ func repoServer(t *testing.T, versions ...string) (*httptest.Server, *atomic.Boo
 	t.Helper()
 	dir := t.TempDir()
 	for _, v := range versions {
-		if _, err := helm.PackageAs(redisChart, v, dir); err != nil {
+		if _, err := helmtest.PackageAs(redisChart, v, dir); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -51,7 +51,7 @@ func repoServer(t *testing.T, versions ...string) (*httptest.Server, *atomic.Boo
 		files.ServeHTTP(w, r)
 	}))
 	t.Cleanup(srv.Close)
-	if err := helm.WriteIndex(dir, srv.URL); err != nil {
+	if err := helmtest.WriteIndex(dir, srv.URL); err != nil {
 		t.Fatal(err)
 	}
 	return srv, &down, &downloads
@@ -161,20 +161,8 @@ func ociRegistry(t *testing.T) string {
 func TestOCIListsAndLoadsTags(t *testing.T) {
 	base := ociRegistry(t)
 	dir := t.TempDir()
-	pusher, err := helm.NewOCIClient(helm.OCIOptions{PlainHTTP: true, CredentialsFile: filepath.Join(dir, "creds.json")})
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, v := range []string{"1.0.0", "1.1.0", "2.0.0"} {
-		tgz, err := helm.PackageAs(redisChart, v, dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		data, err := os.ReadFile(tgz)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := pusher.Push(data, base+"/redis", v); err != nil {
+		if err := helmtest.Push(redisChart, v, base+"/redis", dir); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -244,7 +232,7 @@ func TestConcurrentLoadsDownloadOnce(t *testing.T) {
 // another server; the repository's credentials are not sent there.
 func TestCredentialsStayWithTheRepository(t *testing.T) {
 	dir := t.TempDir()
-	if _, err := helm.PackageAs(redisChart, "0.1.0", dir); err != nil {
+	if _, err := helmtest.PackageAs(redisChart, "0.1.0", dir); err != nil {
 		t.Fatal(err)
 	}
 	var leaked atomic.Bool
@@ -256,7 +244,7 @@ func TestCredentialsStayWithTheRepository(t *testing.T) {
 	}))
 	t.Cleanup(other.Close)
 	// The index lists archives by absolute URL on the other server.
-	if err := helm.WriteIndex(dir, other.URL); err != nil {
+	if err := helmtest.WriteIndex(dir, other.URL); err != nil {
 		t.Fatal(err)
 	}
 	index, err := os.ReadFile(filepath.Join(dir, "index.yaml"))

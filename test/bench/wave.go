@@ -16,7 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 
-	"github.com/chartpilot/chartpilot/internal/helm"
+	"github.com/chartpilot/chartpilot/internal/helm/helmtest"
 )
 
 // waveResult is one upgrade wave: a chart version published in a chart
@@ -60,10 +60,10 @@ func runWave(root string, n, bound, concurrency, kills int) (waveResult, error) 
 	repo := httptest.NewServer(http.FileServer(http.Dir(repoDir)))
 	defer repo.Close()
 	publish := func(version string) error {
-		if _, err := helm.PackageAs(filepath.Join(root, "test", "charts", "webapp"), version, repoDir); err != nil {
+		if _, err := helmtest.PackageAs(filepath.Join(root, "test", "charts", "webapp"), version, repoDir); err != nil {
 			return err
 		}
-		return helm.WriteIndex(repoDir, repo.URL)
+		return helmtest.WriteIndex(repoDir, repo.URL)
 	}
 	if err := publish("1.0.0"); err != nil {
 		return res, err

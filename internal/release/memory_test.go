@@ -1,0 +1,43 @@
+package release
+
+import (
+	"testing"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+func TestMemory(t *testing.T) {
+	var m memory
+	var counts map[string]int
+	m.onWaiting = func(c map[string]int) { counts = c }
+	a, b := types.NamespacedName{Namespace: "ns", Name: "a"}, types.NamespacedName{Namespace: "ns", Name: "b"}
+	if !m.takeDrift(a, "") {
+		t.Error("the first pass since start checks drift")
+	}
+	if m.takeDrift(a, "") {
+		t.Error("a second pass with nothing flagged checks no drift")
+	}
+	m.with(a, func(e *memo) { e.driftDue = true })
+	if !m.takeDrift(a, "") || m.takeDrift(a, "") {
+		t.Error("a flagged drift is checked once")
+	}
+	if !m.takeDrift(a, "t1") {
+		t.Error("a new reconcile request checks drift")
+	}
+	if !m.setWaiting(a, reasonCanaries) || m.setWaiting(a, reasonCanaries) || !m.setWaiting(b, reasonQueued) {
+		t.Error("setWaiting reports changes only")
+	}
+	if counts[reasonCanaries] != 1 || counts[reasonQueued] != 1 || counts[reasonWindow] != 0 {
+		t.Errorf("waiting counts %v", counts)
+	}
+	if got := m.waitingFor(reasonCanaries, reasonHalted); len(got) != 1 || got[0] != a {
+		t.Errorf("waitingFor = %v, want [a]", got)
+	}
+	m.forget(a)
+	if e := m.get(a); e.seen || e.waiting != "" {
+		t.Errorf("forgotten memo still there: %+v", e)
+	}
+	if counts[reasonCanaries] != 0 {
+		t.Errorf("a forgotten resource still counts as waiting: %v", counts)
+	}
+}

@@ -63,8 +63,13 @@ func (t *Tenancy) Hook() *hooks.Hook {
 }
 
 // TenantOf returns the tenant claiming namespace ns, nil if none, or a
-// Rejection when several claim it.
+// Rejection when several claim it. Within one reconcile pass it is looked
+// up once (hooks.WithPassMemo).
 func (t *Tenancy) TenantOf(ctx context.Context, ns string) (*v1alpha1.Tenant, error) {
+	return hooks.Remember(ctx, "tenancy:tenant-of:"+ns, func() (*v1alpha1.Tenant, error) { return t.tenantOf(ctx, ns) })
+}
+
+func (t *Tenancy) tenantOf(ctx context.Context, ns string) (*v1alpha1.Tenant, error) {
 	list := &v1alpha1.TenantList{}
 	if err := t.Client.List(ctx, list); err != nil {
 		return nil, fmt.Errorf("listing tenants: %w", err)

@@ -99,6 +99,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	if r.Watch.Selector != nil && !r.Watch.Selector.Matches(labels.Set(obj.GetLabels())) {
 		return ctrl.Result{}, nil
 	}
+	// What the hooks of this pass look up (the tenant of the namespace) is
+	// looked up once.
+	ctx = hooks.WithPassMemo(ctx)
 	p := r.newPass(req.NamespacedName, obj)
 	defer func() { res, retErr = r.finish(ctx, p, start, res, retErr) }()
 

@@ -41,7 +41,9 @@ func TestObject(t *testing.T) {
 	}
 	typed := Kind{
 		Values: func(*unstructured.Unstructured) (map[string]any, error) { return map[string]any{"x": 1}, nil },
-		Facts:  func(_ *unstructured.Unstructured, v map[string]any) hooks.Facts { return hooks.Facts{Replicas: int64(len(v)) + 10} },
+		Facts: func(_ *unstructured.Unstructured, v map[string]any) hooks.Facts {
+			return hooks.Facts{Replicas: int64(len(v)) + 10}
+		},
 	}
 	if !typed.Typed() || (Kind{}).Typed() {
 		t.Error("Typed() should tell a kind with a translator from a passthrough kind")
@@ -49,7 +51,9 @@ func TestObject(t *testing.T) {
 	if hobj, _, _ := typed.Object(obj, "", ""); hobj.Facts.Replicas != 11 {
 		t.Errorf("typed kind's facts not used: %+v", hobj.Facts)
 	}
-	bad := Kind{Values: func(*unstructured.Unstructured) (map[string]any, error) { return nil, errors.New("spec.version: not a number") }}
+	bad := Kind{Values: func(*unstructured.Unstructured) (map[string]any, error) {
+		return nil, errors.New("spec.version: not a number")
+	}}
 	if _, _, err := bad.Object(obj, "", ""); err == nil {
 		t.Error("a translator's error must come back")
 	}

@@ -101,7 +101,7 @@ type PostReleaseFunc func(ctx context.Context, obj Object) error
 // PostRelease calls f.
 func (f PostReleaseFunc) PostRelease(ctx context.Context, obj Object) error { return f(ctx, obj) }
 
-// Layer says where a hook's values go in the layering of DESIGN.md.
+// Layer says where a hook's values go in the values layering.
 type Layer int
 
 const (
@@ -137,6 +137,10 @@ type Hook struct {
 	// Identity returns the user Helm actions for obj run as
 	// ("system:serviceaccount:ns:name"), or "" for the operator's own.
 	Identity func(ctx context.Context, obj Object) (string, error)
+	// Peers returns the namespaces whose resources share a fleet rollout
+	// (canaries) with those of namespace, such as a tenant's namespaces;
+	// nil when the hook has no say.
+	Peers func(ctx context.Context, namespace string) ([]string, error)
 }
 
 // Rejection is a Validate error that names a policy: admission denies with

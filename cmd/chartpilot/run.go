@@ -10,6 +10,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -39,6 +40,7 @@ type runOptions struct {
 	webhookService          string
 	webhookConfig           string
 	chartCacheDir           string
+	defaultServiceAccount   string
 	qps                     float64
 	burst                   int
 	zap                     zap.Options
@@ -57,6 +59,7 @@ func parseRunFlags(args []string) (*runOptions, error) {
 	fs.DurationVar(&o.leaseDuration, "leader-elect-lease-duration", 15*time.Second, "how long a non-leader waits before taking over an unrenewed lease")
 	fs.DurationVar(&o.renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "how long the leader retries renewing before it gives up leadership")
 	fs.DurationVar(&o.retryPeriod, "leader-elect-retry-period", 2*time.Second, "how often leader election clients retry")
+	fs.StringVar(&o.defaultServiceAccount, "default-service-account", "", "ServiceAccount (in each resource's namespace) that Helm runs as when neither a Tenant nor the watch names one; set, nothing ever runs as the manager (lockdown)")
 	fs.StringVar(&o.chartCacheDir, "chart-cache-dir", "", "directory for remote charts and their version lists (default: the user cache directory, e.g. ~/.cache/chartpilot/charts)")
 	fs.IntVar(&o.webhookPort, "webhook-port", 0, "port of the validating admission webhook; 0 disables it (config/manager uses 9443)")
 	fs.StringVar(&o.webhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "directory of the webhook's tls.crt and tls.key")
@@ -75,6 +78,9 @@ func parseRunFlags(args []string) (*runOptions, error) {
 	}
 	if ns, name, ok := strings.Cut(o.webhookService, "/"); !ok || ns == "" || name == "" {
 		return nil, fmt.Errorf("--webhook-service %q: write namespace/name", o.webhookService)
+	}
+	if sa := o.defaultServiceAccount; sa != "" && len(validation.IsDNS1123Subdomain(sa)) > 0 {
+		return nil, fmt.Errorf("--default-service-account %q: not a ServiceAccount name (lower case letters, digits, '-' and '.')", sa)
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %v: chartpilot run takes flags only", fs.Args())
@@ -153,6 +159,7 @@ func run(ctx context.Context, args []string) error {
 		RetryPeriod:             o.retryPeriod,
 		Log:                     ctrl.Log,
 		ChartCacheDir:           o.chartCacheDir,
+		DefaultServiceAccount:   o.defaultServiceAccount,
 	})
 	if err != nil {
 		return err

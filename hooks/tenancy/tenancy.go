@@ -58,6 +58,7 @@ func (t *Tenancy) Hook() *hooks.Hook {
 		Values:        hooks.ValuesFunc(t.values),
 		ValuesLayer:   hooks.LayerTenant,
 		Identity:      t.identity,
+		Peers:         t.peers,
 		Watcher:       t,
 	}
 }
@@ -198,6 +199,15 @@ func tenantValues(tenant *v1alpha1.Tenant, obj hooks.Object) (map[string]any, er
 		return nil, nil
 	}
 	return out, nil
+}
+
+// peers are the namespaces of the tenant that claims ns (nil: no tenant).
+func (t *Tenancy) peers(ctx context.Context, ns string) ([]string, error) {
+	tenant, err := t.TenantOf(ctx, ns)
+	if err != nil || tenant == nil {
+		return nil, err
+	}
+	return t.namespacesOf(ctx, tenant)
 }
 
 // identity is the tenant's ServiceAccount in the resource's namespace.

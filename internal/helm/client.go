@@ -24,6 +24,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/clientcmd"
@@ -49,6 +50,16 @@ type Client struct {
 	parent *Client
 	asMu   sync.Mutex
 	as     map[string]*Client
+
+	dynOnce sync.Once
+	dyn     dynamic.Interface
+	dynErr  error
+}
+
+// Dynamic is a dynamic client with this Client's identity, made once.
+func (c *Client) Dynamic() (dynamic.Interface, error) {
+	c.dynOnce.Do(func() { c.dyn, c.dynErr = dynamic.NewForConfig(c.config) })
+	return c.dyn, c.dynErr
 }
 
 // NewClient builds a Client for cfg.
@@ -127,9 +138,11 @@ func (c *Client) capabilities() (*chartutil.Capabilities, error) {
 	return caps, nil
 }
 
-// actionConfig builds Helm's configuration for one namespace. It is cheap:
+// actionConfig builds Helm's configuration for the actions of one release:
+// its namespace, and every manifest checked against scope. It is cheap:
 // discovery, mapper and capabilities are shared.
-func (c *Client) actionConfig(namespace string) (*action.Configuration, error) {
+func (c *Client) actionConfig(scope Scope) (*action.Configuration, error) {
+	namespace := scope.Namespace
 	caps, err := c.capabilities()
 	if err != nil {
 		return nil, err
@@ -143,6 +156,7 @@ func (c *Client) actionConfig(namespace string) (*action.Configuration, error) {
 		return nil, fmt.Errorf("initialising helm: %w", err)
 	}
 	cfg.Capabilities = caps
+	cfg.KubeClient = guardedKube{Interface: cfg.KubeClient, scope: scope}
 	return cfg, nil
 }
 
@@ -233,7 +247,7 @@ func fromHelm(r *release.Release) *Release {
 // History returns every stored revision of a release, oldest first; an
 // absent release has none.
 func (c *Client) History(namespace, name string) ([]*Release, error) {
-	cfg, err := c.actionConfig(namespace)
+	cfg, err := c.actionConfig(Scope{Namespace: namespace})
 	if err != nil {
 		return nil, err
 	}
@@ -274,11 +288,13 @@ type ActionOptions struct {
 	Description string
 	// Force replaces objects that cannot be patched.
 	Force bool
+	// ClusterKinds are the cluster-scoped kinds the release may hold (see Scope).
+	ClusterKinds []string
 }
 
 // Install installs chart as a new release.
 func (c *Client) Install(ctx context.Context, ch *Chart, o ActionOptions) (*Release, error) {
-	cfg, err := c.actionConfig(o.Namespace)
+	cfg, err := c.actionConfig(Scope{Namespace: o.Namespace, ClusterKinds: o.ClusterKinds})
 	if err != nil {
 		return nil, err
 	}
@@ -299,7 +315,7 @@ func (c *Client) Install(ctx context.Context, ch *Chart, o ActionOptions) (*Rele
 // Upgrade upgrades a release to chart with exactly o.Values (no reuse of
 // earlier values: the CR is the source of truth).
 func (c *Client) Upgrade(ctx context.Context, ch *Chart, o ActionOptions) (*Release, error) {
-	cfg, err := c.actionConfig(o.Namespace)
+	cfg, err := c.actionConfig(Scope{Namespace: o.Namespace, ClusterKinds: o.ClusterKinds})
 	if err != nil {
 		return nil, err
 	}
@@ -318,8 +334,8 @@ func (c *Client) Upgrade(ctx context.Context, ch *Chart, o ActionOptions) (*Rele
 }
 
 // Rollback rolls a release back to revision (0: the previous one).
-func (c *Client) Rollback(namespace, name string, revision int, timeout time.Duration, maxHistory int) error {
-	cfg, err := c.actionConfig(namespace)
+func (c *Client) Rollback(scope Scope, name string, revision int, timeout time.Duration, maxHistory int) error {
+	cfg, err := c.actionConfig(scope)
 	if err != nil {
 		return err
 	}
@@ -333,8 +349,8 @@ func (c *Client) Rollback(namespace, name string, revision int, timeout time.Dur
 
 // Uninstall removes a release and its objects, except objects annotated
 // helm.sh/resource-policy: keep (data volumes). An absent release is no error.
-func (c *Client) Uninstall(namespace, name string, timeout time.Duration) error {
-	cfg, err := c.actionConfig(namespace)
+func (c *Client) Uninstall(scope Scope, name string, timeout time.Duration) error {
+	cfg, err := c.actionConfig(scope)
 	if err != nil {
 		return err
 	}
@@ -351,7 +367,7 @@ func (c *Client) Uninstall(namespace, name string, timeout time.Duration) error 
 // process that died mid-action is unlocked, and how a deployed revision
 // whose workloads never became ready is condemned before its rollback.
 func (c *Client) MarkFailed(namespace, name string, revision int, reason string) error {
-	cfg, err := c.actionConfig(namespace)
+	cfg, err := c.actionConfig(Scope{Namespace: namespace})
 	if err != nil {
 		return err
 	}

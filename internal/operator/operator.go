@@ -58,6 +58,10 @@ type Options struct {
 	// ChartCacheDir holds remote charts and version lists (default: the
 	// user cache directory).
 	ChartCacheDir string
+	// DefaultServiceAccount is the ServiceAccount Helm runs as in a
+	// resource's namespace when neither its Tenant nor its watch names one;
+	// set, it also locks the operator down: nothing runs as the manager.
+	DefaultServiceAccount string
 	// SeveralInProcess allows more than one manager per process (tests):
 	// controller names then need not be unique.
 	SeveralInProcess bool
@@ -206,7 +210,7 @@ func addReconcilers(o Options, mgr manager.Manager, sources []source.Source) (ma
 		if err != nil {
 			return nil, fmt.Errorf("watch %s: field hooks: %w", w, err)
 		}
-		r := &release.Reconciler{Watch: w, Source: sources[i], Kind: o.Kinds[w.GVK], Hooks: hs}
+		r := &release.Reconciler{Watch: w, Source: sources[i], Kind: o.Kinds[w.GVK], Hooks: hs, DefaultServiceAccount: o.DefaultServiceAccount}
 		if err := r.SetupWithManager(mgr, shared); err != nil {
 			return nil, err
 		}

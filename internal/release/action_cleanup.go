@@ -16,7 +16,7 @@ import (
 // from nothing. nextAction has already waited out the back-off.
 func (r *Reconciler) cleanupFailedInstall(p *pass, d *desired, o Observation) (ctrl.Result, error) {
 	_, err := timed("uninstall", func() (struct{}, error) {
-		return struct{}{}, r.Helm.Uninstall(p.key.Namespace, p.key.Name, r.Watch.Timeout)
+		return struct{}{}, r.Helm.As(d.identity).Uninstall(r.scope(p.key.Namespace), p.key.Name, r.Watch.Timeout)
 	})
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("cleaning up failed install: %w", err)

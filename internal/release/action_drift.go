@@ -20,7 +20,10 @@ import (
 // manifest is compared with the cluster; deleted objects are created again
 // and changed fields set back, without a new Helm revision.
 func (r *Reconciler) correctDrift(ctx context.Context, p *pass, d *desired, o Observation) (ctrl.Result, error) {
-	drifted, err := r.findDrift(ctx, p.key.Namespace, o.Latest.Manifest)
+	drifted, err := r.findDrift(ctx, d.identity, p.key.Namespace, o.Latest.Manifest)
+	if r.stallOutOfScope(p, err) {
+		return ctrl.Result{}, nil
+	}
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("checking drift: %w", err)
 	}
@@ -39,7 +42,7 @@ func (r *Reconciler) correctDrift(ctx context.Context, p *pass, d *desired, o Ob
 	setCondition(p.status, p.obj, v1alpha1.ConditionDrifted, metav1.ConditionTrue, "DriftDetected", "changed outside the release: "+strings.Join(names, ", "))
 	var failures []string
 	for _, obj := range drifted {
-		if err := r.restore(ctx, p.key.Namespace, obj); err != nil {
+		if err := r.restore(ctx, d.identity, p.key.Namespace, obj); err != nil {
 			failures = append(failures, fmt.Sprintf("%s: %s", obj, oneLine(err.Error())))
 			continue
 		}
@@ -64,8 +67,8 @@ func (r *Reconciler) correctDrift(ctx context.Context, p *pass, d *desired, o Ob
 }
 
 // restore creates a deleted object or sets the chart's fields back on a changed one.
-func (r *Reconciler) restore(ctx context.Context, namespace string, d driftedObject) error {
-	ri, err := r.resourceFor(namespace, d.desired)
+func (r *Reconciler) restore(ctx context.Context, identity, namespace string, d driftedObject) error {
+	ri, err := r.resourceFor(identity, namespace, d.desired)
 	if err != nil {
 		return err
 	}

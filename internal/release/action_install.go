@@ -22,7 +22,7 @@ func (r *Reconciler) install(ctx context.Context, p *pass, d *desired) (ctrl.Res
 			// Nothing was stored: the chart did not render or the values
 			// were rejected. Retrying the same inputs cannot help.
 			res := r.failed(p, d, "Install", "InstallFailed", err, nil)
-			r.stall(p, "RenderFailed", "Install failed before anything was applied: "+oneLine(err.Error()))
+			r.stall(p, renderStallReason(err), "Install failed before anything was applied: "+oneLine(err.Error()))
 			return res, nil
 		}
 		return r.failed(p, d, "Install", "InstallFailed", err, rel), nil

@@ -15,7 +15,7 @@ import (
 func (r *Reconciler) rollback(p *pass, d *desired, o Observation) (ctrl.Result, error) {
 	target := o.LastGood
 	_, err := timed("rollback", func() (struct{}, error) {
-		return struct{}{}, r.Helm.As(d.identity).Rollback(p.key.Namespace, p.key.Name, target.Revision, r.Watch.Timeout, r.Watch.MaxHistory)
+		return struct{}{}, r.Helm.As(d.identity).Rollback(r.scope(p.key.Namespace), p.key.Name, target.Revision, r.Watch.Timeout, r.Watch.MaxHistory)
 	})
 	if err != nil {
 		msg := fmt.Sprintf("Rollback to revision %d failed: %s", target.Revision, oneLine(err.Error()))

@@ -25,14 +25,11 @@ func (r *Reconciler) finalize(ctx context.Context, p *pass) (ctrl.Result, error)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	switch o := observe(history, string(p.obj.GetUID()), "", p.obj.GetAnnotations()[v1alpha1.AnnotationAdopt] == "true"); o.State {
+	switch o := observe(history, string(p.obj.GetUID()), "", r.mayAdopt(ctx, p, history)); o.State {
 	case StateAbsent, StateUnmanaged, StateConflict:
 		// Nothing of ours to remove; never touch someone else's release.
 	default:
-		_, err := timed("uninstall", func() (struct{}, error) {
-			return struct{}{}, r.Helm.Uninstall(p.key.Namespace, p.key.Name, r.Watch.Timeout)
-		})
-		if err != nil {
+		if err := r.uninstall(ctx, p, o); err != nil {
 			msg := "Uninstall failed: " + oneLine(err.Error())
 			r.Recorder.Event(p.obj, corev1.EventTypeWarning, "UninstallFailed", msg)
 			setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionTrue, "UninstallFailed", msg)
@@ -47,4 +44,20 @@ func (r *Reconciler) finalize(ctx context.Context, p *pass) (ctrl.Result, error)
 	}
 	r.forget(p.key)
 	return ctrl.Result{}, nil
+}
+
+// uninstall removes the resource's release as its identity, unless the
+// stored release names objects outside its scope (then nothing is deleted).
+func (r *Reconciler) uninstall(ctx context.Context, p *pass, o Observation) error {
+	if err := r.checkScope(p.key.Namespace, manifestsOf(o)...); err != nil {
+		return fmt.Errorf("refused, nothing was deleted: %w", err)
+	}
+	identity, serr := r.identityForDeletion(ctx, p)
+	if serr != nil {
+		return serr
+	}
+	_, err := timed("uninstall", func() (struct{}, error) {
+		return struct{}{}, r.Helm.As(identity).Uninstall(r.scope(p.key.Namespace), p.key.Name, r.Watch.Timeout)
+	})
+	return err
 }

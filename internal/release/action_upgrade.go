@@ -30,7 +30,7 @@ func (r *Reconciler) upgrade(ctx context.Context, p *pass, d *desired, o Observa
 		r.slots.end(p.key)
 		if rel == nil || rel.Revision <= prevRevision {
 			res := r.failed(p, d, "Upgrade", "UpgradeFailed", err, nil)
-			r.stall(p, "RenderFailed", fmt.Sprintf("Upgrade failed before anything was applied; revision %d keeps running: %s", prevRevision, oneLine(err.Error())))
+			r.stall(p, renderStallReason(err), fmt.Sprintf("Upgrade failed before anything was applied; revision %d keeps running: %s", prevRevision, oneLine(err.Error())))
 			return res, nil
 		}
 		// A failed revision is stored: the next pass rolls back to the last good one.

@@ -33,33 +33,41 @@ func (d driftedObject) String() string {
 	return ref + " (" + d.field + ")"
 }
 
-// resourceFor maps an object to its dynamic client, defaulting the namespace.
-func (r *Reconciler) resourceFor(namespace string, obj *unstructured.Unstructured) (dynamic.ResourceInterface, error) {
+// resourceFor maps an object of a release to a dynamic client that acts as
+// identity, defaulting the namespace; an object outside the release's scope
+// is a *helm.ScopeError.
+func (r *Reconciler) resourceFor(identity, namespace string, obj *unstructured.Unstructured) (dynamic.ResourceInterface, error) {
 	m, err := r.Helm.RESTMapper().RESTMapping(obj.GroupVersionKind().GroupKind(), obj.GroupVersionKind().Version)
 	if err != nil {
 		return nil, err
 	}
-	if m.Scope.Name() != apimeta.RESTScopeNameNamespace {
-		return r.Dynamic.Resource(m.Resource), nil
+	namespaced := m.Scope.Name() == apimeta.RESTScopeNameNamespace
+	if namespaced && obj.GetNamespace() == "" {
+		obj.SetNamespace(namespace)
 	}
-	ns := obj.GetNamespace()
-	if ns == "" {
-		ns = namespace
-		obj.SetNamespace(ns)
+	if err := r.scope(namespace).Check(m.GroupVersionKind, obj.GetName(), obj.GetNamespace(), namespaced); err != nil {
+		return nil, err
 	}
-	return r.Dynamic.Resource(m.Resource).Namespace(ns), nil
+	dyn, err := r.dynamicAs(identity)
+	if err != nil {
+		return nil, err
+	}
+	if !namespaced {
+		return dyn.Resource(m.Resource), nil
+	}
+	return dyn.Resource(m.Resource).Namespace(obj.GetNamespace()), nil
 }
 
 // eachLiveObject reads every object of a manifest from the API server and
 // calls f with the object the chart wants and the live one (nil when it
 // does not exist). Drift correction and the health gate both read through it.
-func (r *Reconciler) eachLiveObject(ctx context.Context, namespace, manifest string, f func(want, live *unstructured.Unstructured)) error {
+func (r *Reconciler) eachLiveObject(ctx context.Context, identity, namespace, manifest string, f func(want, live *unstructured.Unstructured)) error {
 	objs, err := helm.ParseManifest(manifest)
 	if err != nil {
 		return err
 	}
 	for _, want := range objs {
-		ri, err := r.resourceFor(namespace, want)
+		ri, err := r.resourceFor(identity, namespace, want)
 		if err != nil {
 			return fmt.Errorf("%s %s: %w", want.GetKind(), want.GetName(), err)
 		}
@@ -77,9 +85,9 @@ func (r *Reconciler) eachLiveObject(ctx context.Context, namespace, manifest str
 }
 
 // findDrift lists the objects of manifest that are missing or differ.
-func (r *Reconciler) findDrift(ctx context.Context, namespace, manifest string) ([]driftedObject, error) {
+func (r *Reconciler) findDrift(ctx context.Context, identity, namespace, manifest string) ([]driftedObject, error) {
 	var out []driftedObject
-	err := r.eachLiveObject(ctx, namespace, manifest, func(want, live *unstructured.Unstructured) {
+	err := r.eachLiveObject(ctx, identity, namespace, manifest, func(want, live *unstructured.Unstructured) {
 		if live == nil {
 			out = append(out, driftedObject{desired: want, missing: true})
 			return

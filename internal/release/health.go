@@ -35,7 +35,10 @@ const queuedPoll = 30 * time.Second
 // pass rolls it back. healthy is true when the pass may go on.
 func (r *Reconciler) checkHealth(ctx context.Context, p *pass, d *desired, o Observation, history []*helm.Release) (res ctrl.Result, healthy bool, err error) {
 	rel := o.Latest
-	pending, err := r.notReady(ctx, p.key.Namespace, rel.Manifest)
+	pending, err := r.notReady(ctx, d.identity, p.key.Namespace, rel.Manifest)
+	if r.stallOutOfScope(p, err) {
+		return ctrl.Result{}, false, nil
+	}
 	if err != nil {
 		return ctrl.Result{}, false, err
 	}
@@ -80,9 +83,9 @@ func (r *Reconciler) unhealthy(p *pass, d *desired, rel, previous *helm.Release,
 }
 
 // notReady lists the objects of manifest that kstatus does not call Current.
-func (r *Reconciler) notReady(ctx context.Context, namespace, manifest string) ([]string, error) {
+func (r *Reconciler) notReady(ctx context.Context, identity, namespace, manifest string) ([]string, error) {
 	var out []string
-	err := r.eachLiveObject(ctx, namespace, manifest, func(want, live *unstructured.Unstructured) {
+	err := r.eachLiveObject(ctx, identity, namespace, manifest, func(want, live *unstructured.Unstructured) {
 		if live == nil {
 			out = append(out, want.GetKind()+"/"+want.GetName()+" is missing")
 			return

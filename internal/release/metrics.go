@@ -5,8 +5,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
-// Metrics on the manager's endpoint. Registration is the one global state
-// the style guide allows.
+// Metrics on the manager's endpoint. Their registration is the only global
+// mutable state of the package.
 var (
 	releaseInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "chartpilot_release_info",

@@ -25,10 +25,11 @@ func (r *Reconciler) actionOptions(p *pass, d *desired, description string) helm
 			LabelChartVersion: labelSafe(d.chart.Version),
 			LabelAppMajor:     labelSafe(d.appMajor),
 		},
-		Decorate:    r.decorator(p.obj),
-		Timeout:     r.Watch.Timeout,
-		MaxHistory:  r.Watch.MaxHistory,
-		Description: description,
+		Decorate:     r.decorator(p.obj),
+		Timeout:      r.Watch.Timeout,
+		MaxHistory:   r.Watch.MaxHistory,
+		Description:  description,
+		ClusterKinds: r.Watch.AllowClusterScoped,
 	}
 }
 

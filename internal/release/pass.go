@@ -113,6 +113,9 @@ func (r *Reconciler) desire(ctx context.Context, p *pass, deployed deployedState
 		d.held = true
 		return d
 	}
+	if d.identity, d.stall = r.identity(ctx, d.identity, p.key.Namespace); d.stall != nil {
+		return d
+	}
 	d.vals = values.Merge(layers...)
 	d.force = p.obj.GetAnnotations()[v1alpha1.AnnotationForceUpgrade]
 	if d.digest, err = values.Digest(d.chart.Digest, d.vals, map[string]string{v1alpha1.AnnotationForceUpgrade: d.force}); err != nil {

@@ -58,6 +58,10 @@ type Reconciler struct {
 	Hooks []*hooks.Hook
 	// Now is the clock (tests may replace it).
 	Now func() time.Time
+	// DefaultServiceAccount, when set, is the ServiceAccount (in each
+	// resource's namespace) Helm runs as when neither a Tenant nor the watch
+	// names one, and locks the operator down: nothing runs as the manager.
+	DefaultServiceAccount string
 
 	deps     *dependents
 	initOnce sync.Once
@@ -160,11 +164,14 @@ func (r *Reconciler) reconcileRelease(ctx context.Context, p *pass) (ctrl.Result
 	if d.stopped() {
 		return r.stop(p, d), nil
 	}
-	o := observe(history, string(p.obj.GetUID()), d.digest, p.obj.GetAnnotations()[v1alpha1.AnnotationAdopt] == "true")
+	o := observe(history, string(p.obj.GetUID()), d.digest, r.mayAdopt(ctx, p, history))
 	p.log.V(1).Info("Observed release", "state", o.State, "digest", d.digest)
 	if o.Latest != nil && o.State != StateUnmanaged && o.State != StateConflict {
 		// status.release always says what the newest revision is.
 		r.setReleaseInfo(p, o.Latest)
+		if r.stallUntrusted(p, r.checkScope(p.key.Namespace, manifestsOf(o)...)) {
+			return ctrl.Result{}, nil
+		}
 	}
 	c := r.gatesFor(ctx, p, d, o, history, driftDue)
 	return r.run(ctx, p, d, o, history, c)

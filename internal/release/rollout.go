@@ -54,7 +54,44 @@ func (r *Reconciler) rolloutHold(ctx context.Context, p *pass, d *desired) *roll
 	if p.obj.GetLabels()[v1alpha1.LabelCanary] == "true" {
 		return nil
 	}
-	return r.canaryHold(ctx, d)
+	return r.canaryHold(ctx, p, d)
+}
+
+// rolloutPeers are the namespaces whose canaries count for a resource in
+// namespace: its tenant's (a hook's Peers), else the namespace alone.
+// Another tenant's canaries never hold or halt its rollout.
+func (r *Reconciler) rolloutPeers(ctx context.Context, namespace string) ([]string, error) {
+	for _, h := range r.Hooks {
+		if h.Peers == nil {
+			continue
+		}
+		ns, err := h.Peers(ctx, namespace)
+		if err != nil {
+			return nil, err
+		}
+		if ns != nil {
+			return ns, nil
+		}
+	}
+	return []string{namespace}, nil
+}
+
+// canariesOf lists the canaries of this kind in the peer namespaces (cache).
+func (r *Reconciler) canariesOf(ctx context.Context, namespace string) ([]unstructured.Unstructured, error) {
+	peers, err := r.rolloutPeers(ctx, namespace)
+	if err != nil {
+		return nil, err
+	}
+	var out []unstructured.Unstructured
+	for _, ns := range peers {
+		list := &unstructured.UnstructuredList{}
+		list.SetGroupVersionKind(r.Watch.GVK.GroupVersion().WithKind(r.Watch.GVK.Kind + "List"))
+		if err := r.Client.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{v1alpha1.LabelCanary: "true"}); err != nil {
+			return nil, err
+		}
+		out = append(out, list.Items...)
+	}
+	return out, nil
 }
 
 func (r *Reconciler) windowHold(ctx context.Context, p *pass, d *desired) *rolloutHold {
@@ -82,21 +119,20 @@ func (r *Reconciler) windowHold(ctx context.Context, p *pass, d *desired) *rollo
 }
 
 // canaryHold holds a non-canary while the canaries of this version's rollout
-// are not yet Ready on it for canarySoak, and halts it when one of them
-// failed on it.
-func (r *Reconciler) canaryHold(ctx context.Context, d *desired) *rolloutHold {
+// (in its namespace, or its tenant's) are not yet Ready on it for
+// canarySoak, and halts it when one of them failed on it.
+func (r *Reconciler) canaryHold(ctx context.Context, p *pass, d *desired) *rolloutHold {
 	target := d.chart.Version
-	list := &unstructured.UnstructuredList{}
-	list.SetGroupVersionKind(r.Watch.GVK.GroupVersion().WithKind(r.Watch.GVK.Kind + "List"))
-	if err := r.Client.List(ctx, list, client.MatchingLabels{v1alpha1.LabelCanary: "true"}); err != nil {
+	canaries, err := r.canariesOf(ctx, p.key.Namespace)
+	if err != nil {
 		return &rolloutHold{reasonCanaries, "listing canaries: " + oneLine(err.Error()), canaryPoll}
 	}
 	versions, _ := r.Source.Versions()
 	var pending, failed []string
 	total := 0
 	wait := canaryPoll
-	for i := range list.Items {
-		c := &list.Items[i]
+	for i := range canaries {
+		c := &canaries[i]
 		state, left := r.canaryState(c, versions, target)
 		name := c.GetNamespace() + "/" + c.GetName()
 		switch state {

@@ -59,6 +59,8 @@ type entry struct {
 	HealthTimeout           string                `json:"healthTimeout,omitempty"`
 	MaxConcurrentUpgrades   *int                  `json:"maxConcurrentUpgrades,omitempty"`
 	CanarySoak              string                `json:"canarySoak,omitempty"`
+	ServiceAccountName      string                `json:"serviceAccountName,omitempty"`
+	AllowClusterScoped      []string              `json:"allowClusterScoped,omitempty"`
 }
 
 // chartField is `chart`: a path, or a remote chart.
@@ -152,6 +154,13 @@ type Watch struct {
 	// CanarySoak is how long every canary must have been Ready on a chart
 	// version before the other resources upgrade to it.
 	CanarySoak time.Duration
+	// ServiceAccountName is the ServiceAccount (in each resource's
+	// namespace) that Helm runs as for this kind when no Tenant names one.
+	ServiceAccountName string
+	// AllowClusterScoped lists the cluster-scoped kinds ("ClusterRole",
+	// "PriorityClass.scheduling.k8s.io") a release of this kind may contain;
+	// any other object outside the resource's namespace is refused.
+	AllowClusterScoped []string
 }
 
 // String names the watch by its GVK, as errors do.
@@ -183,20 +192,25 @@ func Parse(data []byte, baseDir string, lookupEnv func(string) (string, bool)) (
 	var entries []entry
 	if len(bytes.TrimSpace(data)) > 0 {
 		if err := yaml.UnmarshalStrict(data, &entries); err != nil {
-			return nil, fmt.Errorf("not a list of watch entries: %s: fix the YAML (fields: group, version, kind, chart, overrideValues, hooks, reconcilePeriod, maxConcurrentReconciles, watchDependentResources, selector, maxHistory, timeout, healthTimeout, maxConcurrentUpgrades, canarySoak)", cleanYAMLError(err))
+			return nil, fmt.Errorf("not a list of watch entries: %s: fix the YAML (fields: group, version, kind, chart, overrideValues, hooks, reconcilePeriod, maxConcurrentReconciles, watchDependentResources, selector, maxHistory, timeout, healthTimeout, maxConcurrentUpgrades, canarySoak, serviceAccountName, allowClusterScoped)", cleanYAMLError(err))
 		}
 	}
-	seen := map[schema.GroupVersionKind]int{}
+	seen := map[schema.GroupKind]int{}
 	out := make([]Watch, 0, len(entries))
 	for i, e := range entries {
 		w, err := validate(e, baseDir, lookupEnv)
+		if err == nil {
+			err = validateTrust(e, &w)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("entry %d (%s): %w", i, describe(e), err)
 		}
-		if j, dup := seen[w.GVK]; dup {
-			return nil, fmt.Errorf("entry %d (%s): duplicate of entry %d: each group/version/kind may be watched once", i, describe(e), j)
+		// Two versions of one kind would be two reconcilers of the same
+		// objects, each taking the other's releases for its own.
+		if j, dup := seen[w.GVK.GroupKind()]; dup {
+			return nil, fmt.Errorf("entry %d (%s): duplicate of entry %d: each group/kind may be watched once, at one version", i, describe(e), j)
 		}
-		seen[w.GVK] = i
+		seen[w.GVK.GroupKind()] = i
 		out = append(out, w)
 	}
 	return out, nil
@@ -321,6 +335,25 @@ func validate(e entry, baseDir string, lookupEnv func(string) (string, bool)) (W
 		w.SelectorSource = e.Selector
 	}
 	return w, nil
+}
+
+// validateTrust checks the fields that decide what a release may do: the
+// ServiceAccount it runs as and the cluster-scoped kinds it may create.
+func validateTrust(e entry, w *Watch) error {
+	if sa := e.ServiceAccountName; sa != "" {
+		if errs := validation.IsDNS1123Subdomain(sa); len(errs) > 0 {
+			return fmt.Errorf("field serviceAccountName: %q is not a ServiceAccount name: %s", sa, strings.Join(errs, "; "))
+		}
+		w.ServiceAccountName = sa
+	}
+	for i, k := range e.AllowClusterScoped {
+		kind, group, _ := strings.Cut(k, ".")
+		if !kindPattern.MatchString(kind) || (group != "" && len(validation.IsDNS1123Subdomain(group)) > 0) {
+			return fmt.Errorf("field allowClusterScoped[%d]: %q is not a kind: write Kind for the core group or Kind.group, e.g. ClusterRole.rbac.authorization.k8s.io", i, k)
+		}
+	}
+	w.AllowClusterScoped = append([]string(nil), e.AllowClusterScoped...)
+	return nil
 }
 
 func validatePath(path, baseDir string) (string, error) {

@@ -286,6 +286,23 @@ func TestAdmissionRejectsOverTenantLimit(t *testing.T) {
 	}
 }
 
+// TestAdmissionReadsRenderedResources: a CPU limit cannot be passed through
+// a Postgres's spec.values: tenant limits read the values the kind renders.
+func TestAdmissionReadsRenderedResources(t *testing.T) {
+	e := setup(t)
+	e.tenant("tc-"+e.ns, map[string]any{"namespaces": []any{e.ns}, "limits": map[string]any{"maxCPU": "1"}})
+	spec := map[string]any{"version": "17", "storage": map[string]any{"size": "1Gi"},
+		"values": map[string]any{"resources": map[string]any{"limits": map[string]any{"cpu": "8"}}}}
+	var err error
+	e.waitFor("webhook refusing", time.Minute, func() (bool, string) {
+		err = e.tryCreate(postgresGVR, "Postgres", "sneaky", spec)
+		return err != nil && strings.Contains(err.Error(), "maxCPU"), fmt.Sprint(err)
+	})
+	if !strings.Contains(err.Error(), "denied") {
+		t.Errorf("refusal %q is not an admission denial", err)
+	}
+}
+
 func (e *env) tryCreate(gvr schema.GroupVersionResource, kind, name string, spec map[string]any) error {
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "chartpilot.dev/v1alpha1", "kind": kind,

@@ -4,6 +4,10 @@
 package helmtest
 
 import (
+	"bytes"
+	"compress/gzip"
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,6 +16,7 @@ import (
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/registry"
+	"helm.sh/helm/v3/pkg/release"
 	"helm.sh/helm/v3/pkg/repo"
 )
 
@@ -57,4 +62,36 @@ func Push(dir, version, ref, workDir string) error {
 		return fmt.Errorf("pushing %s:%s: %w", ref, version, err)
 	}
 	return nil
+}
+
+// EditManifest rewrites the manifest of a stored release record (the
+// "release" key of a Helm storage Secret), as anyone who may write Secrets
+// in the release's namespace could.
+func EditManifest(record []byte, edit func(manifest string) string) ([]byte, error) {
+	gz, err := base64.StdEncoding.DecodeString(string(record))
+	if err != nil {
+		return nil, fmt.Errorf("decoding record: %w", err)
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(gz))
+	if err != nil {
+		return nil, fmt.Errorf("decompressing record: %w", err)
+	}
+	var rel release.Release
+	if err := json.NewDecoder(zr).Decode(&rel); err != nil {
+		return nil, fmt.Errorf("reading record: %w", err)
+	}
+	rel.Manifest = edit(rel.Manifest)
+	raw, err := json.Marshal(&rel)
+	if err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	if _, err := zw.Write(raw); err != nil {
+		return nil, err
+	}
+	if err := zw.Close(); err != nil {
+		return nil, err
+	}
+	return []byte(base64.StdEncoding.EncodeToString(buf.Bytes())), nil
 }

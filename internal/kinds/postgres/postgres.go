@@ -8,9 +8,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -30,27 +28,16 @@ func Kind() kinds.Kind {
 	return kinds.Kind{Values: Values, Status: Status, Facts: Facts, AppMajor: Major, DeployedAppMajor: DeployedMajor}
 }
 
-// Facts are the policy figures of a Postgres: replicas, storage per pod and
-// class, the PostgreSQL version, CPU and memory per pod.
-func Facts(obj *unstructured.Unstructured, _ map[string]any) hooks.Facts {
-	pg, err := decode(obj)
-	if err != nil {
-		return hooks.Facts{}
+// Facts are the policy figures of a Postgres, read from the values it
+// renders (vals, the translator's output): replicas, storage per pod and
+// class, CPU and memory per pod, so that spec.values cannot carry what the
+// typed fields would be refused for; and the PostgreSQL version.
+func Facts(obj *unstructured.Unstructured, vals map[string]any) hooks.Facts {
+	f := kinds.GenericFacts(obj, vals)
+	f.StorageClassPath = []string{"storage", "storageClass"}
+	if pg, err := decode(obj); err == nil {
+		f.Version = pg.Spec.Version
 	}
-	f := hooks.Facts{
-		Replicas:         1,
-		StorageClass:     pg.Spec.Storage.StorageClass,
-		StorageClassPath: []string{"storage", "storageClass"},
-		Version:          pg.Spec.Version,
-	}
-	if pg.Spec.Replicas != nil {
-		f.Replicas = int64(*pg.Spec.Replicas)
-	}
-	if q, err := resource.ParseQuantity(pg.Spec.Storage.Size); err == nil {
-		f.StorageBytes = q.Value()
-	}
-	f.CPUMilli = int64(quantityOf(pg.Spec.Resources, corev1.ResourceCPU) * 1000)
-	f.MemoryBytes = int64(quantityOf(pg.Spec.Resources, corev1.ResourceMemory))
 	return f
 }
 

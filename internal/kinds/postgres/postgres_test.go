@@ -102,3 +102,31 @@ func TestMajorVersions(t *testing.T) {
 		t.Errorf("DeployedMajor without status = %q, want empty", got)
 	}
 }
+
+// TestFactsFromRenderedValues: tenant limits see what the chart renders,
+// spec.values included, not only the typed fields.
+func TestFactsFromRenderedValues(t *testing.T) {
+	for _, tc := range []struct {
+		name              string
+		spec              map[string]any
+		cpuMilli, memory  int64
+		replicas, storage int64
+	}{
+		{"typed fields", map[string]any{"version": "16", "replicas": int64(2), "storage": map[string]any{"size": "1Gi"},
+			"resources": map[string]any{"limits": map[string]any{"cpu": "2", "memory": "1Gi"}}}, 2000, 1 << 30, 2, 1 << 30},
+		{"resources through spec.values", map[string]any{"version": "16", "storage": map[string]any{"size": "1Gi"},
+			"values": map[string]any{"resources": map[string]any{"limits": map[string]any{"cpu": "8", "memory": "64Gi"}}}}, 8000, 64 << 30, 1, 1 << 30},
+		{"typed replicas win over spec.values", map[string]any{"version": "16", "replicas": int64(1), "storage": map[string]any{"size": "1Gi"},
+			"values": map[string]any{"replicas": int64(9)}}, 0, 0, 1, 1 << 30},
+	} {
+		obj := pgObject(tc.spec)
+		vals, err := Values(obj)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		f := Facts(obj, vals)
+		if f.CPUMilli != tc.cpuMilli || f.MemoryBytes != tc.memory || f.Replicas != tc.replicas || f.StorageBytes != tc.storage || f.Version != "16" {
+			t.Errorf("%s: facts %+v", tc.name, f)
+		}
+	}
+}

@@ -1,0 +1,84 @@
+package release
+
+import (
+	"errors"
+
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+
+	"github.com/chartpilot/chartpilot/internal/helm"
+)
+
+// scope is where the objects of the resource's release may be.
+func (r *Reconciler) scope(namespace string) helm.Scope {
+	return helm.Scope{Namespace: namespace, ClusterKinds: r.Watch.AllowClusterScoped}
+}
+
+// checkScope returns a *helm.ScopeError for the first object of the
+// manifests (stored release records, which anyone who may write Secrets in
+// the namespace can edit) that lies outside the release's scope. Nothing is
+// read or written for such a release: every action would act on that object.
+func (r *Reconciler) checkScope(namespace string, manifests ...string) error {
+	scope := r.scope(namespace)
+	for _, m := range manifests {
+		objs, err := helm.ParseManifest(m)
+		if err != nil {
+			return err
+		}
+		for _, o := range objs {
+			gvk := o.GroupVersionKind()
+			mapping, err := r.Helm.RESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version)
+			if err != nil {
+				continue // an unknown kind cannot be acted on either
+			}
+			if err := scope.Check(gvk, o.GetName(), o.GetNamespace(), mapping.Scope.Name() == apimeta.RESTScopeNameNamespace); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// renderStallReason is the Stalled reason of an action that failed before
+// anything was applied.
+func renderStallReason(err error) string {
+	var se *helm.ScopeError
+	if errors.As(err, &se) {
+		return "ObjectOutOfScope"
+	}
+	return "RenderFailed"
+}
+
+// stallOutOfScope stalls the resource when err says its release holds an
+// object outside its scope (an edited release record): nothing is read or
+// changed outside the namespace.
+func (r *Reconciler) stallOutOfScope(p *pass, err error) bool {
+	var se *helm.ScopeError
+	if !errors.As(err, &se) {
+		return false
+	}
+	r.stall(p, "ObjectOutOfScope", "the stored release names an object outside its scope: "+se.Error())
+	return true
+}
+
+// stallUntrusted stalls the resource when its stored release cannot be
+// acted on (err from checkScope): no action follows.
+func (r *Reconciler) stallUntrusted(p *pass, err error) bool {
+	if err == nil || r.stallOutOfScope(p, err) {
+		return err != nil
+	}
+	r.stall(p, "ReleaseRecordInvalid", "the stored release cannot be read: "+oneLine(err.Error())+"; nothing was changed")
+	return true
+}
+
+// manifestsOf are the stored manifests an action may act on: the newest
+// revision's and the rollback target's.
+func manifestsOf(o Observation) []string {
+	out := []string{}
+	if o.Latest != nil {
+		out = append(out, o.Latest.Manifest)
+	}
+	if o.LastGood != nil && o.LastGood != o.Latest {
+		out = append(out, o.LastGood.Manifest)
+	}
+	return out
+}

@@ -1,0 +1,300 @@
+package release_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
+	"github.com/chartpilot/chartpilot/internal/helm/helmtest"
+	"github.com/chartpilot/chartpilot/internal/operator"
+	"github.com/chartpilot/chartpilot/internal/watches"
+)
+
+// TestObjectsOutsideTheNamespaceRefused: a chart that renders a
+// cluster-scoped object, or an object in another namespace, is refused
+// before any API call (Stalled ObjectOutOfScope, naming the object and the
+// fix); nothing is created and no release record is stored.
+func TestObjectsOutsideTheNamespaceRefused(t *testing.T) {
+	e := newEnv(t)
+	other := cluster.Namespace(t)
+	startOperator(t, cluster.Config, []watches.Watch{webappWatch(t)})
+	e.create("cr", map[string]any{"clusterRole": true}, nil, nil)
+	e.create("elsewhere", map[string]any{"otherNamespace": other}, nil, nil)
+	u := e.waitCondition("cr", v1alpha1.ConditionStalled, metav1.ConditionTrue, "ObjectOutOfScope")
+	if msg := condition(u, v1alpha1.ConditionStalled).Message; !strings.Contains(msg, "ClusterRole") || !strings.Contains(msg, "allowClusterScoped") {
+		t.Errorf("Stalled message %q does not name the object and the fix", msg)
+	}
+	u = e.waitCondition("elsewhere", v1alpha1.ConditionStalled, metav1.ConditionTrue, "ObjectOutOfScope")
+	if msg := condition(u, v1alpha1.ConditionStalled).Message; !strings.Contains(msg, other) {
+		t.Errorf("Stalled message %q does not name the other namespace", msg)
+	}
+	ctx := context.Background()
+	if _, err := e.cs.RbacV1().ClusterRoles().Get(ctx, e.ns+"-cr-reader", metav1.GetOptions{}); !isNotFound(err) {
+		t.Errorf("the ClusterRole was created: %v", err)
+	}
+	if _, err := e.cs.CoreV1().ConfigMaps(other).Get(ctx, "elsewhere-elsewhere", metav1.GetOptions{}); !isNotFound(err) {
+		t.Errorf("the other namespace's ConfigMap was created: %v", err)
+	}
+	for _, name := range []string{"cr", "elsewhere"} {
+		if h := e.history(name); len(h) != 0 {
+			t.Errorf("%s: %d release records stored for a refused release", name, len(h))
+		}
+		if _, err := e.configMap(name + "-config"); !isNotFound(err) {
+			t.Errorf("%s: objects of a refused release were created: %v", name, err)
+		}
+	}
+}
+
+// TestClusterScopedKindAllowedByTheWatch: a kind listed under
+// allowClusterScoped is installed, and removed with the release.
+func TestClusterScopedKindAllowedByTheWatch(t *testing.T) {
+	e := newEnv(t)
+	startOperator(t, cluster.Config, []watches.Watch{webappWatch(t, func(w *watches.Watch) {
+		w.AllowClusterScoped = []string{"ClusterRole.rbac.authorization.k8s.io"}
+	})})
+	e.create("cr", map[string]any{"clusterRole": true}, nil, nil)
+	e.waitCondition("cr", v1alpha1.ConditionReady, metav1.ConditionTrue, "")
+	ctx := context.Background()
+	if _, err := e.cs.RbacV1().ClusterRoles().Get(ctx, e.ns+"-cr-reader", metav1.GetOptions{}); err != nil {
+		t.Fatalf("the allowed ClusterRole: %v", err)
+	}
+	if err := e.dyn.Resource(webappGVR).Namespace(e.ns).Delete(ctx, "cr", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor("ClusterRole removed with the release", func() (bool, string) {
+		_, err := e.cs.RbacV1().ClusterRoles().Get(ctx, e.ns+"-cr-reader", metav1.GetOptions{})
+		return isNotFound(err), "still there"
+	})
+}
+
+// TestEditedReleaseRecordCannotReachOutside: someone who may write Secrets
+// in the namespace edits the release record to add a ClusterRole granting
+// everything and a ConfigMap of another namespace. Neither drift repair nor
+// uninstall acts on them: the ClusterRole is never created, the other
+// namespace's ConfigMap is never deleted, and the resource says why.
+func TestEditedReleaseRecordCannotReachOutside(t *testing.T) {
+	e := newEnv(t)
+	other := cluster.Namespace(t)
+	ctx := context.Background()
+	victim := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "victim", Namespace: other}, Data: map[string]string{"keep": "me"}}
+	if _, err := e.cs.CoreV1().ConfigMaps(other).Create(ctx, victim, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	startOperator(t, cluster.Config, []watches.Watch{webappWatch(t)})
+	e.create("rec", map[string]any{"message": "x"}, nil, nil)
+	e.waitCondition("rec", v1alpha1.ConditionReady, metav1.ConditionTrue, "")
+
+	granted := e.ns + "-granted"
+	e.editRecord("rec", func(m string) string {
+		return m + "\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: " + granted +
+			"\nrules:\n- apiGroups: [\"*\"]\n  resources: [\"*\"]\n  verbs: [\"*\"]\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: victim\n  namespace: " + other + "\n"
+	})
+	// Drift: one of the release's objects is deleted.
+	if err := e.cs.CoreV1().ConfigMaps(e.ns).Delete(ctx, "rec-config", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	u := e.waitCondition("rec", v1alpha1.ConditionStalled, metav1.ConditionTrue, "ObjectOutOfScope")
+	if msg := condition(u, v1alpha1.ConditionStalled).Message; !strings.Contains(msg, "ClusterRole "+granted) {
+		t.Errorf("Stalled message %q does not name the object", msg)
+	}
+	if _, err := e.cs.RbacV1().ClusterRoles().Get(ctx, granted, metav1.GetOptions{}); !isNotFound(err) {
+		t.Fatalf("the edited record's ClusterRole was created: %v", err)
+	}
+	// Uninstall refuses the record too: the other namespace keeps its ConfigMap.
+	if err := e.dyn.Resource(webappGVR).Namespace(e.ns).Delete(ctx, "rec", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitEvent("rec", "UninstallFailed", "refused")
+	time.Sleep(2 * time.Second)
+	if _, err := e.cs.CoreV1().ConfigMaps(other).Get(ctx, "victim", metav1.GetOptions{}); err != nil {
+		t.Fatalf("the other namespace's ConfigMap: %v", err)
+	}
+	if _, err := e.cs.RbacV1().ClusterRoles().Get(ctx, granted, metav1.GetOptions{}); !isNotFound(err) {
+		t.Fatalf("the edited record's ClusterRole exists: %v", err)
+	}
+}
+
+// editRecord rewrites the manifest of the newest release record of name.
+func (e *env) editRecord(name string, edit func(string) string) {
+	e.t.Helper()
+	ctx := context.Background()
+	list, err := e.cs.CoreV1().Secrets(e.ns).List(ctx, metav1.ListOptions{LabelSelector: "owner=helm,name=" + name})
+	if err != nil || len(list.Items) == 0 {
+		e.t.Fatalf("release records of %s: %d, %v", name, len(list.Items), err)
+	}
+	newest := &list.Items[0]
+	for i := range list.Items {
+		if list.Items[i].Labels["version"] > newest.Labels["version"] {
+			newest = &list.Items[i]
+		}
+	}
+	data, err := helmtest.EditManifest(newest.Data["release"], edit)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	newest.Data["release"] = data
+	if _, err := e.cs.CoreV1().Secrets(e.ns).Update(ctx, newest, metav1.UpdateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// TestLockdownActsOnlyAsTheServiceAccount: with --default-service-account,
+// a namespace without that ServiceAccount gets nothing (Stalled NoIdentity,
+// no record, no object); with it, install, drift repair and uninstall run
+// as the ServiceAccount: once its rights are taken away, drift repair and
+// uninstall are refused in its name.
+func TestLockdownActsOnlyAsTheServiceAccount(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	startOperator(t, cluster.Config, []watches.Watch{webappWatch(t)}, func(o *operator.Options) { o.DefaultServiceAccount = "deployer" })
+	e.create("locked", map[string]any{"message": "x"}, nil, nil)
+	u := e.waitCondition("locked", v1alpha1.ConditionStalled, metav1.ConditionTrue, "NoIdentity")
+	if msg := condition(u, v1alpha1.ConditionStalled).Message; !strings.Contains(msg, e.ns+"/deployer") {
+		t.Errorf("NoIdentity message %q does not name the ServiceAccount", msg)
+	}
+	if h := e.history("locked"); len(h) != 0 {
+		t.Fatalf("%d release records written without an identity", len(h))
+	}
+	if _, err := e.configMap("locked-config"); !isNotFound(err) {
+		t.Fatalf("objects written without an identity: %v", err)
+	}
+
+	writes := e.serviceAccountWithNamespaceRights("deployer")
+	e.patch("locked", `{"metadata":{"annotations":{"chartpilot.dev/reconcile-requested-at":"sa-created"}}}`)
+	e.waitCondition("locked", v1alpha1.ConditionReady, metav1.ConditionTrue, "")
+	user := "system:serviceaccount:" + e.ns + ":deployer"
+
+	// The ServiceAccount may still read, no longer write.
+	if err := e.cs.RbacV1().RoleBindings(e.ns).Delete(ctx, writes, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.cs.CoreV1().ConfigMaps(e.ns).Delete(ctx, "locked-config", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitEvent("locked", "DriftCorrectionFailed", user)
+	if err := e.dyn.Resource(webappGVR).Namespace(e.ns).Delete(ctx, "locked", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitEvent("locked", "UninstallFailed", "")
+	if _, err := e.cs.AppsV1().Deployments(e.ns).Get(ctx, "locked", metav1.GetOptions{}); err != nil {
+		t.Fatalf("the release's Deployment went although its ServiceAccount may not delete it: %v", err)
+	}
+	// Rights back: the uninstall goes through.
+	e.serviceAccountWithNamespaceRights("deployer")
+	e.waitFor("resource gone", func() (bool, string) {
+		_, err := e.dyn.Resource(webappGVR).Namespace(e.ns).Get(ctx, "locked", metav1.GetOptions{})
+		return isNotFound(err), "still there"
+	})
+}
+
+// serviceAccountWithNamespaceRights makes sure ServiceAccount name exists
+// and may read everything in the test namespace, grants it every right
+// there, and returns the name of the RoleBinding that grants the writes.
+func (e *env) serviceAccountWithNamespaceRights(name string) string {
+	e.t.Helper()
+	ctx := context.Background()
+	exists := func(err error) {
+		if err != nil && !strings.Contains(err.Error(), "already exists") {
+			e.t.Fatal(err)
+		}
+	}
+	_, err := e.cs.CoreV1().ServiceAccounts(e.ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	exists(err)
+	for role, verbs := range map[string][]string{name + "-read": {"get", "list", "watch"}, name + "-write": {"*"}} {
+		_, err := e.cs.RbacV1().Roles(e.ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: role}, Rules: []rbacv1.PolicyRule{{APIGroups: []string{"*"}, Resources: []string{"*"}, Verbs: verbs}}}, metav1.CreateOptions{})
+		exists(err)
+		_, err = e.cs.RbacV1().RoleBindings(e.ns).Create(ctx, &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: role},
+			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: role},
+			Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: e.ns}},
+		}, metav1.CreateOptions{})
+		exists(err)
+	}
+	return name + "-write"
+}
+
+var webshopGVR = schema.GroupVersionResource{Group: "test.chartpilot.dev", Version: "v1alpha1", Resource: "webshops"}
+
+// TestAdoptRefusesALiveOwnersRelease: a resource of another kind with the
+// same name asks to adopt a release that a live resource owns: it is
+// refused (ReleaseConflict), the release is not upgraded, and deleting the
+// would-be adopter does not uninstall it.
+func TestAdoptRefusesALiveOwnersRelease(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	shop := webappWatch(t, func(w *watches.Watch) { w.GVK.Kind = "Webshop" })
+	startOperator(t, cluster.Config, []watches.Watch{webappWatch(t), shop})
+	e.create("same", map[string]any{"message": "the owner's"}, nil, nil)
+	e.waitCondition("same", v1alpha1.ConditionReady, metav1.ConditionTrue, "")
+	revisions := len(e.history("same"))
+
+	thief := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "test.chartpilot.dev/v1alpha1", "kind": "Webshop",
+		"metadata": map[string]any{"name": "same", "namespace": e.ns, "annotations": map[string]any{v1alpha1.AnnotationAdopt: "true"}},
+		"spec":     map[string]any{"message": "taken over"},
+	}}
+	if _, err := e.dyn.Resource(webshopGVR).Namespace(e.ns).Create(ctx, thief, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor("the adopter stalled on a conflict", func() (bool, string) {
+		u, err := e.dyn.Resource(webshopGVR).Namespace(e.ns).Get(ctx, "same", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		c := condition(u, v1alpha1.ConditionStalled)
+		return c != nil && c.Reason == "ReleaseConflict", fmt.Sprint(c)
+	})
+	if n := len(e.history("same")); n != revisions {
+		t.Fatalf("a live owner's release was acted on by the adopter: %d revisions, want %d", n, revisions)
+	}
+	if err := e.dyn.Resource(webshopGVR).Namespace(e.ns).Delete(ctx, "same", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor("the adopter gone", func() (bool, string) {
+		_, err := e.dyn.Resource(webshopGVR).Namespace(e.ns).Get(ctx, "same", metav1.GetOptions{})
+		return isNotFound(err), "still there"
+	})
+	if cm, err := e.configMap("same-config"); err != nil || cm.Data["message"] != "the owner's" {
+		t.Fatalf("the owner's release after the adopter was deleted: %v %v", cm, err)
+	}
+	if h := e.history("same"); len(h) != revisions {
+		t.Fatalf("the owner's release records: %d, want %d", len(h), revisions)
+	}
+}
+
+// TestAnotherNamespacesCanaryHasNoEffect: without tenancy, canaries count in
+// their own namespace only. A canary that fails on a version elsewhere
+// neither holds nor halts this namespace's rollout: its resource tries the
+// version itself (and, the version being broken, rolls back on its own).
+func TestAnotherNamespacesCanaryHasNoEffect(t *testing.T) {
+	e := newEnv(t)
+	elsewhere := *e
+	elsewhere.ns = cluster.Namespace(t)
+	repo := newChartRepo(t)
+	repo.publish("1.0.0", false)
+	startOperator(t, cluster.Config, []watches.Watch{repoWatch(t, repo, func(w *watches.Watch) {
+		w.HealthTimeout = 8 * time.Second
+		w.CanarySoak = time.Hour
+	})}, withCache(t.TempDir()))
+	elsewhere.create("canary", map[string]any{"message": "v"}, map[string]string{v1alpha1.LabelCanary: "true"}, nil)
+	e.create("main", map[string]any{"message": "v"}, nil, nil)
+	elsewhere.waitVersion("canary", "1.0.0")
+	e.waitVersion("main", "1.0.0")
+
+	repo.publish("1.1.0", true)
+	elsewhere.waitRolledBack("canary")
+	e.waitRolledBack("main")
+	if got := e.chartVersions("main"); !slices.Contains(got, "1.1.0") {
+		t.Fatalf("main was held by another namespace's canary: versions %v", got)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -41,6 +42,8 @@ type runOptions struct {
 	webhookConfig           string
 	chartCacheDir           string
 	defaultServiceAccount   string
+	recordKeySecret         string
+	maxRecordSize           int64
 	qps                     float64
 	burst                   int
 	zap                     zap.Options
@@ -60,6 +63,8 @@ func parseRunFlags(args []string) (*runOptions, error) {
 	fs.DurationVar(&o.renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "how long the leader retries renewing before it gives up leadership")
 	fs.DurationVar(&o.retryPeriod, "leader-elect-retry-period", 2*time.Second, "how often leader election clients retry")
 	fs.StringVar(&o.defaultServiceAccount, "default-service-account", "", "ServiceAccount (in each resource's namespace) that Helm runs as when neither a Tenant nor the watch names one; set, nothing ever runs as the manager (lockdown)")
+	fs.StringVar(&o.recordKeySecret, "release-record-key-secret", "", "namespace/name of the Secret holding the key that signs release records, made at the first start (default: chartpilot-release-records in the pod's namespace, else in the leader election namespace, else in default)")
+	fs.Int64Var(&o.maxRecordSize, "max-release-record-size", 16<<20, "largest decompressed size of a release record, in bytes; a larger record is refused, not decoded")
 	fs.StringVar(&o.chartCacheDir, "chart-cache-dir", "", "directory for remote charts and their version lists (default: the user cache directory, e.g. ~/.cache/chartpilot/charts)")
 	fs.IntVar(&o.webhookPort, "webhook-port", 0, "port of the validating admission webhook; 0 disables it (config/manager uses 9443)")
 	fs.StringVar(&o.webhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "directory of the webhook's tls.crt and tls.key")
@@ -82,6 +87,14 @@ func parseRunFlags(args []string) (*runOptions, error) {
 	if sa := o.defaultServiceAccount; sa != "" && len(validation.IsDNS1123Subdomain(sa)) > 0 {
 		return nil, fmt.Errorf("--default-service-account %q: not a ServiceAccount name (lower case letters, digits, '-' and '.')", sa)
 	}
+	if o.recordKeySecret != "" {
+		if ns, name, ok := strings.Cut(o.recordKeySecret, "/"); !ok || ns == "" || name == "" {
+			return nil, fmt.Errorf("--release-record-key-secret %q: write namespace/name", o.recordKeySecret)
+		}
+	}
+	if o.maxRecordSize < 1<<20 {
+		return nil, fmt.Errorf("--max-release-record-size %d: at least 1048576 (1 MiB, a Secret's own limit)", o.maxRecordSize)
+	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %v: chartpilot run takes flags only", fs.Args())
 	}
@@ -89,6 +102,19 @@ func parseRunFlags(args []string) (*runOptions, error) {
 		return nil, errors.New("--leader-elect outside a cluster needs --leader-election-namespace")
 	}
 	return o, nil
+}
+
+// recordKeySecret is the flag's namespace/name, or by default the Secret
+// in the pod's own namespace (empty outside a cluster: the operator's
+// default then applies).
+func recordKeySecret(flag string) types.NamespacedName {
+	if ns, name, ok := strings.Cut(flag, "/"); ok {
+		return types.NamespacedName{Namespace: ns, Name: name}
+	}
+	if b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace"); err == nil {
+		return types.NamespacedName{Namespace: strings.TrimSpace(string(b))}
+	}
+	return types.NamespacedName{}
 }
 
 func inCluster() bool {
@@ -160,6 +186,8 @@ func run(ctx context.Context, args []string) error {
 		Log:                     ctrl.Log,
 		ChartCacheDir:           o.chartCacheDir,
 		DefaultServiceAccount:   o.defaultServiceAccount,
+		RecordKeySecret:         recordKeySecret(o.recordKeySecret),
+		MaxRecordSize:           o.maxRecordSize,
 	})
 	if err != nil {
 		return err

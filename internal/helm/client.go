@@ -9,7 +9,6 @@ package helm
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -18,13 +17,17 @@ import (
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/release"
-	"helm.sh/helm/v3/pkg/storage/driver"
+	"helm.sh/helm/v3/pkg/storage"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/clientcmd"
@@ -54,6 +57,30 @@ type Client struct {
 	dynOnce sync.Once
 	dyn     dynamic.Interface
 	dynErr  error
+
+	// recordOpts say how release records are signed and read (set with
+	// UseRecords on the root Client, shared by its impersonating ones).
+	recordOpts Records
+	csOnce     sync.Once
+	cs         kubernetes.Interface
+	csErr      error
+}
+
+// UseRecords sets how release records are signed and read. Call it before
+// the first action.
+func (c *Client) UseRecords(o Records) { c.recordOpts = o }
+
+// records is the record driver of namespace, with this Client's identity.
+func (c *Client) records(namespace string) (*recordDriver, error) {
+	c.csOnce.Do(func() { c.cs, c.csErr = kubernetes.NewForConfig(c.config) })
+	if c.csErr != nil {
+		return nil, c.csErr
+	}
+	opts := c.recordOpts
+	if c.parent != nil {
+		opts = c.parent.recordOpts
+	}
+	return &recordDriver{secrets: c.cs.CoreV1().Secrets(namespace), namespace: namespace, opts: opts}, nil
 }
 
 // Dynamic is a dynamic client with this Client's identity, made once.
@@ -157,6 +184,11 @@ func (c *Client) actionConfig(scope Scope) (*action.Configuration, error) {
 	}
 	cfg.Capabilities = caps
 	cfg.KubeClient = guardedKube{Interface: cfg.KubeClient, scope: scope}
+	d, err := c.records(namespace)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Releases = storage.Init(d)
 	return cfg, nil
 }
 
@@ -217,6 +249,10 @@ type Release struct {
 	Manifest        string
 	FirstDeployed   time.Time
 	LastDeployed    time.Time
+	// Trusted: the record carries a valid MAC (always, when the Client
+	// has no key). Record is the storage Secret's name.
+	Trusted bool
+	Record  string
 }
 
 func fromHelm(r *release.Release) *Release {
@@ -244,26 +280,51 @@ func fromHelm(r *release.Release) *Release {
 	return out
 }
 
-// History returns every stored revision of a release, oldest first; an
-// absent release has none.
+// History returns every stored revision of a release, oldest first, each
+// saying whether its record is trusted; an absent release has none. A
+// record over the size limit is a *RecordError: nothing of it is decoded.
 func (c *Client) History(namespace, name string) ([]*Release, error) {
-	cfg, err := c.actionConfig(Scope{Namespace: namespace})
+	d, err := c.records(namespace)
 	if err != nil {
 		return nil, err
 	}
-	hist, err := cfg.Releases.History(name)
+	list, err := d.secrets.List(context.Background(), metav1.ListOptions{LabelSelector: labels.Set{StorageLabelOwner: StorageOwnerHelm, StorageLabelName: name}.AsSelector().String()})
 	if err != nil {
-		if errors.Is(err, driver.ErrReleaseNotFound) {
-			return nil, nil
-		}
 		return nil, fmt.Errorf("reading history of release %s/%s: %w", namespace, name, err)
 	}
-	out := make([]*Release, 0, len(hist))
-	for _, r := range hist {
-		out = append(out, fromHelm(r))
+	out := make([]*Release, 0, len(list.Items))
+	for i := range list.Items {
+		s := &list.Items[i]
+		rel, trusted, err := d.decode(s)
+		if err != nil {
+			return nil, err
+		}
+		rel.Labels = s.Labels
+		r := fromHelm(rel)
+		r.Trusted, r.Record = trusted, s.Name
+		out = append(out, r)
 	}
 	sortByRevision(out)
 	return out, nil
+}
+
+// DeleteRecords deletes every release record of a release and nothing
+// else: the objects stay, for a fresh install to take over.
+func (c *Client) DeleteRecords(namespace, name string) error {
+	d, err := c.records(namespace)
+	if err != nil {
+		return err
+	}
+	list, err := d.secrets.List(context.Background(), metav1.ListOptions{LabelSelector: labels.Set{StorageLabelOwner: StorageOwnerHelm, StorageLabelName: name}.AsSelector().String()})
+	if err != nil {
+		return fmt.Errorf("listing the release records of %s/%s: %w", namespace, name, err)
+	}
+	for _, s := range list.Items {
+		if err := d.secrets.Delete(context.Background(), s.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting release record %s/%s: %w", namespace, s.Name, err)
+		}
+	}
+	return nil
 }
 
 func sortByRevision(rs []*Release) {

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -27,6 +28,7 @@ import (
 	"github.com/chartpilot/chartpilot/hooks/tenancy"
 	"github.com/chartpilot/chartpilot/internal/admission"
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
+	"github.com/chartpilot/chartpilot/internal/helm"
 	"github.com/chartpilot/chartpilot/internal/kinds"
 	"github.com/chartpilot/chartpilot/internal/kinds/postgres"
 	"github.com/chartpilot/chartpilot/internal/release"
@@ -58,6 +60,12 @@ type Options struct {
 	// ChartCacheDir holds remote charts and version lists (default: the
 	// user cache directory).
 	ChartCacheDir string
+	// RecordKeySecret holds the key that signs release records (made at the
+	// first start; default: chartpilot-release-records in the leader
+	// election namespace, else in "default").
+	RecordKeySecret types.NamespacedName
+	// MaxRecordSize bounds a release record's decompressed size (default 16 MiB).
+	MaxRecordSize int64
 	// DefaultServiceAccount is the ServiceAccount Helm runs as in a
 	// resource's namespace when neither its Tenant nor its watch names one;
 	// set, it also locks the operator down: nothing runs as the manager.
@@ -96,7 +104,7 @@ func New(o Options) (manager.Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	admitted, err := addReconcilers(o, mgr, sources)
+	admitted, err := addReconcilers(o, mgr, scheme, sources)
 	if err != nil {
 		return nil, err
 	}
@@ -127,6 +135,15 @@ func (o *Options) defaults() {
 	}
 	if o.Log.GetSink() == nil {
 		o.Log = ctrl.Log
+	}
+	if o.RecordKeySecret.Name == "" {
+		o.RecordKeySecret.Name = "chartpilot-release-records"
+	}
+	if o.RecordKeySecret.Namespace == "" {
+		o.RecordKeySecret.Namespace = o.LeaderElectionNamespace
+	}
+	if o.RecordKeySecret.Namespace == "" {
+		o.RecordKeySecret.Namespace = "default"
 	}
 }
 
@@ -189,11 +206,20 @@ func openSources(o Options, mgr manager.Manager) ([]source.Source, error) {
 // addReconcilers adds one release reconciler per watch with the hooks it
 // selects, and the Tenant status controller when a watch uses tenancy. It
 // returns what admission needs of each kind.
-func addReconcilers(o Options, mgr manager.Manager, sources []source.Source) (map[schema.GroupVersionKind]admission.Kind, error) {
+func addReconcilers(o Options, mgr manager.Manager, scheme *runtime.Scheme, sources []source.Source) (map[schema.GroupVersionKind]admission.Kind, error) {
 	shared, err := release.NewShared(mgr)
 	if err != nil {
 		return nil, err
 	}
+	c, err := client.New(o.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, err
+	}
+	key, err := recordKey(context.Background(), c, o.RecordKeySecret)
+	if err != nil {
+		return nil, err
+	}
+	shared.Helm.UseRecords(helm.Records{Key: key, MaxSize: o.MaxRecordSize})
 	shared.SkipNameValidation = o.SeveralInProcess
 	tn := &tenancy.Tenancy{Client: mgr.GetClient(), Resources: resourcesFunc(mgr.GetClient(), o.Watches, sources, o.Kinds)}
 	registry := hooks.NewRegistry()

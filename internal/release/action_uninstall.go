@@ -2,6 +2,7 @@ package release
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -11,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
+	"github.com/chartpilot/chartpilot/internal/helm"
 )
 
 // finalize is the Uninstall action of a resource being deleted: its
@@ -22,14 +24,18 @@ func (r *Reconciler) finalize(ctx context.Context, p *pass) (ctrl.Result, error)
 		return ctrl.Result{}, nil
 	}
 	history, err := r.Helm.History(p.key.Namespace, p.key.Name)
-	if err != nil {
+	var re *helm.RecordError
+	if err != nil && !errors.As(err, &re) {
 		return ctrl.Result{}, err
 	}
-	switch o := observe(history, string(p.obj.GetUID()), "", r.mayAdopt(ctx, p, history)); o.State {
-	case StateAbsent, StateUnmanaged, StateConflict:
+	switch o := observe(history, string(p.obj.GetUID()), "", r.mayAdopt(ctx, p, history)); {
+	case err == nil && (o.State == StateAbsent || o.State == StateUnmanaged || o.State == StateConflict):
 		// Nothing of ours to remove; never touch someone else's release.
 	default:
-		if err := r.uninstall(ctx, p, o); err != nil {
+		if err == nil {
+			err = r.uninstall(ctx, p, o, history)
+		}
+		if err != nil {
 			msg := "Uninstall failed: " + oneLine(err.Error())
 			r.Recorder.Event(p.obj, corev1.EventTypeWarning, "UninstallFailed", msg)
 			setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionTrue, "UninstallFailed", msg)
@@ -47,10 +53,14 @@ func (r *Reconciler) finalize(ctx context.Context, p *pass) (ctrl.Result, error)
 }
 
 // uninstall removes the resource's release as its identity, unless the
-// stored release names objects outside its scope (then nothing is deleted).
-func (r *Reconciler) uninstall(ctx context.Context, p *pass, o Observation) error {
+// stored release names objects outside its scope or has records chartpilot
+// did not write (then nothing is deleted).
+func (r *Reconciler) uninstall(ctx context.Context, p *pass, o Observation, history []*helm.Release) error {
 	if err := r.checkScope(p.key.Namespace, manifestsOf(o)...); err != nil {
 		return fmt.Errorf("refused, nothing was deleted: %w", err)
+	}
+	if rec := firstUntrusted(history); rec != "" {
+		return fmt.Errorf("refused, nothing was deleted: release record %s was not written by chartpilot or was changed since; remove the finalizer %s by hand to let the resource go and leave its objects", rec, v1alpha1.Finalizer)
 	}
 	identity, serr := r.identityForDeletion(ctx, p)
 	if serr != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
@@ -158,6 +159,9 @@ func (r *Reconciler) reconcileRelease(ctx context.Context, p *pass) (ctrl.Result
 		}
 	}
 	d, history, err := r.observeFresh(ctx, p, d)
+	if r.stallUntrusted(p, err) {
+		return ctrl.Result{}, nil
+	}
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -173,6 +177,9 @@ func (r *Reconciler) reconcileRelease(ctx context.Context, p *pass) (ctrl.Result
 			return ctrl.Result{}, nil
 		}
 	}
+	if rec := firstUntrusted(history); rec != "" {
+		return r.untrustedRecords(ctx, p, d, o, rec)
+	}
 	c := r.gatesFor(ctx, p, d, o, history, driftDue)
 	return r.run(ctx, p, d, o, history, c)
 }
@@ -181,6 +188,11 @@ func (r *Reconciler) reconcileRelease(ctx context.Context, p *pass) (ctrl.Result
 // release records show the release deployed from exactly these inputs and
 // healthy, or a rollout gate still holds a chart version change.
 func (r *Reconciler) fromCaches(ctx context.Context, p *pass, d *desired) (ctrl.Result, bool) {
+	if c := apimeta.FindStatusCondition(p.status.Conditions, v1alpha1.ConditionStalled); c != nil && c.Status == metav1.ConditionTrue {
+		// A stall is lifted only by what the release history says, never
+		// by record labels (which anyone who may write Secrets can set).
+		return ctrl.Result{}, false
+	}
 	m := r.mem.get(p.key)
 	// Health is judged for the revision the records show, not the one the
 	// (possibly older) status names: a fresh upgrade must pass the health

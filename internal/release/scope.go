@@ -2,6 +2,7 @@ package release
 
 import (
 	"errors"
+	"strings"
 
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 
@@ -61,13 +62,30 @@ func (r *Reconciler) stallOutOfScope(p *pass, err error) bool {
 }
 
 // stallUntrusted stalls the resource when its stored release cannot be
-// acted on (err from checkScope): no action follows.
+// acted on: an object outside its scope, a record over the size limit or
+// one that does not decode. No action follows.
 func (r *Reconciler) stallUntrusted(p *pass, err error) bool {
 	if err == nil || r.stallOutOfScope(p, err) {
 		return err != nil
 	}
-	r.stall(p, "ReleaseRecordInvalid", "the stored release cannot be read: "+oneLine(err.Error())+"; nothing was changed")
+	var re *helm.RecordError
+	switch {
+	case errors.As(err, &re) && re.TooLarge:
+		r.stall(p, "ReleaseRecordTooLarge", re.Error()+"; nothing was changed: delete that Secret if it is not a release chartpilot made")
+	case errors.As(err, &re):
+		r.stall(p, "UntrustedReleaseRecord", re.Error()+"; nothing was changed")
+	case isDecodeError(err):
+		r.stall(p, "ReleaseRecordInvalid", "the stored release cannot be read: "+oneLine(err.Error())+"; nothing was changed")
+	default:
+		return false
+	}
 	return true
+}
+
+// isDecodeError reports whether err came from decoding a release record
+// (not from reaching the API server, which is retried).
+func isDecodeError(err error) bool {
+	return strings.Contains(err.Error(), "release record ") && !strings.Contains(err.Error(), "reading history")
 }
 
 // manifestsOf are the stored manifests an action may act on: the newest

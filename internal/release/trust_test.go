@@ -1,7 +1,10 @@
 package release_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
+	"encoding/base64"
 	"fmt"
 	"slices"
 	"strings"
@@ -17,6 +20,7 @@ import (
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/helm/helmtest"
 	"github.com/chartpilot/chartpilot/internal/operator"
+	"github.com/chartpilot/chartpilot/internal/release"
 	"github.com/chartpilot/chartpilot/internal/watches"
 )
 
@@ -297,4 +301,82 @@ func TestAnotherNamespacesCanaryHasNoEffect(t *testing.T) {
 	if got := e.chartVersions("main"); !slices.Contains(got, "1.1.0") {
 		t.Fatalf("main was held by another namespace's canary: versions %v", got)
 	}
+}
+
+// TestRecordChartpilotDidNotWriteIsNotActedOn: an edit of a release record
+// that stays inside the namespace (an object planted in its manifest) breaks
+// the record's MAC: nothing is done from it (UntrustedReleaseRecord), the
+// planted object is never created, and with chartpilot.dev/adopt the
+// release is installed afresh from the chart and values.
+func TestRecordChartpilotDidNotWriteIsNotActedOn(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	startOperator(t, cluster.Config, []watches.Watch{webappWatch(t)})
+	e.create("signed", map[string]any{"message": "x"}, nil, nil)
+	e.waitCondition("signed", v1alpha1.ConditionReady, metav1.ConditionTrue, "")
+	e.editRecord("signed", func(m string) string {
+		return m + "\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: planted\ndata:\n  by: tenant\n"
+	})
+	if err := e.cs.CoreV1().ConfigMaps(e.ns).Delete(ctx, "signed-config", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	u := e.waitCondition("signed", v1alpha1.ConditionStalled, metav1.ConditionTrue, "UntrustedReleaseRecord")
+	if msg := condition(u, v1alpha1.ConditionStalled).Message; !strings.Contains(msg, v1alpha1.AnnotationAdopt) {
+		t.Errorf("Stalled message %q does not say how to recover", msg)
+	}
+	if _, err := e.configMap("planted"); !isNotFound(err) {
+		t.Fatalf("an object of the edited record was created: %v", err)
+	}
+	e.patch("signed", `{"metadata":{"annotations":{"`+v1alpha1.AnnotationAdopt+`":"true"}}}`)
+	e.waitEvent("signed", "Adopted", "installing afresh")
+	e.waitCondition("signed", v1alpha1.ConditionReady, metav1.ConditionTrue, "")
+	if cm, err := e.configMap("signed-config"); err != nil || cm.Data["message"] != "x" {
+		t.Fatalf("after the re-install: %v %v", cm, err)
+	}
+	if _, err := e.configMap("planted"); !isNotFound(err) {
+		t.Fatalf("an object of the edited record was created: %v", err)
+	}
+	if h := e.history("signed"); len(h) != 1 || h[0].Revision != 1 {
+		t.Errorf("after the re-install: %d records", len(h))
+	}
+}
+
+// TestOversizedRecordRefused: a release record that inflates far beyond the
+// limit (256 MiB of zeros in a 1 MiB Secret) is refused with a condition,
+// without being decoded; the operator goes on serving other resources.
+func TestOversizedRecordRefused(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	startOperator(t, cluster.Config, []watches.Watch{webappWatch(t)}, func(o *operator.Options) { o.MaxRecordSize = 1 << 20 })
+	u := e.create("bomb", map[string]any{"message": "x"}, nil, nil)
+	e.waitCondition("bomb", v1alpha1.ConditionReady, metav1.ConditionTrue, "")
+
+	var gz bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&gz, gzip.BestSpeed)
+	zeros := make([]byte, 1<<20)
+	for range 256 {
+		if _, err := zw.Write(zeros); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	bomb := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "sh.helm.release.v1.bomb.v2", Labels: map[string]string{
+			"owner": "helm", "name": "bomb", "version": "2", "status": "deployed", release.LabelOwnerUID: string(u.GetUID()),
+		}},
+		Type: "helm.sh/release.v1",
+		Data: map[string][]byte{"release": []byte(base64.StdEncoding.EncodeToString(gz.Bytes()))},
+	}
+	if _, err := e.cs.CoreV1().Secrets(e.ns).Create(ctx, bomb, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating a %d-byte record: %v", gz.Len(), err)
+	}
+	e.patch("bomb", `{"metadata":{"annotations":{"chartpilot.dev/reconcile-requested-at":"bomb"}}}`)
+	got := e.waitCondition("bomb", v1alpha1.ConditionStalled, metav1.ConditionTrue, "ReleaseRecordTooLarge")
+	if msg := condition(got, v1alpha1.ConditionStalled).Message; !strings.Contains(msg, bomb.Name) {
+		t.Errorf("Stalled message %q does not name the record", msg)
+	}
+	e.create("after", map[string]any{"message": "y"}, nil, nil)
+	e.waitCondition("after", v1alpha1.ConditionReady, metav1.ConditionTrue, "")
 }

@@ -1,0 +1,305 @@
+package helm
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"helm.sh/helm/v3/pkg/release"
+	"helm.sh/helm/v3/pkg/storage/driver"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+)
+
+// DefaultMaxRecordSize bounds a release record's decompressed size.
+const DefaultMaxRecordSize = 16 << 20
+
+// LabelMAC is the label holding a release record's MAC.
+const LabelMAC = "chartpilot.dev/mac"
+
+// Records says how release records (Helm's storage Secrets, which anyone
+// who may write Secrets in the namespace can change) are written and read.
+type Records struct {
+	// Key signs every record written (HMAC-SHA256 over namespace, name,
+	// revision, status, chartpilot's labels and the digest of the manifest
+	// and hooks) and is checked on every read: Helm actions refuse a record
+	// without a valid MAC. Nil: records are neither signed nor checked.
+	Key []byte
+	// MaxSize bounds a record's decompressed size (0: DefaultMaxRecordSize);
+	// a larger record is refused, not decoded.
+	MaxSize int64
+}
+
+func (o Records) maxSize() int64 {
+	if o.MaxSize > 0 {
+		return o.MaxSize
+	}
+	return DefaultMaxRecordSize
+}
+
+// RecordError is a release record that cannot be acted on.
+type RecordError struct {
+	// Record is the Secret's name.
+	Record string
+	// TooLarge: the record decompresses beyond the limit; else its MAC is
+	// missing or wrong (not written by chartpilot, or changed since).
+	TooLarge bool
+	limit    int64
+}
+
+func (e *RecordError) Error() string {
+	if e.TooLarge {
+		return fmt.Sprintf("release record %s decompresses to more than %d bytes: it was not decoded", e.Record, e.limit)
+	}
+	return fmt.Sprintf("release record %s was not written by chartpilot or was changed since (no valid MAC)", e.Record)
+}
+
+// recordDriver stores releases in Secrets as Helm's own Secrets driver
+// does (the same format: the helm CLI reads them), adding a MAC label and
+// a size limit on decoding.
+type recordDriver struct {
+	secrets   typedcorev1.SecretInterface
+	namespace string
+	opts      Records
+}
+
+var _ driver.Driver = (*recordDriver)(nil)
+
+func (d *recordDriver) Name() string { return driver.SecretsDriverName }
+
+// Get reads one record; a record that fails the checks is an error.
+func (d *recordDriver) Get(key string) (*release.Release, error) {
+	s, err := d.secrets.Get(context.Background(), key, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, driver.ErrReleaseNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading release record %s: %w", key, err)
+	}
+	rel, trusted, err := d.decode(s)
+	if err != nil {
+		return nil, err
+	}
+	if !trusted {
+		return nil, &RecordError{Record: s.Name}
+	}
+	rel.Labels = userLabels(s.Labels)
+	return rel, nil
+}
+
+// List reads every release record of the namespace that filter keeps.
+func (d *recordDriver) List(filter func(*release.Release) bool) ([]*release.Release, error) {
+	rels, err := d.query(labels.Set{StorageLabelOwner: StorageOwnerHelm})
+	if err != nil {
+		return nil, err
+	}
+	var out []*release.Release
+	for _, r := range rels {
+		if filter(r) {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+// Query reads the release records with these labels.
+func (d *recordDriver) Query(set map[string]string) ([]*release.Release, error) {
+	rels, err := d.query(labels.Set(set))
+	if err != nil {
+		return nil, err
+	}
+	if len(rels) == 0 {
+		return nil, driver.ErrReleaseNotFound
+	}
+	return rels, nil
+}
+
+func (d *recordDriver) query(set labels.Set) ([]*release.Release, error) {
+	list, err := d.secrets.List(context.Background(), metav1.ListOptions{LabelSelector: set.AsSelector().String()})
+	if err != nil {
+		return nil, fmt.Errorf("listing release records: %w", err)
+	}
+	out := make([]*release.Release, 0, len(list.Items))
+	for i := range list.Items {
+		s := &list.Items[i]
+		rel, trusted, err := d.decode(s)
+		if err != nil {
+			return nil, err
+		}
+		if !trusted {
+			return nil, &RecordError{Record: s.Name}
+		}
+		rel.Labels = s.Labels
+		out = append(out, rel)
+	}
+	return out, nil
+}
+
+// Create stores a new record.
+func (d *recordDriver) Create(key string, rel *release.Release) error {
+	s, err := d.encode(key, rel, "createdAt")
+	if err != nil {
+		return err
+	}
+	if _, err := d.secrets.Create(context.Background(), s, metav1.CreateOptions{}); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return driver.ErrReleaseExists
+		}
+		return fmt.Errorf("creating release record %s: %w", key, err)
+	}
+	return nil
+}
+
+// Update replaces a record.
+func (d *recordDriver) Update(key string, rel *release.Release) error {
+	s, err := d.encode(key, rel, "modifiedAt")
+	if err != nil {
+		return err
+	}
+	if _, err := d.secrets.Update(context.Background(), s, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("updating release record %s: %w", key, err)
+	}
+	return nil
+}
+
+// Delete removes a record (after reading it, as Helm expects).
+func (d *recordDriver) Delete(key string) (*release.Release, error) {
+	rel, err := d.Get(key)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.secrets.Delete(context.Background(), key, metav1.DeleteOptions{}); err != nil {
+		return nil, fmt.Errorf("deleting release record %s: %w", key, err)
+	}
+	return rel, nil
+}
+
+// encode builds the Secret of a record, signed when there is a key.
+func (d *recordDriver) encode(key string, rel *release.Release, stamp string) (*corev1.Secret, error) {
+	raw, err := json.Marshal(rel)
+	if err != nil {
+		return nil, fmt.Errorf("encoding release %s: %w", rel.Name, err)
+	}
+	var buf bytes.Buffer
+	zw, err := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := zw.Write(raw); err != nil {
+		return nil, err
+	}
+	if err := zw.Close(); err != nil {
+		return nil, err
+	}
+	l := map[string]string{}
+	for k, v := range rel.Labels {
+		l[k] = v
+	}
+	l[StorageLabelName], l[StorageLabelOwner] = rel.Name, StorageOwnerHelm
+	l[StorageLabelStatus], l[StorageLabelVersion] = rel.Info.Status.String(), strconv.Itoa(rel.Version)
+	l[stamp] = strconv.FormatInt(time.Now().Unix(), 10)
+	delete(l, LabelMAC)
+	if d.opts.Key != nil {
+		l[LabelMAC] = d.mac(rel, l)
+	}
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: key, Labels: l},
+		Type:       "helm.sh/release.v1",
+		Data:       map[string][]byte{"release": []byte(base64.StdEncoding.EncodeToString(buf.Bytes()))},
+	}, nil
+}
+
+// decode reads a record within the size limit, and whether its MAC holds
+// (always true without a key).
+func (d *recordDriver) decode(s *corev1.Secret) (*release.Release, bool, error) {
+	rel, err := decodeRecord(s.Name, s.Data["release"], d.opts.maxSize())
+	if err != nil {
+		return nil, false, err
+	}
+	if d.opts.Key == nil {
+		return rel, true, nil
+	}
+	want := d.mac(rel, s.Labels)
+	return rel, hmac.Equal([]byte(want), []byte(s.Labels[LabelMAC])), nil
+}
+
+// decodeRecord decodes base64(gzip(json)) without decompressing more than max bytes.
+func decodeRecord(name string, data []byte, max int64) (*release.Release, error) {
+	gz, err := base64.StdEncoding.DecodeString(string(data))
+	if err != nil {
+		return nil, fmt.Errorf("release record %s: %w", name, err)
+	}
+	var r io.Reader = bytes.NewReader(gz)
+	if len(gz) > 3 && bytes.Equal(gz[:3], []byte{0x1f, 0x8b, 0x08}) {
+		zr, err := gzip.NewReader(r)
+		if err != nil {
+			return nil, fmt.Errorf("release record %s: %w", name, err)
+		}
+		defer zr.Close()
+		r = zr
+	}
+	raw, err := io.ReadAll(io.LimitReader(r, max+1))
+	if err != nil {
+		return nil, fmt.Errorf("release record %s: %w", name, err)
+	}
+	if int64(len(raw)) > max {
+		return nil, &RecordError{Record: name, TooLarge: true, limit: max}
+	}
+	var rel release.Release
+	if err := json.Unmarshal(raw, &rel); err != nil {
+		return nil, fmt.Errorf("release record %s: %w", name, err)
+	}
+	return &rel, nil
+}
+
+// mac signs what a record makes chartpilot do: where it is, which revision
+// and status, chartpilot's labels on it, and the objects it applies.
+func (d *recordDriver) mac(rel *release.Release, l map[string]string) string {
+	h := hmac.New(sha256.New, d.opts.Key)
+	fmt.Fprintf(h, "%s\x00%s\x00%d\x00%s\x00", d.namespace, rel.Name, rel.Version, rel.Info.Status)
+	keys := make([]string, 0, len(l))
+	for k := range l {
+		if strings.HasPrefix(k, "chartpilot.dev/") && k != LabelMAC {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(h, "%s=%s\x00", k, l[k])
+	}
+	objects := sha256.New()
+	objects.Write([]byte(rel.Manifest))
+	for _, hk := range rel.Hooks {
+		if hk != nil {
+			fmt.Fprintf(objects, "\x00%s\x00%s", hk.Path, hk.Manifest)
+		}
+	}
+	h.Write(objects.Sum(nil))
+	return base64.RawURLEncoding.EncodeToString(h.Sum(nil))
+}
+
+// userLabels drops the labels the storage itself sets, as Helm's Get does.
+func userLabels(l map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range l {
+		switch k {
+		case StorageLabelName, StorageLabelOwner, StorageLabelStatus, StorageLabelVersion, "createdAt", "modifiedAt":
+		default:
+			out[k] = v
+		}
+	}
+	return out
+}

@@ -39,10 +39,10 @@ test-unit:
 generate: tools-dev
 	@if [ -d internal/api ]; then $(BIN)/controller-gen object paths=./internal/api/...; fi
 
-## manifests: CRDs and RBAC from kubebuilder markers
+## manifests: CRDs from kubebuilder markers; the manager's ClusterRole from watches.yaml and its charts
 manifests: tools-dev
 	@if [ -d internal/api ]; then $(BIN)/controller-gen crd paths=./internal/api/... output:crd:artifacts:config=config/crd/bases; fi
-	@# RBAC is written by hand in config/rbac: the charts decide what the manager creates.
+	$(GO) run ./cmd/chartpilot rbac --watches watches.yaml --crds config/crd > config/rbac/role.yaml
 
 ## lint: golangci-lint v2 (pinned) with .golangci.yml
 lint: tools-dev

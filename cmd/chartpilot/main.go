@@ -1,6 +1,7 @@
 // Command chartpilot is the chartpilot operator.
 //
 //	chartpilot run      the manager: reconciles the kinds listed in watches.yaml
+//	chartpilot rbac     prints the manager's ClusterRole, derived from watches.yaml
 //	chartpilot version  prints the version
 package main
 
@@ -18,6 +19,7 @@ const usage = `chartpilot turns custom resources into healthy Helm releases.
 
 Usage:
   chartpilot run [flags]     run the operator (chartpilot run --help for flags)
+  chartpilot rbac [flags]    print the manager's ClusterRole for watches.yaml and its charts
   chartpilot version         print the version
 `
 
@@ -30,6 +32,11 @@ func main() {
 	case "run":
 		if err := run(ctrl.SetupSignalHandler(), os.Args[2:]); err != nil {
 			fmt.Fprintf(os.Stderr, "chartpilot run: %v\n", err)
+			os.Exit(1)
+		}
+	case "rbac":
+		if err := rbacCommand(os.Args[2:], os.Stdout); err != nil {
+			fmt.Fprintf(os.Stderr, "chartpilot rbac: %v\n", err)
 			os.Exit(1)
 		}
 	case "version", "--version":

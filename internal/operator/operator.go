@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -96,7 +97,11 @@ func New(o Options) (manager.Manager, error) {
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		return nil, err
 	}
-	mgr, err := newManager(o, scheme)
+	holder, lock, err := holderAndLock(o)
+	if err != nil {
+		return nil, err
+	}
+	mgr, err := newManager(o, scheme, lock)
 	if err != nil || len(o.Watches) == 0 {
 		return mgr, err
 	}
@@ -104,7 +109,7 @@ func New(o Options) (manager.Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	admitted, err := addReconcilers(o, mgr, scheme, sources)
+	admitted, err := addReconcilers(o, mgr, scheme, sources, holder)
 	if err != nil {
 		return nil, err
 	}
@@ -148,7 +153,7 @@ func (o *Options) defaults() {
 }
 
 // newManager is the controller-runtime manager with probes.
-func newManager(o Options, scheme *runtime.Scheme) (manager.Manager, error) {
+func newManager(o Options, scheme *runtime.Scheme, lock resourcelock.Interface) (manager.Manager, error) {
 	mgr, err := ctrl.NewManager(o.Config, ctrl.Options{
 		Scheme:                        scheme,
 		Logger:                        o.Log,
@@ -158,10 +163,12 @@ func newManager(o Options, scheme *runtime.Scheme) (manager.Manager, error) {
 		LeaderElectionID:              o.LeaderElectionID,
 		LeaderElectionNamespace:       o.LeaderElectionNamespace,
 		LeaderElectionReleaseOnCancel: true,
-		LeaseDuration:                 &o.LeaseDuration,
-		RenewDeadline:                 &o.RenewDeadline,
-		RetryPeriod:                   &o.RetryPeriod,
-		Cache:                         cache.Options{ByObject: release.CacheByObject(o.Watches)},
+		// The same identity is written on the revisions this process starts.
+		LeaderElectionResourceLockInterface: lock,
+		LeaseDuration:                       &o.LeaseDuration,
+		RenewDeadline:                       &o.RenewDeadline,
+		RetryPeriod:                         &o.RetryPeriod,
+		Cache:                               cache.Options{ByObject: release.CacheByObject(o.Watches)},
 		// The watched kinds are read as unstructured objects: serve those
 		// reads from the informer cache too (controller-runtime's default
 		// sends them to the API server).
@@ -206,7 +213,7 @@ func openSources(o Options, mgr manager.Manager) ([]source.Source, error) {
 // addReconcilers adds one release reconciler per watch with the hooks it
 // selects, and the Tenant status controller when a watch uses tenancy. It
 // returns what admission needs of each kind.
-func addReconcilers(o Options, mgr manager.Manager, scheme *runtime.Scheme, sources []source.Source) (map[schema.GroupVersionKind]admission.Kind, error) {
+func addReconcilers(o Options, mgr manager.Manager, scheme *runtime.Scheme, sources []source.Source, holder release.Holder) (map[schema.GroupVersionKind]admission.Kind, error) {
 	shared, err := release.NewShared(mgr)
 	if err != nil {
 		return nil, err
@@ -236,7 +243,7 @@ func addReconcilers(o Options, mgr manager.Manager, scheme *runtime.Scheme, sour
 		if err != nil {
 			return nil, fmt.Errorf("watch %s: field hooks: %w", w, err)
 		}
-		r := &release.Reconciler{Watch: w, Source: sources[i], Kind: o.Kinds[w.GVK], Hooks: hs, DefaultServiceAccount: o.DefaultServiceAccount}
+		r := &release.Reconciler{Watch: w, Source: sources[i], Kind: o.Kinds[w.GVK], Hooks: hs, DefaultServiceAccount: o.DefaultServiceAccount, Holder: holder}
 		if err := r.SetupWithManager(mgr, shared); err != nil {
 			return nil, err
 		}

@@ -14,8 +14,7 @@ import (
 
 // unlock is the Unlock action: a revision left pending-* by a process that
 // died mid-action is marked failed, so that the next pass finishes the work.
-// Only one pass at a time handles a resource and only the leader runs
-// passes, so a pending revision seen here has no live holder.
+// nextAction chooses it only when the revision's holder is gone (lockLive).
 func (r *Reconciler) unlock(p *pass, d *desired, o Observation) (ctrl.Result, error) {
 	action := strings.TrimPrefix(string(o.Latest.Status), "pending-")
 	err := r.Helm.As(d.identity).MarkFailed(p.key.Namespace, p.key.Name, o.Latest.Revision, unlockedPrefix+action)

@@ -11,12 +11,15 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/helm"
 	"github.com/chartpilot/chartpilot/internal/operator"
+	"github.com/chartpilot/chartpilot/internal/release"
 	"github.com/chartpilot/chartpilot/internal/watches"
 )
 
@@ -124,4 +127,80 @@ func runOperatorHelper() {
 	}
 	_ = mgr.Start(context.Background())
 	os.Exit(0)
+}
+
+// TestLiveHoldersPendingRevisionNotUnlocked: a revision left pending by a
+// replica that still holds its Lease (another shard's leader, say) is not
+// unlocked (Reconciling=True, LockHeld); once that Lease lapses, it is
+// unlocked and the work finished.
+func TestLiveHoldersPendingRevisionNotUnlocked(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	startOperator(t, cluster.Config, []watches.Watch{webappWatch(t)})
+	u := e.create("held", map[string]any{"message": "v1"}, nil, nil)
+	e.waitCondition("held", v1alpha1.ConditionReady, metav1.ConditionTrue, "")
+
+	// Replica B of another shard holds its Lease and has an upgrade in
+	// flight (its pre-upgrade hook never completes), signed like any record
+	// chartpilot writes.
+	now := time.Now()
+	lease := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: "shard-b", Namespace: e.ns},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("replica-b"), LeaseDurationSeconds: ptr.To(int32(3600)),
+			RenewTime: &metav1.MicroTime{Time: now}, AcquireTime: &metav1.MicroTime{Time: now}},
+	}
+	lease, err := e.cs.CoordinationV1().Leases(e.ns).Create(ctx, lease, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keySecret, err := e.cs.CoreV1().Secrets("default").Get(ctx, "chartpilot-release-records", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	replicaB, err := helm.NewClient(cluster.Config, logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	replicaB.UseRecords(helm.Records{Key: keySecret.Data["key"]})
+	ch, err := helm.LoadChart(filepath.Join("..", "..", "test", "charts", "webapp"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	upgradeCtx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	go func() {
+		_, _ = replicaB.Upgrade(upgradeCtx, ch, helm.ActionOptions{Namespace: e.ns, Name: "held", Timeout: 10 * time.Minute,
+			Values: map[string]any{"message": "from replica b", "slowHook": true},
+			Labels: map[string]string{release.LabelOwnerUID: string(u.GetUID()), release.LabelOwnerKind: "Webapp.test.chartpilot.dev",
+				release.LabelHolder: "replica-b", release.LabelHolderLease: "shard-b", release.LabelHolderLeaseNS: e.ns,
+				release.LabelStartedAt: fmt.Sprint(now.Unix())}})
+	}()
+	pending := func() (bool, string) {
+		h := e.history("held")
+		last := h[len(h)-1]
+		return last.Status == helm.StatusPendingUpgrade, fmt.Sprintf("revision %d %s", last.Revision, last.Status)
+	}
+	e.waitFor("replica b's upgrade pending", pending)
+
+	e.patch("held", `{"metadata":{"annotations":{"chartpilot.dev/reconcile-requested-at":"look"}}}`)
+	e.waitCondition("held", v1alpha1.ConditionReconciling, metav1.ConditionTrue, "LockHeld")
+	time.Sleep(3 * time.Second)
+	if ok, state := pending(); !ok {
+		t.Fatalf("a live replica's pending revision was touched: %s", state)
+	}
+
+	// B's Lease lapses: B is gone, and its revision is unlocked.
+	lease.Spec.RenewTime = &metav1.MicroTime{Time: now.Add(-2 * time.Hour)}
+	if _, err := e.cs.CoordinationV1().Leases(e.ns).Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitEvent("held", "Unlocked", "pending-upgrade")
+	e.waitFor("the resource's own spec deployed", func() (bool, string) {
+		cm, err := e.configMap("held-config")
+		if err != nil {
+			return false, err.Error()
+		}
+		c := condition(e.get("held"), v1alpha1.ConditionReady)
+		return cm.Data["message"] == "v1" && c != nil && c.Status == metav1.ConditionTrue, fmt.Sprint(cm.Data, c)
+	})
 }

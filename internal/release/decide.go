@@ -20,6 +20,7 @@ const (
 	actHoldRollout   action = "HoldRollout"   // a maintenance window or canaries hold the new chart version
 	actHoldUnhealthy action = "HoldUnhealthy" // these inputs were rolled back as unhealthy
 	actStallForeign  action = "StallForeign"  // the release is not chartpilot's, or another object's
+	actWaitLock      action = "WaitLock"      // a live replica's action holds the release
 )
 
 // gates are the facts besides the release's state that the choice of action
@@ -37,6 +38,8 @@ type gates struct {
 	healthy bool
 	// driftDue: the release's objects may have changed.
 	driftDue bool
+	// lockLive: the holder of a pending revision may still be working on it.
+	lockLive bool
 }
 
 // nextAction chooses the one action a pass takes, from the observed
@@ -48,6 +51,9 @@ func nextAction(o Observation, g gates) action {
 	case StateUnmanaged, StateConflict:
 		return actStallForeign
 	case StateLocked:
+		if g.lockLive {
+			return actWaitLock
+		}
 		return actUnlock
 	case StateUninstalling:
 		return actCleanup

@@ -25,6 +25,7 @@ func TestNextAction(t *testing.T) {
 		{"another object's release is left alone", StateConflict, good, free, actStallForeign},
 		{"pending revision is unlocked", StateLocked, good, free, actUnlock},
 		{"pending revision is unlocked whatever the gates", StateLocked, good, gates{backoff: time.Minute}, actUnlock},
+		{"a live replica's pending revision is left alone", StateLocked, good, with(func(g *gates) { g.lockLive = true }), actWaitLock},
 		{"interrupted uninstall is finished", StateUninstalling, nil, free, actCleanup},
 		{"failed install is removed", StateFailedInstall, nil, free, actCleanup},
 		{"failed install waits out its back-off", StateFailedInstall, nil, with(func(g *gates) { g.backoff = time.Second }), actBackOff},

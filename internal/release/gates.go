@@ -24,6 +24,9 @@ type choice struct {
 	condemned *helm.Release
 	// rollout says what holds a chart version change.
 	rollout *rolloutHold
+	// lock is the holder of a pending revision, looked at again after lockRecheck.
+	lock        lockInfo
+	lockRecheck time.Duration
 }
 
 // gatesFor reads the gates the observed state needs, from memory and
@@ -38,6 +41,8 @@ func (r *Reconciler) gatesFor(ctx context.Context, p *pass, d *desired, o Observ
 	case StateFailedInstall:
 		c.backoffAction = "Install"
 		c.gates.backoff, c.failure = r.backoff(p, d.digest, []*helm.Release{o.Latest})
+	case StateLocked:
+		c.gates.lockLive, c.lockRecheck, c.lock = r.lockHolderLive(ctx, o.Latest)
 	case StateInterrupted:
 		c.gates.slotFree = r.slots.free(p.key)
 	case StateOutOfSync:
@@ -74,6 +79,8 @@ func (r *Reconciler) hold(p *pass, a action, o Observation, c choice) ctrl.Resul
 	case actStallForeign:
 		r.stallForeign(p, o)
 		return ctrl.Result{}
+	case actWaitLock:
+		return r.waitForLock(p, o, c)
 	}
 	return ctrl.Result{}
 }

@@ -12,19 +12,23 @@ import (
 
 // actionOptions are the Helm inputs of install and upgrade.
 func (r *Reconciler) actionOptions(p *pass, d *desired, description string) helm.ActionOptions {
+	labels := r.Holder.labels(r.now())
+	for k, v := range map[string]string{
+		LabelOwnerUID:     string(p.obj.GetUID()),
+		LabelOwnerKind:    r.ownerKind(),
+		LabelDigest:       d.digest,
+		LabelForceToken:   labelSafe(d.force),
+		LabelRequestedAt:  p.requested,
+		LabelChartVersion: labelSafe(d.chart.Version),
+		LabelAppMajor:     labelSafe(d.appMajor),
+	} {
+		labels[k] = v
+	}
 	return helm.ActionOptions{
-		Namespace: p.key.Namespace,
-		Name:      p.key.Name,
-		Values:    d.vals,
-		Labels: map[string]string{
-			LabelOwnerUID:     string(p.obj.GetUID()),
-			LabelOwnerKind:    r.ownerKind(),
-			LabelDigest:       d.digest,
-			LabelForceToken:   labelSafe(d.force),
-			LabelRequestedAt:  p.requested,
-			LabelChartVersion: labelSafe(d.chart.Version),
-			LabelAppMajor:     labelSafe(d.appMajor),
-		},
+		Namespace:    p.key.Namespace,
+		Name:         p.key.Name,
+		Values:       d.vals,
+		Labels:       labels,
 		Decorate:     r.decorator(p.obj),
 		Timeout:      r.Watch.Timeout,
 		MaxHistory:   r.Watch.MaxHistory,

@@ -63,6 +63,8 @@ type Reconciler struct {
 	// resource's namespace) Helm runs as when neither a Tenant nor the watch
 	// names one, and locks the operator down: nothing runs as the manager.
 	DefaultServiceAccount string
+	// Holder names this process on the revisions it starts (see Holder).
+	Holder Holder
 
 	deps     *dependents
 	initOnce sync.Once

@@ -1,0 +1,176 @@
+// Package rbac derives the manager's ClusterRole from what it runs: the
+// watched kinds, every kind their charts can create, and what the manager
+// itself reads and writes. Nothing is granted with "*".
+package rbac
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+	"sort"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/yaml"
+
+	"github.com/chartpilot/chartpilot/hooks/tenancy"
+	"github.com/chartpilot/chartpilot/internal/helm"
+	"github.com/chartpilot/chartpilot/internal/watches"
+)
+
+// Options say what the role is for.
+type Options struct {
+	Watches []watches.Watch
+	// Impersonate are the ServiceAccount names Helm may run as (watches'
+	// serviceAccountName, --default-service-account, Tenants'); each is
+	// granted by name only.
+	Impersonate []string
+	// WebhookConfiguration is the ValidatingWebhookConfiguration whose
+	// caBundle the manager keeps ("" for none).
+	WebhookConfiguration string
+	// KubeVersion is the Kubernetes version charts are rendered for.
+	KubeVersion string
+	// ServiceAccount is the manager's own (namespace/name), bound to the role.
+	ServiceAccountNamespace, ServiceAccountName string
+	// Plurals are the resource names of custom kinds, from their CRDs
+	// (others follow the API's convention).
+	Plurals map[schema.GroupKind]string
+}
+
+var (
+	readWrite = []string{"get", "list", "watch", "create", "update", "patch", "delete"}
+	read      = []string{"get", "list", "watch"}
+)
+
+// Rules are the ClusterRole rules the manager needs.
+func Rules(o Options) ([]rbacv1.PolicyRule, error) {
+	charted := map[schema.GroupKind]bool{}
+	var rules []rbacv1.PolicyRule
+	tenancyUsed := false
+	for _, w := range o.Watches {
+		if w.Chart == "" {
+			return nil, fmt.Errorf("watch %s: chart is remote: download it and point chart at the directory to derive the role", w)
+		}
+		ch, err := helm.LoadChart(w.Chart)
+		if err != nil {
+			return nil, fmt.Errorf("watch %s: %w", w, err)
+		}
+		gvks, err := helm.Kinds(ch, nil, o.KubeVersion)
+		if err != nil {
+			return nil, fmt.Errorf("watch %s: %w", w, err)
+		}
+		for _, gvk := range gvks {
+			charted[gvk.GroupKind()] = true
+		}
+		plural := o.resource(w.GVK.GroupKind())
+		rules = append(rules, rbacv1.PolicyRule{APIGroups: []string{w.GVK.Group}, Resources: []string{plural, plural + "/status", plural + "/finalizers"}, Verbs: []string{"get", "list", "watch", "update", "patch"}})
+		tenancyUsed = tenancyUsed || slices.Contains(w.Hooks, tenancy.Name)
+	}
+	rules = append(rules, o.byGroup(charted, readWrite)...)
+	rules = append(rules, ownRules(o, tenancyUsed)...)
+	return rules, nil
+}
+
+// ownRules are what the manager itself needs besides the charts' kinds.
+func ownRules(o Options, tenancyUsed bool) []rbacv1.PolicyRule {
+	rules := []rbacv1.PolicyRule{
+		// Release records, the records' signing key, webhook certificates.
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: readWrite},
+		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+		// Maintenance windows and tenants' namespaces; the ServiceAccounts of lockdown.
+		{APIGroups: []string{""}, Resources: []string{"namespaces", "serviceaccounts"}, Verbs: read},
+		// Leader election, and the Leases of the holders of pending revisions.
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: readWrite},
+	}
+	if len(o.Impersonate) > 0 {
+		names := slices.Clone(o.Impersonate)
+		sort.Strings(names)
+		rules = append(rules, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"serviceaccounts"}, Verbs: []string{"impersonate"}, ResourceNames: slices.Compact(names)})
+	}
+	if tenancyUsed {
+		rules = append(rules, rbacv1.PolicyRule{APIGroups: []string{"chartpilot.dev"}, Resources: []string{"tenants", "tenants/status"}, Verbs: []string{"get", "list", "watch", "update", "patch"}})
+	}
+	if o.WebhookConfiguration != "" {
+		rules = append(rules, rbacv1.PolicyRule{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingwebhookconfigurations"}, Verbs: []string{"get", "patch"}, ResourceNames: []string{o.WebhookConfiguration}})
+	}
+	return rules
+}
+
+// byGroup grants verbs on the kinds, one rule per API group.
+func (o Options) byGroup(kinds map[schema.GroupKind]bool, verbs []string) []rbacv1.PolicyRule {
+	groups := map[string][]string{}
+	for gk := range kinds {
+		groups[gk.Group] = append(groups[gk.Group], o.resource(gk))
+	}
+	names := make([]string, 0, len(groups))
+	for g := range groups {
+		names = append(names, g)
+	}
+	sort.Strings(names)
+	out := make([]rbacv1.PolicyRule, 0, len(names))
+	for _, g := range names {
+		res := groups[g]
+		sort.Strings(res)
+		out = append(out, rbacv1.PolicyRule{APIGroups: []string{g}, Resources: slices.Compact(res), Verbs: verbs})
+	}
+	return out
+}
+
+// resource is the plural resource name of a kind: its CRD's, else by the
+// API's convention.
+func (o Options) resource(gk schema.GroupKind) string {
+	if p, ok := o.Plurals[gk]; ok {
+		return p
+	}
+	plural, _ := meta.UnsafeGuessKindToResource(gk.WithVersion(""))
+	return plural.Resource
+}
+
+// Plurals reads the kind and plural of every CustomResourceDefinition in
+// the YAML documents given.
+func Plurals(docs ...[]byte) (map[schema.GroupKind]string, error) {
+	out := map[schema.GroupKind]string{}
+	for _, doc := range docs {
+		for _, part := range bytes.Split(doc, []byte("\n---")) {
+			var crd apiextensionsv1.CustomResourceDefinition
+			if err := yaml.Unmarshal(part, &crd); err != nil {
+				return nil, err
+			}
+			if crd.Kind == "CustomResourceDefinition" && crd.Spec.Names.Plural != "" {
+				out[schema.GroupKind{Group: crd.Spec.Group, Kind: crd.Spec.Names.Kind}] = crd.Spec.Names.Plural
+			}
+		}
+	}
+	return out, nil
+}
+
+// Render prints the ClusterRole and its binding to the manager's ServiceAccount.
+func Render(o Options) ([]byte, error) {
+	rules, err := Rules(o)
+	if err != nil {
+		return nil, err
+	}
+	role := rbacv1.ClusterRole{TypeMeta: metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole"}, ObjectMeta: metav1.ObjectMeta{Name: "manager"}, Rules: rules}
+	binding := rbacv1.ClusterRoleBinding{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRoleBinding"},
+		ObjectMeta: metav1.ObjectMeta{Name: "manager"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "manager"},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: o.ServiceAccountName, Namespace: o.ServiceAccountNamespace}},
+	}
+	var b bytes.Buffer
+	b.WriteString("# Generated by `chartpilot rbac` from watches.yaml: what the manager needs to run\n# the watched kinds and their charts. Do not edit; run `make manifests`.\n")
+	for i, obj := range []any{role, binding} {
+		y, err := yaml.Marshal(obj)
+		if err != nil {
+			return nil, err
+		}
+		if i > 0 {
+			b.WriteString("---\n")
+		}
+		b.Write(bytes.ReplaceAll(y, []byte("  creationTimestamp: null\n"), nil))
+	}
+	return b.Bytes(), nil
+}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/base32"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -288,7 +289,9 @@ func (d *recordDriver) mac(rel *release.Release, l map[string]string) string {
 		}
 	}
 	h.Write(objects.Sum(nil))
-	return base64.RawURLEncoding.EncodeToString(h.Sum(nil))
+	// Base32 in lower case: letters and digits only, as a label value must
+	// begin and end with one (52 characters, under the 63 allowed).
+	return strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(h.Sum(nil)))
 }
 
 // userLabels drops the labels the storage itself sets, as Helm's Get does.

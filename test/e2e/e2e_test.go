@@ -71,9 +71,13 @@ func setup(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	cfg, err := managerConfig(ws)
+	if err != nil {
+		t.Fatalf("the manager's ServiceAccount: %v", err)
+	}
 	wh := cluster.Env.WebhookInstallOptions
 	mgr, err := operator.New(operator.Options{
-		Config: cluster.Config, Watches: ws, MetricsAddr: "0", ProbeAddr: "0", SeveralInProcess: true,
+		Config: cfg, Watches: ws, MetricsAddr: "0", ProbeAddr: "0", SeveralInProcess: true,
 		Webhook: &operator.WebhookOptions{Host: wh.LocalServingHost, Port: wh.LocalServingPort, CertDir: wh.LocalServingCertDir},
 	})
 	if err != nil {

@@ -34,6 +34,9 @@ import (
 
 var cluster *testcluster.Cluster
 
+// operatorLog is the file the in-process operators log to.
+var operatorLog string
+
 var webappGVK = schema.GroupVersionKind{Group: "test.chartpilot.dev", Version: "v1alpha1", Kind: "Webapp"}
 var webappGVR = schema.GroupVersionResource{Group: "test.chartpilot.dev", Version: "v1alpha1", Resource: "webapps"}
 
@@ -58,6 +61,7 @@ func testLogWriter() *os.File {
 		return os.Stderr
 	}
 	fmt.Fprintf(os.Stderr, "operator logs: %s\n", f.Name())
+	operatorLog = f.Name()
 	return f
 }
 

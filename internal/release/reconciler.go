@@ -32,6 +32,7 @@ import (
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/helm"
 	"github.com/chartpilot/chartpilot/internal/kinds"
+	"github.com/chartpilot/chartpilot/internal/redact"
 	"github.com/chartpilot/chartpilot/internal/source"
 	"github.com/chartpilot/chartpilot/internal/watches"
 )
@@ -275,7 +276,8 @@ func (r *Reconciler) finish(ctx context.Context, p *pass, start time.Time, res c
 	if werr := r.writeStatus(ctx, p); werr != nil {
 		err = errors.Join(err, werr)
 	}
-	return res, err
+	// controller-runtime logs what a pass returns.
+	return res, redact.Error(err)
 }
 
 // forget drops what this process remembers of a resource that is gone.
@@ -297,9 +299,10 @@ func (r *Reconciler) setWaiting(key types.NamespacedName, reason string) {
 	}
 }
 
-// oneLine keeps an error message to a single line for conditions and events.
+// oneLine keeps an error message to a single line for conditions and
+// events, without the values input was rejected for (redact.Text).
 func oneLine(s string) string {
-	s = strings.Join(strings.Fields(s), " ")
+	s = strings.Join(strings.Fields(redact.Text(s)), " ")
 	if len(s) > 1024 {
 		s = s[:1021] + "..."
 	}

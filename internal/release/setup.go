@@ -31,6 +31,7 @@ import (
 
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/helm"
+	"github.com/chartpilot/chartpilot/internal/redact"
 	"github.com/chartpilot/chartpilot/internal/watches"
 )
 
@@ -65,7 +66,7 @@ type Shared struct {
 // NewShared builds the shared clients and caches and adds the caches to mgr.
 func NewShared(mgr manager.Manager) (*Shared, error) {
 	cfg := mgr.GetConfig()
-	hc, err := helm.NewClient(cfg, mgr.GetLogger().WithName("helm"))
+	hc, err := helm.NewClient(cfg, redact.Logger(mgr.GetLogger().WithName("helm")))
 	if err != nil {
 		return nil, err
 	}
@@ -206,6 +207,11 @@ func (r *Reconciler) watchWakeUps(mgr manager.Manager, c controller.Controller) 
 // init sets up the upgrade slots and the per-resource memory with their
 // metrics; it runs once, before the first pass.
 func (r *Reconciler) init() {
+	// One redaction step between any error and the events and logs.
+	if r.Recorder != nil {
+		r.Recorder = redactingRecorder{r.Recorder}
+	}
+	r.Log = redact.Logger(r.Log)
 	r.slots.max = r.Watch.MaxConcurrentUpgrades
 	r.slots.wake = r.wakeOne
 	r.slots.inUse = func(n int) { upgradesInProgress.WithLabelValues(r.Watch.GVK.Kind).Set(float64(n)) }

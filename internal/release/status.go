@@ -13,12 +13,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/chartpilot/chartpilot/hooks"
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/helm"
+	"github.com/chartpilot/chartpilot/internal/redact"
 )
 
 // historyLimit bounds status.history.
@@ -87,6 +89,7 @@ func mergedStatus(base *unstructured.Unstructured, raw, extras map[string]any) m
 // reconciler is the only writer of the status, so on a conflict it applies
 // its status once more on top of a fresh read.
 func (r *Reconciler) writeStatus(ctx context.Context, p *pass) error {
+	redactStatus(p.status)
 	if !statusChanged(p) {
 		return nil
 	}
@@ -283,3 +286,31 @@ func (r *Reconciler) recordHistory(p *pass, digest, action string, rel *helm.Rel
 // apiEqual compares statuses as the API server would store them (times by
 // instant, not by location), so an unchanged status is never written.
 func apiEqual(a, b *v1alpha1.ReleaseStatus) bool { return equality.Semantic.DeepEqual(a, b) }
+
+// redactStatus keeps rejected values out of every message of the status.
+func redactStatus(st *v1alpha1.ReleaseStatus) {
+	for i := range st.Conditions {
+		st.Conditions[i].Message = redact.Text(st.Conditions[i].Message)
+	}
+	if st.LastFailure != nil {
+		st.LastFailure.Message = redact.Text(st.LastFailure.Message)
+	}
+	for i := range st.History {
+		st.History[i].Message = redact.Text(st.History[i].Message)
+	}
+}
+
+// redactingRecorder redacts the messages of the events it records.
+type redactingRecorder struct{ record.EventRecorder }
+
+func (r redactingRecorder) Event(obj runtime.Object, eventtype, reason, message string) {
+	r.EventRecorder.Event(obj, eventtype, reason, redact.Text(message))
+}
+
+func (r redactingRecorder) Eventf(obj runtime.Object, eventtype, reason, format string, args ...any) {
+	r.EventRecorder.Event(obj, eventtype, reason, redact.Text(fmt.Sprintf(format, args...)))
+}
+
+func (r redactingRecorder) AnnotatedEventf(obj runtime.Object, annotations map[string]string, eventtype, reason, format string, args ...any) {
+	r.EventRecorder.AnnotatedEventf(obj, annotations, eventtype, reason, "%s", redact.Text(fmt.Sprintf(format, args...)))
+}

@@ -5,7 +5,9 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -16,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/helm/helmtest"
@@ -379,4 +382,51 @@ func TestOversizedRecordRefused(t *testing.T) {
 	}
 	e.create("after", map[string]any{"message": "y"}, nil, nil)
 	e.waitCondition("after", v1alpha1.ConditionReady, metav1.ConditionTrue, "")
+}
+
+// TestRejectedValuesStayOutOfStatusEventsAndLogs: a value that fails the
+// chart's schema and one the API server rejects may be secrets: neither
+// reaches the resource's status, its events, the operator's log or its
+// metrics, while the messages still name the field.
+func TestRejectedValuesStayOutOfStatusEventsAndLogs(t *testing.T) {
+	e := newEnv(t)
+	startOperator(t, cluster.Config, []watches.Watch{webappWatch(t)})
+	schemaSecret, apiSecret := "tok3n-"+e.ns+"-schema", "tok3n-"+e.ns+"-api"
+	e.create("sch", map[string]any{"image": schemaSecret + " x"}, nil, nil)
+	e.create("api", map[string]any{"nodeSelector": map[string]any{"disk": apiSecret + " !"}}, nil, nil)
+	u := e.waitCondition("sch", v1alpha1.ConditionStalled, metav1.ConditionTrue, "RenderFailed")
+	if msg := condition(u, v1alpha1.ConditionStalled).Message; !strings.Contains(msg, "/image") || !strings.Contains(msg, "<redacted>") {
+		t.Errorf("Stalled message %q should name the field and redact the value", msg)
+	}
+	e.waitEvent("api", "InstallFailed", "nodeSelector")
+	e.waitEvent("api", "InstallFailed", "<redacted>")
+
+	var seen []string
+	for _, name := range []string{"sch", "api"} {
+		st, err := json.Marshal(e.get(name).Object["status"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen = append(seen, "status of "+name+": "+string(st))
+		for _, ev := range e.events(name) {
+			seen = append(seen, "event of "+name+": "+ev)
+		}
+	}
+	logs, err := os.ReadFile(operatorLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen = append(seen, "operator log: "+string(logs))
+	families, err := ctrlmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen = append(seen, "metrics: "+fmt.Sprint(families))
+	for _, s := range seen {
+		for _, secret := range []string{schemaSecret, apiSecret} {
+			if i := strings.Index(s, secret); i >= 0 {
+				t.Errorf("%s reached %s", secret, s[:min(len(s), strings.Index(s, ":")+1)]+" ..."+s[max(0, i-80):min(len(s), i+40)])
+			}
+		}
+	}
 }

@@ -82,10 +82,18 @@ func (s *SelfSigned) Ensure(ctx context.Context) error {
 			return err
 		}
 		secret = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: s.Secret.Namespace, Name: s.Secret.Name}, Type: corev1.SecretTypeTLS, Data: files}
-		if err := s.Client.Create(ctx, secret); err != nil {
+		err = s.Client.Create(ctx, secret)
+		switch {
+		case apierrors.IsAlreadyExists(err):
+			// Another replica starting at the same moment made them: use its.
+			if err := s.Client.Get(ctx, s.Secret, secret); err != nil {
+				return fmt.Errorf("reading Secret %s: %w", s.Secret, err)
+			}
+		case err != nil:
 			return fmt.Errorf("storing webhook certificates in Secret %s: %w", s.Secret, err)
+		default:
+			s.Log.Info("Created self-signed webhook certificates", "secret", s.Secret.String(), "validUntil", s.now().Add(certValidity).Format(time.RFC3339))
 		}
-		s.Log.Info("Created self-signed webhook certificates", "secret", s.Secret.String(), "validUntil", s.now().Add(certValidity).Format(time.RFC3339))
 	case err != nil:
 		return fmt.Errorf("reading Secret %s: %w", s.Secret, err)
 	case s.expiring(secret.Data["tls.crt"]):

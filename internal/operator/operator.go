@@ -265,6 +265,10 @@ func addReconcilers(o Options, mgr manager.Manager, scheme *runtime.Scheme, sour
 // made now (the server reads them when it starts) and rotated, when asked.
 func addWebhook(o Options, mgr manager.Manager, scheme *runtime.Scheme, admitted map[schema.GroupVersionKind]admission.Kind) error {
 	mgr.GetWebhookServer().Register(admission.Path, &webhook.Admission{Handler: &admission.Handler{Kinds: admitted}})
+	// Ready only once the webhook serves: its failurePolicy is Fail.
+	if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
+		return err
+	}
 	ss := o.Webhook.SelfSigned
 	if ss == nil {
 		return nil

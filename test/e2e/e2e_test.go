@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -61,6 +62,8 @@ type env struct {
 	ns  string
 	dyn dynamic.Interface
 	cs  kubernetes.Interface
+	// stop stops the test's operator (and its webhook server) before the test ends.
+	stop func()
 }
 
 // setup starts an operator with the repository's watches.yaml for the test.
@@ -86,12 +89,16 @@ func setup(t *testing.T) *env {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("operator: %v", err)
-		}
-	})
+	var stopOnce sync.Once
+	stop := func() {
+		stopOnce.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("operator: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
 	// The webhook's failurePolicy is Fail: wait until this operator serves
 	// it, or the first create races the server's start.
 	addr := net.JoinHostPort(wh.LocalServingHost, strconv.Itoa(wh.LocalServingPort))
@@ -113,7 +120,7 @@ func setup(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{t: t, ns: ns, dyn: dyn, cs: cs}
+	return &env{t: t, ns: ns, dyn: dyn, cs: cs, stop: stop}
 }
 
 func (e *env) apply(gvr schema.GroupVersionResource, kind, name string, spec map[string]any) {

@@ -312,3 +312,32 @@ func (e *env) tryCreate(gvr schema.GroupVersionResource, kind, name string, spec
 	_, err := e.dyn.Resource(gvr).Namespace(e.ns).Create(context.Background(), u, metav1.CreateOptions{})
 	return err
 }
+
+// TestNothingButSpecChangesWaitsOnTheWebhook: with no replica serving the
+// webhook (failurePolicy Fail), a spec change is refused, but metadata
+// changes and the removal of the finalizer of a resource being deleted go
+// through: resources and namespaces can always finish deleting.
+func TestNothingButSpecChangesWaitsOnTheWebhook(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	e.apply(redisGVR, "Redis", "w", map[string]any{})
+	e.waitFor("Ready", 2*time.Minute, func() (bool, string) { return ready(e.get(redisGVR, "w")) })
+	e.stop()
+
+	if err := e.patch(redisGVR, "w", `{"spec":{"replicas":2}}`); err == nil {
+		t.Fatal("a spec change was admitted with no webhook serving: the test proves nothing")
+	}
+	if err := e.patch(redisGVR, "w", `{"metadata":{"labels":{"team":"a"}}}`); err != nil {
+		t.Fatalf("a metadata change needed the webhook: %v", err)
+	}
+	if err := e.dyn.Resource(redisGVR).Namespace(e.ns).Delete(ctx, "w", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.patch(redisGVR, "w", `{"metadata":{"finalizers":null}}`); err != nil {
+		t.Fatalf("removing the finalizer of a resource being deleted needed the webhook: %v", err)
+	}
+	e.waitFor("resource gone", time.Minute, func() (bool, string) {
+		_, err := e.dyn.Resource(redisGVR).Namespace(e.ns).Get(ctx, "w", metav1.GetOptions{})
+		return err != nil && strings.Contains(err.Error(), "not found"), fmt.Sprint(err)
+	})
+}

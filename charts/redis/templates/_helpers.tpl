@@ -26,18 +26,18 @@ securityContext:
     type: RuntimeDefault
 containers:
   - name: redis
-    image: "{{ .Values.image.repository }}:{{ .Values.image.tag }}"
-    imagePullPolicy: {{ .Values.image.pullPolicy }}
+    image: {{ printf "%s:%s" .Values.image.repository .Values.image.tag | quote }}
+    imagePullPolicy: {{ .Values.image.pullPolicy | quote }}
     command: ["sh", "-c"]
     args:
-      - exec redis-server --port {{ .Values.service.port }} --dir /data{{ if .Values.auth.enabled }} --requirepass "$REDIS_PASSWORD"{{ end }}{{ range .Values.extraArgs }} {{ . | quote }}{{ end }}
+      - exec redis-server --port {{ int .Values.service.port }} --dir /data{{ if .Values.auth.enabled }} --requirepass "$REDIS_PASSWORD"{{ end }}{{ range .Values.extraArgs }} {{ . | quote }}{{ end }}
     {{- if .Values.auth.enabled }}
     env:
       - name: REDIS_PASSWORD
         valueFrom: {secretKeyRef: {name: {{ .Release.Name }}-auth, key: password}}
     {{- end }}
     ports:
-      - {name: redis, containerPort: {{ .Values.service.port }}}
+      - {name: redis, containerPort: {{ int .Values.service.port }}}
     readinessProbe:
       tcpSocket: {port: redis}
       periodSeconds: 5

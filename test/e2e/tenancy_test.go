@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 )
@@ -340,4 +341,31 @@ func TestNothingButSpecChangesWaitsOnTheWebhook(t *testing.T) {
 		_, err := e.dyn.Resource(redisGVR).Namespace(e.ns).Get(ctx, "w", metav1.GetOptions{})
 		return err != nil && strings.Contains(err.Error(), "not found"), fmt.Sprint(err)
 	})
+}
+
+// TestCRDsRefuseInjection: strings that would add fields to a pod are
+// refused by the API server itself, from the CRDs' schemas, before any
+// webhook or chart sees them.
+func TestCRDsRefuseInjection(t *testing.T) {
+	e := &env{t: t, ns: cluster.Namespace(t)}
+	var err error
+	if e.dyn, err = dynamic.NewForConfig(cluster.Config); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		gvr       schema.GroupVersionResource
+		kind      string
+		spec      map[string]any
+		fieldPath string
+	}{
+		{redisGVR, "Redis", map[string]any{"image": map[string]any{"pullPolicy": "IfNotPresent\nhostPID: true"}}, "spec.image.pullPolicy"},
+		{redisGVR, "Redis", map[string]any{"persistence": map[string]any{"storageClass": "fast\nhostNetwork: true"}}, "spec.persistence.storageClass"},
+		{postgresGVR, "Postgres", map[string]any{"version": "17", "storage": map[string]any{"size": "1Gi"}, "priorityClassName": "x\nhostPID: true"}, "spec.priorityClassName"},
+		{postgresGVR, "Postgres", map[string]any{"version": "17", "storage": map[string]any{"size": "1Gi", "storageClass": "a b"}}, "spec.storage.storageClass"},
+	} {
+		err := e.tryCreate(tc.gvr, tc.kind, "injected", tc.spec)
+		if err == nil || !strings.Contains(err.Error(), tc.fieldPath) || strings.Contains(err.Error(), "webhook") {
+			t.Errorf("%s %v: want a schema refusal naming %s, got %v", tc.kind, tc.spec, tc.fieldPath, err)
+		}
+	}
 }

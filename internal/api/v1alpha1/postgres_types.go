@@ -35,8 +35,11 @@ type PostgresSpec struct {
 	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
 
 	// Parameters are postgresql.conf settings (name: value as a string). A
-	// parameter set here is never auto-tuned.
+	// parameter set here is never auto-tuned. Names and values are checked
+	// when the chart renders (names as PostgreSQL settings, values without
+	// control characters).
 	// +optional
+	// +kubebuilder:validation:MaxProperties=256
 	Parameters map[string]string `json:"parameters,omitempty"`
 
 	// Values are raw chart values, the lowest layer of this resource's values:
@@ -55,6 +58,8 @@ type PostgresSpec struct {
 	// +optional
 	Affinity *corev1.Affinity `json:"affinity,omitempty"`
 	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^([a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$`
 	PriorityClassName string `json:"priorityClassName,omitempty"`
 
 	// Metrics adds a postgres_exporter sidecar.
@@ -72,6 +77,8 @@ type PostgresStorage struct {
 	Size string `json:"size"`
 	// StorageClass of the data volumes; empty uses the cluster's default.
 	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^([a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$`
 	StorageClass string `json:"storageClass,omitempty"`
 }
 

@@ -1,13 +1,8 @@
 package helm
 
 import (
-	"errors"
 	"fmt"
-	"net/http"
-	"regexp"
-	"time"
 
-	"helm.sh/helm/v3/pkg/getter"
 	"helm.sh/helm/v3/pkg/repo"
 )
 
@@ -36,26 +31,3 @@ func IndexVersions(indexPath, name string) ([]RepoChartVersion, error) {
 	}
 	return out, nil
 }
-
-// HTTPGet fetches href with Helm's HTTP getter. Basic auth is sent only when
-// href has the scheme and host of repoURL, so credentials of a repository
-// never reach a server its index points to.
-func HTTPGet(repoURL, href, username, password string, transport *http.Transport, timeout time.Duration) ([]byte, error) {
-	g, err := getter.NewHTTPGetter(
-		getter.WithURL(repoURL),
-		getter.WithBasicAuth(username, password),
-		getter.WithTransport(transport),
-		getter.WithTimeout(timeout),
-	)
-	if err != nil {
-		return nil, err
-	}
-	buf, err := g.Get(href)
-	if err != nil {
-		return nil, errors.New(userInfo.ReplaceAllString(err.Error(), "://"))
-	}
-	return buf.Bytes(), nil
-}
-
-// userInfo matches credentials in URLs, which errors must not carry.
-var userInfo = regexp.MustCompile(`://[^/@\s]+@`)

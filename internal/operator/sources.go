@@ -31,9 +31,10 @@ func newSource(w watches.Watch, cacheDir string, reader client.Reader) (source.S
 		cacheDir = filepath.Join(base, "chartpilot", "charts")
 	}
 	opts := source.Options{
-		CacheDir:  filepath.Join(cacheDir, source.CacheKey(rc.Repo, rc.Name)),
-		Interval:  rc.Interval,
-		PlainHTTP: rc.PlainHTTP,
+		CacheDir:     filepath.Join(cacheDir, source.CacheKey(rc.Repo, rc.Name)),
+		Interval:     rc.Interval,
+		PlainHTTP:    rc.PlainHTTP,
+		AllowedHosts: rc.AllowedHosts,
 	}
 	if ref := rc.SecretRef; ref != nil {
 		opts.Credentials = func(ctx context.Context) (source.Credentials, error) {

@@ -13,7 +13,7 @@ import (
 // chart's repository is oci://host/path/name and its tags are versions.
 // Tags are treated as immutable once downloaded (Helm publishes a version once).
 func NewOCI(base, name string, o Options) (Source, error) {
-	b := &oci{ref: strings.TrimSuffix(base, "/") + "/" + name, plainHTTP: o.PlainHTTP, credFile: filepath.Join(o.CacheDir, "registry.json")}
+	b := &oci{ref: strings.TrimSuffix(base, "/") + "/" + name, plainHTTP: o.PlainHTTP, credFile: filepath.Join(o.CacheDir, "registry.json"), max: o.maxArchive()}
 	return newRemote(name, b, o.Credentials, o.CacheDir, o.Interval)
 }
 
@@ -21,12 +21,14 @@ type oci struct {
 	ref       string
 	plainHTTP bool
 	credFile  string
+	// max bounds every response (tag list, manifest, layer).
+	max int64
 }
 
 func (p *oci) where() string { return p.ref }
 
 func (p *oci) client(cr Credentials) (*helm.OCIClient, error) {
-	hc, err := httpClient(cr)
+	hc, err := httpClient(cr, p.max)
 	if err != nil {
 		return nil, err
 	}

@@ -6,7 +6,9 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,14 +26,35 @@ type Options struct {
 	CacheDir string
 	// Interval between refreshes.
 	Interval time.Duration
-	// PlainHTTP lets an OCI registry be reached over HTTP (loopback only).
+	// PlainHTTP lets an OCI registry be reached over HTTP (the watch allows
+	// it for loopback hosts, or with allowInsecure).
 	PlainHTTP bool
+	// MaxIndexSize and MaxArchiveSize bound a download (0: the defaults);
+	// OCI manifests and layers take MaxArchiveSize.
+	MaxIndexSize, MaxArchiveSize int64
+	// AllowedHosts are hosts besides the repository's own that its index may
+	// send archive downloads to.
+	AllowedHosts []string
+}
+
+func (o Options) maxIndex() int64 {
+	if o.MaxIndexSize > 0 {
+		return o.MaxIndexSize
+	}
+	return DefaultMaxIndexSize
+}
+
+func (o Options) maxArchive() int64 {
+	if o.MaxArchiveSize > 0 {
+		return o.MaxArchiveSize
+	}
+	return DefaultMaxArchiveSize
 }
 
 // NewRepo is chart name in the chart repository at repoURL (the
 // directory holding index.yaml).
 func NewRepo(repoURL, name string, o Options) (Source, error) {
-	r, err := newRemote(name, &repo{url: strings.TrimSuffix(repoURL, "/"), name: name, cacheDir: o.CacheDir}, o.Credentials, o.CacheDir, o.Interval)
+	r, err := newRemote(name, &repo{url: strings.TrimSuffix(repoURL, "/"), name: name, cacheDir: o.CacheDir, opts: o}, o.Credentials, o.CacheDir, o.Interval)
 	if err != nil {
 		return nil, err
 	}
@@ -40,6 +63,7 @@ func NewRepo(repoURL, name string, o Options) (Source, error) {
 
 type repo struct {
 	url, name, cacheDir string
+	opts                Options
 }
 
 func (p *repo) where() string { return redact.URL(p.url) }
@@ -57,33 +81,46 @@ func transport(cr Credentials) (*http.Transport, error) {
 	return tr, nil
 }
 
-func httpClient(cr Credentials) (*http.Client, error) {
+func httpClient(cr Credentials, max int64) (*http.Client, error) {
 	tr, err := transport(cr)
 	if err != nil {
 		return nil, err
 	}
-	return &http.Client{Transport: tr, Timeout: fetchTimeout}, nil
+	return &http.Client{Transport: limitedTransport{RoundTripper: tr, max: max}, Timeout: fetchTimeout}, nil
 }
 
 // fetchTimeout bounds one download (Helm's getters take no context).
 const fetchTimeout = 2 * time.Minute
 
-// get fetches u with Helm's HTTP getter (credentials only for the
-// repository's own host).
-func (p *repo) get(ctx context.Context, cr Credentials, u string) ([]byte, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	tr, err := transport(cr)
+// get fetches u, reading at most max bytes. Basic auth is sent only to the
+// repository's own scheme and host, so its credentials never reach a server
+// its index points to. Errors name the URL without credentials.
+func (p *repo) get(ctx context.Context, cr Credentials, u string, max int64) ([]byte, error) {
+	hc, err := httpClient(cr, max)
 	if err != nil {
 		return nil, err
 	}
-	// Helm's errors name the URL (credentials removed) and the answer.
-	return helm.HTTPGet(p.url, u, cr.Username, cr.Password, tr, fetchTimeout)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", redact.URL(u), err)
+	}
+	req.URL.User = nil
+	if (cr.Username != "" || cr.Password != "") && sameHost(p.url, u) {
+		req.SetBasicAuth(cr.Username, cr.Password)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, errors.New(redact.Text(err.Error()))
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s: %s", redact.URL(u), resp.Status)
+	}
+	return io.ReadAll(resp.Body)
 }
 
 func (p *repo) list(ctx context.Context, cr Credentials) ([]entry, error) {
-	data, err := p.get(ctx, cr, p.url+"/index.yaml")
+	data, err := p.get(ctx, cr, p.url+"/index.yaml", p.opts.maxIndex())
 	if err != nil {
 		return nil, err
 	}
@@ -101,7 +138,10 @@ func (p *repo) list(ctx context.Context, cr Credentials) ([]entry, error) {
 	}
 	out := make([]entry, 0, len(versions))
 	for _, v := range versions {
-		e := entry{Version: v.Version, Digest: v.Digest}
+		if !validDigest(v.Digest) {
+			continue // a digest names a cache file: only hex is taken
+		}
+		e := entry{Version: v.Version, Digest: strings.ToLower(v.Digest)}
 		if len(v.URLs) > 0 {
 			e.URL = v.URLs[0]
 		}
@@ -118,5 +158,21 @@ func (p *repo) fetch(ctx context.Context, cr Credentials, e entry) ([]byte, erro
 	if !strings.Contains(u, "://") {
 		u = p.url + "/" + strings.TrimPrefix(u, "/")
 	}
-	return p.get(ctx, cr, u)
+	if !sameHost(p.url, u) && !p.allowedHost(u) {
+		return nil, fmt.Errorf("the index sends version %s to %s, not to the repository's own host: refused (list the host under chart.allowedHosts in watches.yaml to allow it)", e.Version, redact.URL(u))
+	}
+	return p.get(ctx, cr, u, p.opts.maxArchive())
+}
+
+func (p *repo) allowedHost(u string) bool {
+	pu, err := url.Parse(u)
+	if err != nil {
+		return false
+	}
+	for _, h := range p.opts.AllowedHosts {
+		if strings.EqualFold(h, pu.Host) {
+			return true
+		}
+	}
+	return false
 }

@@ -259,7 +259,8 @@ func TestCredentialsStayWithTheRepository(t *testing.T) {
 		_, _ = w.Write(index)
 	}))
 	t.Cleanup(repo.Close)
-	s, _ := NewRepo(repo.URL, "redis", Options{Credentials: creds("reader", "s3cret"), CacheDir: t.TempDir()})
+	otherHost := strings.TrimPrefix(other.URL, "http://")
+	s, _ := NewRepo(repo.URL, "redis", Options{Credentials: creds("reader", "s3cret"), CacheDir: t.TempDir(), AllowedHosts: []string{otherHost}})
 	if _, err := s.Refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}

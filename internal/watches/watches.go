@@ -8,13 +8,10 @@
 package watches
 
 import (
-	"github.com/chartpilot/chartpilot/internal/redact"
-
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -22,7 +19,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/Masterminds/semver/v3"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -76,7 +72,12 @@ type remoteEntry struct {
 	Version   string     `json:"version,omitempty"`
 	SecretRef *SecretRef `json:"secretRef,omitempty"`
 	PlainHTTP bool       `json:"plainHTTP,omitempty"`
-	Interval  string     `json:"interval,omitempty"`
+	// AllowInsecure lets plainHTTP reach a host that is not loopback.
+	AllowInsecure bool `json:"allowInsecure,omitempty"`
+	// AllowedHosts are hosts besides the repository's that its index may
+	// send downloads to.
+	AllowedHosts []string `json:"allowedHosts,omitempty"`
+	Interval     string   `json:"interval,omitempty"`
 }
 
 func (c *chartField) UnmarshalJSON(data []byte) error {
@@ -85,7 +86,7 @@ func (c *chartField) UnmarshalJSON(data []byte) error {
 		dec.DisallowUnknownFields()
 		c.Remote = &remoteEntry{}
 		if err := dec.Decode(c.Remote); err != nil {
-			return fmt.Errorf("chart: %w (fields: repo, name, version, secretRef, plainHTTP, interval)", err)
+			return fmt.Errorf("chart: %w (fields: repo, name, version, secretRef, plainHTTP, allowInsecure, allowedHosts, interval)", err)
 		}
 		return nil
 	}
@@ -111,6 +112,9 @@ type RemoteChart struct {
 	SecretRef *SecretRef
 	// PlainHTTP reaches an oci:// registry over HTTP.
 	PlainHTTP bool
+	// AllowedHosts are hosts besides the repository's own that its index
+	// may send archive downloads to.
+	AllowedHosts []string
 	// Interval between refreshes of the version list.
 	Interval time.Duration
 }
@@ -381,44 +385,6 @@ func validatePath(path, baseDir string) (string, error) {
 		return "", fmt.Errorf("field chart: %s is a file but not a .tgz chart archive", path)
 	}
 	return chart, nil
-}
-
-var chartNamePattern = regexp.MustCompile(`^[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$`)
-
-func validateRemote(e *remoteEntry) (*RemoteChart, error) {
-	rc := &RemoteChart{Repo: strings.TrimSuffix(e.Repo, "/"), Name: e.Name, Version: e.Version, SecretRef: e.SecretRef, PlainHTTP: e.PlainHTTP, Interval: DefaultChartInterval}
-	u, err := url.Parse(e.Repo)
-	switch {
-	case e.Repo == "":
-		return nil, errors.New("field chart.repo: required: https://… (a chart repository) or oci://host/path (an OCI registry)")
-	case err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http" && u.Scheme != "oci"):
-		return nil, fmt.Errorf("field chart.repo: %q is not an https://, http:// or oci:// URL with a host", redact.URL(e.Repo))
-	case u.User != nil:
-		return nil, errors.New("field chart.repo: credentials in the URL are not accepted (they would show in logs): put them in a Secret and name it in chart.secretRef")
-	case e.PlainHTTP && u.Scheme != "oci":
-		return nil, errors.New("field chart.plainHTTP: applies to oci:// registries only; write http:// in chart.repo for a plain-HTTP chart repository")
-	}
-	if !chartNamePattern.MatchString(e.Name) {
-		return nil, fmt.Errorf("field chart.name: %q is not a chart name (lower case letters, digits, dashes)", e.Name)
-	}
-	if e.Version != "" {
-		if _, err := semver.NewConstraint(e.Version); err != nil {
-			return nil, fmt.Errorf("field chart.version: %q is not a semver constraint (%w): write e.g. \"~1.4\" or \">=1.0.0, <2\"", e.Version, err)
-		}
-	}
-	if r := e.SecretRef; r != nil {
-		if len(validation.IsDNS1123Label(r.Namespace)) > 0 || len(validation.IsDNS1123Subdomain(r.Name)) > 0 {
-			return nil, fmt.Errorf("field chart.secretRef: namespace %q and name %q must both be set to a Secret's namespace and name", r.Namespace, r.Name)
-		}
-	}
-	if e.Interval != "" {
-		d, err := time.ParseDuration(e.Interval)
-		if err != nil || d < 10*time.Second {
-			return nil, fmt.Errorf("field chart.interval: %q is not a duration of at least 10s, e.g. 5m", e.Interval)
-		}
-		rc.Interval = d
-	}
-	return rc, nil
 }
 
 // envRef matches $VAR and ${VAR}; $$ is a literal dollar.

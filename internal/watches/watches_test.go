@@ -87,35 +87,39 @@ func TestParseErrorsNameEntryAndField(t *testing.T) {
 		yaml string
 		want []string
 	}{
-		"unknown field":         {base + "  chrat: x\n", []string{"chrat", "fix the YAML"}},
-		"not a list":            {"group: a.b\n", []string{"not a list"}},
-		"duplicate gvk":         {base + base, []string{"entry 1", "duplicate of entry 0"}},
-		"missing chart":         {"- group: chartpilot.dev\n  version: v1\n  kind: Redis\n  chart: nope\n", []string{"entry 0 (chartpilot.dev/v1 Redis)", "field chart", "nope does not exist"}},
-		"chart without yaml":    {"- group: chartpilot.dev\n  version: v1\n  kind: Redis\n  chart: testdata\n", []string{"field chart", "no Chart.yaml"}},
-		"no chart":              {"- group: chartpilot.dev\n  version: v1\n  kind: Redis\n", []string{"field chart: required"}},
-		"bad selector":          {base + "  selector:\n    matchExpressions:\n    - {key: a, operator: Near, values: [b]}\n", []string{"field selector", "Near"}},
-		"bad kind":              {"- group: chartpilot.dev\n  version: v1\n  kind: redis\n  chart: testdata/chart\n", []string{"field kind"}},
-		"bad version":           {"- group: chartpilot.dev\n  version: one\n  kind: Redis\n  chart: testdata/chart\n", []string{"field version"}},
-		"no group":              {"- version: v1\n  kind: Redis\n  chart: testdata/chart\n", []string{"field group: required"}},
-		"unset env":             {base + "  overrideValues:\n    a:\n      b: $NOPE\n", []string{"field overrideValues.a.b", "NOPE is not set"}},
-		"bad period":            {base + "  reconcilePeriod: 5s\n", []string{"field reconcilePeriod"}},
-		"bad concurrency":       {base + "  maxConcurrentReconciles: 0\n", []string{"field maxConcurrentReconciles"}},
-		"bad history":           {base + "  maxHistory: 1\n", []string{"field maxHistory"}},
-		"bad hook":              {base + "  hooks: [Tenancy]\n", []string{"field hooks[0]"}},
-		"duplicate hook":        {base + "  hooks: [a, a]\n", []string{"field hooks[1]", "twice"}},
-		"bad timeout":           {base + "  timeout: soon\n", []string{"field timeout"}},
-		"wrong type":            {base + "  maxHistory: many\n", []string{"fix the YAML"}},
-		"url as path":           {"- group: chartpilot.dev\n  version: v1\n  kind: Redis\n  chart: https://charts.example.com/redis\n", []string{"field chart", "is a URL", "{repo:"}},
-		"remote no repo":        {"- group: chartpilot.dev\n  version: v1\n  kind: Redis\n  chart: {name: redis}\n", []string{"field chart.repo: required"}},
-		"remote bad scheme":     {"- group: chartpilot.dev\n  version: v1\n  kind: Redis\n  chart: {repo: ftp://x.y, name: redis}\n", []string{"field chart.repo", "oci://"}},
-		"remote creds in url":   {"- group: chartpilot.dev\n  version: v1\n  kind: Redis\n  chart: {repo: \"https://u:hunter2@x.y\", name: redis}\n", []string{"field chart.repo", "chart.secretRef"}},
-		"remote bad name":       {"- group: chartpilot.dev\n  version: v1\n  kind: Redis\n  chart: {repo: \"https://x.y\", name: Redis}\n", []string{"field chart.name"}},
-		"remote bad version":    {"- group: chartpilot.dev\n  version: v1\n  kind: Redis\n  chart: {repo: \"https://x.y\", name: redis, version: \"one\"}\n", []string{"field chart.version", "~1.4"}},
-		"remote unknown key":    {"- group: chartpilot.dev\n  version: v1\n  kind: Redis\n  chart: {repo: \"https://x.y\", name: redis, tag: \"1\"}\n", []string{"chart", "tag"}},
-		"remote half secret":    {"- group: chartpilot.dev\n  version: v1\n  kind: Redis\n  chart: {repo: \"https://x.y\", name: redis, secretRef: {name: creds}}\n", []string{"field chart.secretRef", "namespace"}},
-		"remote short interval": {"- group: chartpilot.dev\n  version: v1\n  kind: Redis\n  chart: {repo: \"https://x.y\", name: redis, interval: 1s}\n", []string{"field chart.interval"}},
-		"plainHTTP on https":    {"- group: chartpilot.dev\n  version: v1\n  kind: Redis\n  chart: {repo: \"https://x.y\", name: redis, plainHTTP: true}\n", []string{"field chart.plainHTTP"}},
-		"bad soak":              {base + "  canarySoak: long\n", []string{"field canarySoak"}},
+		"unknown field":           {base + "  chrat: x\n", []string{"chrat", "fix the YAML"}},
+		"not a list":              {"group: a.b\n", []string{"not a list"}},
+		"duplicate gvk":           {base + base, []string{"entry 1", "duplicate of entry 0"}},
+		"same kind, two versions": {base + strings.Replace(base, "version: v1", "version: v2", 1), []string{"entry 1", "duplicate of entry 0", "one version"}},
+		"plain HTTP off loopback": {"- group: chartpilot.dev\n  version: v1\n  kind: Redis\n  chart: {repo: \"oci://registry.example.com/c\", name: redis, plainHTTP: true}\n", []string{"field chart.plainHTTP", "registry.example.com is not a loopback host", "allowInsecure"}},
+		"bad service account":     {base + "  serviceAccountName: Not_A_Name\n", []string{"field serviceAccountName"}},
+		"bad cluster kind":        {base + "  allowClusterScoped: [\"cluster role\"]\n", []string{"field allowClusterScoped[0]"}},
+		"missing chart":           {"- group: chartpilot.dev\n  version: v1\n  kind: Redis\n  chart: nope\n", []string{"entry 0 (chartpilot.dev/v1 Redis)", "field chart", "nope does not exist"}},
+		"chart without yaml":      {"- group: chartpilot.dev\n  version: v1\n  kind: Redis\n  chart: testdata\n", []string{"field chart", "no Chart.yaml"}},
+		"no chart":                {"- group: chartpilot.dev\n  version: v1\n  kind: Redis\n", []string{"field chart: required"}},
+		"bad selector":            {base + "  selector:\n    matchExpressions:\n    - {key: a, operator: Near, values: [b]}\n", []string{"field selector", "Near"}},
+		"bad kind":                {"- group: chartpilot.dev\n  version: v1\n  kind: redis\n  chart: testdata/chart\n", []string{"field kind"}},
+		"bad version":             {"- group: chartpilot.dev\n  version: one\n  kind: Redis\n  chart: testdata/chart\n", []string{"field version"}},
+		"no group":                {"- version: v1\n  kind: Redis\n  chart: testdata/chart\n", []string{"field group: required"}},
+		"unset env":               {base + "  overrideValues:\n    a:\n      b: $NOPE\n", []string{"field overrideValues.a.b", "NOPE is not set"}},
+		"bad period":              {base + "  reconcilePeriod: 5s\n", []string{"field reconcilePeriod"}},
+		"bad concurrency":         {base + "  maxConcurrentReconciles: 0\n", []string{"field maxConcurrentReconciles"}},
+		"bad history":             {base + "  maxHistory: 1\n", []string{"field maxHistory"}},
+		"bad hook":                {base + "  hooks: [Tenancy]\n", []string{"field hooks[0]"}},
+		"duplicate hook":          {base + "  hooks: [a, a]\n", []string{"field hooks[1]", "twice"}},
+		"bad timeout":             {base + "  timeout: soon\n", []string{"field timeout"}},
+		"wrong type":              {base + "  maxHistory: many\n", []string{"fix the YAML"}},
+		"url as path":             {"- group: chartpilot.dev\n  version: v1\n  kind: Redis\n  chart: https://charts.example.com/redis\n", []string{"field chart", "is a URL", "{repo:"}},
+		"remote no repo":          {"- group: chartpilot.dev\n  version: v1\n  kind: Redis\n  chart: {name: redis}\n", []string{"field chart.repo: required"}},
+		"remote bad scheme":       {"- group: chartpilot.dev\n  version: v1\n  kind: Redis\n  chart: {repo: ftp://x.y, name: redis}\n", []string{"field chart.repo", "oci://"}},
+		"remote creds in url":     {"- group: chartpilot.dev\n  version: v1\n  kind: Redis\n  chart: {repo: \"https://u:hunter2@x.y\", name: redis}\n", []string{"field chart.repo", "chart.secretRef"}},
+		"remote bad name":         {"- group: chartpilot.dev\n  version: v1\n  kind: Redis\n  chart: {repo: \"https://x.y\", name: Redis}\n", []string{"field chart.name"}},
+		"remote bad version":      {"- group: chartpilot.dev\n  version: v1\n  kind: Redis\n  chart: {repo: \"https://x.y\", name: redis, version: \"one\"}\n", []string{"field chart.version", "~1.4"}},
+		"remote unknown key":      {"- group: chartpilot.dev\n  version: v1\n  kind: Redis\n  chart: {repo: \"https://x.y\", name: redis, tag: \"1\"}\n", []string{"chart", "tag"}},
+		"remote half secret":      {"- group: chartpilot.dev\n  version: v1\n  kind: Redis\n  chart: {repo: \"https://x.y\", name: redis, secretRef: {name: creds}}\n", []string{"field chart.secretRef", "namespace"}},
+		"remote short interval":   {"- group: chartpilot.dev\n  version: v1\n  kind: Redis\n  chart: {repo: \"https://x.y\", name: redis, interval: 1s}\n", []string{"field chart.interval"}},
+		"plainHTTP on https":      {"- group: chartpilot.dev\n  version: v1\n  kind: Redis\n  chart: {repo: \"https://x.y\", name: redis, plainHTTP: true}\n", []string{"field chart.plainHTTP"}},
+		"bad soak":                {base + "  canarySoak: long\n", []string{"field canarySoak"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := Parse([]byte(tc.yaml), ".", env(nil))
@@ -144,6 +148,7 @@ func TestParseRemoteChart(t *testing.T) {
     name: redis
     version: ">=1.2, <2"
     plainHTTP: true
+    allowInsecure: true
     interval: 1m
     secretRef: {namespace: chartpilot-system, name: registry-creds}
   canarySoak: 30s

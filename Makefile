@@ -9,7 +9,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 TEST_TIMEOUT ?= 30m
 TEST_FLAGS ?=
 
-.PHONY: all build test test-unit tools tools-dev generate manifests lint verify demo bench fmt vet clean
+.PHONY: all build test test-unit tools tools-dev generate manifests lint verify demo bench fuzz fmt vet clean
 
 all: build
 
@@ -30,6 +30,16 @@ tools-dev:
 test: tools
 	$(GO) vet ./...
 	$(GO) test -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./...
+
+## fuzz: each fuzz target for FUZZTIME (make test runs their seed inputs only)
+FUZZTIME ?= 30s
+fuzz:
+	@for spec in ./internal/watches:FuzzParse ./internal/helm:FuzzParseManifest ./internal/policy:FuzzParseWindows ./internal/policy:FuzzParseMajors \
+	    ./internal/admission:FuzzHandle ./internal/kinds/postgres:FuzzValuesAndFacts ./internal/kinds:FuzzGenericFacts; do \
+		pkg=$${spec%%:*}; target=$${spec##*:}; \
+		echo "fuzz $$target ($$pkg) for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	done
 
 ## test-unit: tests that need no cluster
 test-unit:

@@ -22,8 +22,9 @@ func (r *Reconciler) rollback(p *pass, d *desired, o Observation) (ctrl.Result, 
 		r.Recorder.Event(p.obj, corev1.EventTypeWarning, "RollbackFailed", msg)
 		setCondition(p.status, p.obj, v1alpha1.ConditionReleased, metav1.ConditionFalse, "RollbackFailed", msg)
 		r.recordHistory(p, d.digest, "Rollback", target, false, msg)
-		return ctrl.Result{RequeueAfter: backoffBase}, nil
+		return ctrl.Result{RequeueAfter: r.mem.retryAfter(p.key, "Rollback")}, nil
 	}
+	r.mem.retried(p.key, "Rollback")
 	failure := "the upgrade failed"
 	if p.status.LastFailure != nil {
 		failure = p.status.LastFailure.Message

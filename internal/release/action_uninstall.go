@@ -39,7 +39,7 @@ func (r *Reconciler) finalize(ctx context.Context, p *pass) (ctrl.Result, error)
 			msg := "Uninstall failed: " + oneLine(err.Error())
 			r.Recorder.Event(p.obj, corev1.EventTypeWarning, "UninstallFailed", msg)
 			setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionTrue, "UninstallFailed", msg)
-			return ctrl.Result{RequeueAfter: backoffBase}, nil
+			return ctrl.Result{RequeueAfter: r.mem.retryAfter(p.key, "Uninstall")}, nil
 		}
 		r.Recorder.Event(p.obj, corev1.EventTypeNormal, "Uninstalled", fmt.Sprintf("uninstalled release %s", p.key.Name))
 	}

@@ -2,6 +2,7 @@ package release
 
 import (
 	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -31,6 +32,9 @@ type memo struct {
 	refreshToken string
 	// waiting is why a rollout gate holds the resource ("" when it does not).
 	waiting string
+	// retries counts the failures in a row of actions retried on their own
+	// (rollback, uninstall), for their back-off.
+	retries map[string]int
 }
 
 // memory holds one memo per resource behind one lock.
@@ -127,4 +131,23 @@ func (m *memory) countWaitingLocked() {
 		}
 	}
 	m.onWaiting(counts)
+}
+
+// retryAfter counts one more failure of action for key and returns the
+// back-off before the next try: 15s, 30s, 1m, ... capped at 15m.
+func (m *memory) retryAfter(key types.NamespacedName, action string) time.Duration {
+	n := 0
+	m.with(key, func(e *memo) {
+		if e.retries == nil {
+			e.retries = map[string]int{}
+		}
+		e.retries[action]++
+		n = e.retries[action]
+	})
+	return backoffDelay(n)
+}
+
+// retried forgets the failures of action for key (it succeeded).
+func (m *memory) retried(key types.NamespacedName, action string) {
+	m.with(key, func(e *memo) { delete(e.retries, action) })
 }

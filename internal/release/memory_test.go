@@ -1,7 +1,9 @@
 package release
 
 import (
+	"slices"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -39,5 +41,30 @@ func TestMemory(t *testing.T) {
 	}
 	if counts[reasonCanaries] != 0 {
 		t.Errorf("a forgotten resource still counts as waiting: %v", counts)
+	}
+}
+
+func TestRetryBackOff(t *testing.T) {
+	var m memory
+	key := types.NamespacedName{Namespace: "ns", Name: "a"}
+	var got []time.Duration
+	for range 4 {
+		got = append(got, m.retryAfter(key, "Rollback"))
+	}
+	if want := []time.Duration{15 * time.Second, 30 * time.Second, time.Minute, 2 * time.Minute}; !slices.Equal(got, want) {
+		t.Errorf("rollback failures in a row wait %v, want %v", got, want)
+	}
+	if d := m.retryAfter(key, "Uninstall"); d != 15*time.Second {
+		t.Errorf("another action's count: %s", d)
+	}
+	m.retried(key, "Rollback")
+	if d := m.retryAfter(key, "Rollback"); d != 15*time.Second {
+		t.Errorf("after a success: %s, want 15s", d)
+	}
+	for range 20 {
+		m.retryAfter(key, "Rollback")
+	}
+	if d := m.retryAfter(key, "Rollback"); d != backoffMax {
+		t.Errorf("capped at %s, got %s", backoffMax, d)
 	}
 }

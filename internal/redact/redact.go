@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/url"
 	"regexp"
+	"strings"
 )
 
 // URL drops the user information (user name and password) from a URL. A
@@ -26,18 +27,29 @@ func URL(u string) string {
 // URLs. The field path stays, so a message still names the field and the fix.
 var (
 	schemaValue = regexp.MustCompile(`(at '[^']*': )'(?:[^'\\]|\\.)*'`)
-	apiValue    = regexp.MustCompile(`((?:Invalid|Unsupported|Duplicate|Forbidden) value: )(?:"(?:[^"\\]|\\.)*"|[^:\s][^:]*?)(: |$)`)
+	apiValue    = regexp.MustCompile(`((?:Invalid|Unsupported|Duplicate|Forbidden) value: )(?:"(?:[^"\\]|\\.)*"|\S.*?)(: |$)`)
 	urlUserInfo = regexp.MustCompile(`://[^/@\s]+@`)
 )
 
 // Redacted stands where a value was.
 const Redacted = "<redacted>"
 
+// number is a value kept as it is: a number says what was wrong (a port
+// out of range) and is not a secret.
+var number = regexp.MustCompile(`^-?[0-9]+(\.[0-9]+)?$`)
+
 // Text removes from a message the values that input was rejected for
-// (which may be secrets) and credentials in URLs.
+// (which may be secrets; numbers are kept) and credentials in URLs.
 func Text(s string) string {
 	s = schemaValue.ReplaceAllString(s, "${1}"+Redacted)
-	s = apiValue.ReplaceAllString(s, "${1}"+Redacted+"${2}")
+	s = apiValue.ReplaceAllStringFunc(s, func(m string) string {
+		sub := apiValue.FindStringSubmatch(m)
+		value := strings.TrimSuffix(strings.TrimPrefix(m, sub[1]), sub[2])
+		if number.MatchString(value) {
+			return m
+		}
+		return sub[1] + Redacted + sub[2]
+	})
 	return urlUserInfo.ReplaceAllString(s, "://")
 }
 

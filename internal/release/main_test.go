@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -28,6 +29,7 @@ import (
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/helm"
 	"github.com/chartpilot/chartpilot/internal/operator"
+	"github.com/chartpilot/chartpilot/internal/rbac"
 	"github.com/chartpilot/chartpilot/internal/testcluster"
 	"github.com/chartpilot/chartpilot/internal/watches"
 )
@@ -107,9 +109,55 @@ func webappWatch(t *testing.T, mutate ...func(*watches.Watch)) watches.Watch {
 	return w
 }
 
-// startOperator runs an operator for ws until the test ends (or stop is called).
+var (
+	managerOnce sync.Once
+	managerCfg  *rest.Config
+	managerErr  error
+)
+
+// managerConfig is what the operators of these tests run as: a
+// ServiceAccount bound to the ClusterRole `chartpilot rbac` derives for the
+// test kinds and their chart (with impersonation of "deployer"), not
+// cluster-admin.
+func managerConfig(t *testing.T) *rest.Config {
+	t.Helper()
+	managerOnce.Do(func() {
+		ws := []watches.Watch{webappWatch(t), webappWatch(t, func(w *watches.Watch) { w.GVK.Kind = "Webshop" })}
+		var crds [][]byte
+		for _, f := range []string{"webapps.yaml", "webshops.yaml"} {
+			b, err := os.ReadFile(filepath.Join("..", "..", "test", "crds", f))
+			if err != nil {
+				managerErr = err
+				return
+			}
+			crds = append(crds, b)
+		}
+		plurals, err := rbac.Plurals(crds...)
+		if err != nil {
+			managerErr = err
+			return
+		}
+		rules, err := rbac.Rules(rbac.Options{Watches: ws, Impersonate: []string{"deployer"}, KubeVersion: "v1.37.2", Plurals: plurals})
+		if err != nil {
+			managerErr = err
+			return
+		}
+		managerCfg, managerErr = cluster.ServiceAccountConfig("chartpilot-system", "manager", rules)
+	})
+	if managerErr != nil {
+		t.Fatalf("the manager's ServiceAccount: %v", managerErr)
+	}
+	return managerCfg
+}
+
+// startOperator runs an operator for ws until the test ends (or stop is
+// called). Given the cluster's admin config, the operator runs under the
+// derived role instead (managerConfig).
 func startOperator(t *testing.T, cfg *rest.Config, ws []watches.Watch, mutate ...func(*operator.Options)) (stop func()) {
 	t.Helper()
+	if cfg == cluster.Config {
+		cfg = managerConfig(t)
+	}
 	opts := operator.Options{Config: cfg, Watches: ws, MetricsAddr: "0", ProbeAddr: "0", SeveralInProcess: true}
 	for _, m := range mutate {
 		m(&opts)

@@ -1,0 +1,55 @@
+package testcluster
+
+import (
+	"context"
+	"fmt"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// ServiceAccountConfig makes ServiceAccount namespace/name (and its
+// namespace), binds it to a ClusterRole of its own name with rules, and
+// returns a client config that authenticates as it with a token from the
+// TokenRequest API: whatever uses it has exactly those rights.
+func (c *Cluster) ServiceAccountConfig(namespace, name string, rules []rbacv1.PolicyRule) (*rest.Config, error) {
+	ctx := context.Background()
+	cs, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		return nil, err
+	}
+	exists := func(_ any, err error) error {
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return err
+	}
+	role := namespace + "-" + name
+	for _, err := range []error{
+		exists(cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{})),
+		exists(cs.CoreV1().ServiceAccounts(namespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})),
+		exists(cs.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: role}, Rules: rules}, metav1.CreateOptions{})),
+		exists(cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: role},
+			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role},
+			Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: namespace}},
+		}, metav1.CreateOptions{})),
+	} {
+		if err != nil {
+			return nil, fmt.Errorf("ServiceAccount %s/%s: %w", namespace, name, err)
+		}
+	}
+	hours := int64(6 * 3600)
+	tok, err := cs.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name, &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &hours}}, metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("token of %s/%s: %w", namespace, name, err)
+	}
+	cfg := rest.AnonymousClientConfig(c.Config)
+	cfg.BearerToken = tok.Status.Token
+	return cfg, nil
+}

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -375,8 +376,18 @@ func TestOversizedRecordRefused(t *testing.T) {
 	if _, err := e.cs.CoreV1().Secrets(e.ns).Create(ctx, bomb, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating a %d-byte record: %v", gz.Len(), err)
 	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
 	e.patch("bomb", `{"metadata":{"annotations":{"chartpilot.dev/reconcile-requested-at":"bomb"}}}`)
 	got := e.waitCondition("bomb", v1alpha1.ConditionStalled, metav1.ConditionTrue, "ReleaseRecordTooLarge")
+	runtime.ReadMemStats(&after)
+	// Decoding the record whole would allocate its 256 MiB at least; the
+	// operator runs in this process, so its allocations are counted here.
+	if allocated := after.TotalAlloc - before.TotalAlloc; allocated > 128<<20 {
+		t.Errorf("%d MiB allocated while the oversized record was refused: not bounded by the 1 MiB limit", allocated>>20)
+	} else {
+		t.Logf("%d MiB allocated by the whole process while the record was refused", allocated>>20)
+	}
 	if msg := condition(got, v1alpha1.ConditionStalled).Message; !strings.Contains(msg, bomb.Name) {
 		t.Errorf("Stalled message %q does not name the record", msg)
 	}

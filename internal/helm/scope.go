@@ -74,6 +74,12 @@ type guardedKube struct {
 	scope Scope
 }
 
+// IsReachable is left to the requests themselves: Helm's own check turns any
+// error of its discovery call, a refused impersonation included, into
+// "Kubernetes cluster unreachable", while the action's first request says
+// what is wrong (forbidden, naming the user, or a connection error).
+func (g guardedKube) IsReachable() error { return nil }
+
 // Build builds the objects of a manifest and refuses them all if one is
 // outside the scope.
 func (g guardedKube) Build(r io.Reader, validate bool) (kube.ResourceList, error) {

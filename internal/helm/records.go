@@ -55,15 +55,22 @@ func (o Records) maxSize() int64 {
 type RecordError struct {
 	// Record is the Secret's name.
 	Record string
-	// TooLarge: the record decompresses beyond the limit; else its MAC is
-	// missing or wrong (not written by chartpilot, or changed since).
-	TooLarge bool
-	limit    int64
+	// TooLarge: the record decompresses beyond the limit; Invalid: it does
+	// not decode (err says why); else its MAC is missing or wrong (not
+	// written by chartpilot, or changed since).
+	TooLarge, Invalid bool
+	limit             int64
+	err               error
 }
+
+func (e *RecordError) Unwrap() error { return e.err }
 
 func (e *RecordError) Error() string {
 	if e.TooLarge {
 		return fmt.Sprintf("release record %s decompresses to more than %d bytes: it was not decoded", e.Record, e.limit)
+	}
+	if e.Invalid {
+		return fmt.Sprintf("release record %s cannot be read: %v", e.Record, e.err)
 	}
 	return fmt.Sprintf("release record %s was not written by chartpilot or was changed since (no valid MAC)", e.Record)
 }
@@ -239,29 +246,30 @@ func (d *recordDriver) decode(s *corev1.Secret) (*release.Release, bool, error) 
 
 // decodeRecord decodes base64(gzip(json)) without decompressing more than max bytes.
 func decodeRecord(name string, data []byte, max int64) (*release.Release, error) {
+	invalid := func(err error) error { return &RecordError{Record: name, Invalid: true, err: err} }
 	gz, err := base64.StdEncoding.DecodeString(string(data))
 	if err != nil {
-		return nil, fmt.Errorf("release record %s: %w", name, err)
+		return nil, invalid(err)
 	}
 	var r io.Reader = bytes.NewReader(gz)
 	if len(gz) > 3 && bytes.Equal(gz[:3], []byte{0x1f, 0x8b, 0x08}) {
 		zr, err := gzip.NewReader(r)
 		if err != nil {
-			return nil, fmt.Errorf("release record %s: %w", name, err)
+			return nil, invalid(err)
 		}
 		defer zr.Close()
 		r = zr
 	}
 	raw, err := io.ReadAll(io.LimitReader(r, max+1))
 	if err != nil {
-		return nil, fmt.Errorf("release record %s: %w", name, err)
+		return nil, invalid(err)
 	}
 	if int64(len(raw)) > max {
 		return nil, &RecordError{Record: name, TooLarge: true, limit: max}
 	}
 	var rel release.Release
 	if err := json.Unmarshal(raw, &rel); err != nil {
-		return nil, fmt.Errorf("release record %s: %w", name, err)
+		return nil, invalid(err)
 	}
 	return &rel, nil
 }

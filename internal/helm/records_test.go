@@ -51,4 +51,10 @@ func TestRecordMACAndSizeLimit(t *testing.T) {
 	if !errors.As(err, &re) || !re.TooLarge {
 		t.Fatalf("a record inflating to 4 MiB with a 1 MiB limit: %v", err)
 	}
+	for _, bad := range []string{"not base64!", base64.StdEncoding.EncodeToString([]byte{0x1f, 0x8b, 0x08, 0}), base64.StdEncoding.EncodeToString([]byte("{not json"))} {
+		_, err := decodeRecord("broken", []byte(bad), 1<<20)
+		if !errors.As(err, &re) || !re.Invalid || re.TooLarge {
+			t.Errorf("record %q: %v, want an Invalid RecordError", bad, err)
+		}
+	}
 }

@@ -39,7 +39,7 @@ func (r *Reconciler) ownerExists(ctx context.Context, key types.NamespacedName, 
 	kind, group, _ := strings.Cut(ownerKind, ".")
 	mapping, err := r.Helm.RESTMapper().RESTMapping(schema.GroupKind{Group: group, Kind: kind})
 	if err != nil {
-		return !apimetaNoMatch(err)
+		return !apimeta.IsNoMatchError(err)
 	}
 	owner := &metav1.PartialObjectMetadata{}
 	owner.SetGroupVersionKind(mapping.GroupVersionKind)
@@ -52,6 +52,3 @@ func (r *Reconciler) ownerExists(ctx context.Context, key types.NamespacedName, 
 	}
 	return string(owner.GetUID()) == uid
 }
-
-// apimetaNoMatch reports whether err says the kind is not served (any more).
-func apimetaNoMatch(err error) bool { return apimeta.IsNoMatchError(err) }

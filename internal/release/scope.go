@@ -2,7 +2,6 @@ package release
 
 import (
 	"errors"
-	"strings"
 
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 
@@ -69,23 +68,18 @@ func (r *Reconciler) stallUntrusted(p *pass, err error) bool {
 		return err != nil
 	}
 	var re *helm.RecordError
+	if !errors.As(err, &re) {
+		return false // reaching the API server failed: retried
+	}
 	switch {
-	case errors.As(err, &re) && re.TooLarge:
+	case re.TooLarge:
 		r.stall(p, "ReleaseRecordTooLarge", re.Error()+"; nothing was changed: delete that Secret if it is not a release chartpilot made")
-	case errors.As(err, &re):
-		r.stall(p, "UntrustedReleaseRecord", re.Error()+"; nothing was changed")
-	case isDecodeError(err):
-		r.stall(p, "ReleaseRecordInvalid", "the stored release cannot be read: "+oneLine(err.Error())+"; nothing was changed")
+	case re.Invalid:
+		r.stall(p, "ReleaseRecordInvalid", oneLine(re.Error())+"; nothing was changed")
 	default:
-		return false
+		r.stall(p, "UntrustedReleaseRecord", re.Error()+"; nothing was changed")
 	}
 	return true
-}
-
-// isDecodeError reports whether err came from decoding a release record
-// (not from reaching the API server, which is retried).
-func isDecodeError(err error) bool {
-	return strings.Contains(err.Error(), "release record ") && !strings.Contains(err.Error(), "reading history")
 }
 
 // manifestsOf are the stored manifests an action may act on: the newest

@@ -8,6 +8,8 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+
+	"github.com/chartpilot/chartpilot/internal/redact"
 )
 
 // Default download limits.
@@ -33,16 +35,10 @@ func (t limitedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	if resp.ContentLength > t.max {
 		_ = resp.Body.Close()
-		return nil, fmt.Errorf("%w: %s announces %d bytes, the limit is %d", ErrTooLarge, redactURL(req.URL), resp.ContentLength, t.max)
+		return nil, fmt.Errorf("%w: %s announces %d bytes, the limit is %d", ErrTooLarge, redact.URL(req.URL.String()), resp.ContentLength, t.max)
 	}
-	resp.Body = &limitedBody{r: resp.Body, left: t.max, url: redactURL(req.URL), max: t.max}
+	resp.Body = &limitedBody{r: resp.Body, left: t.max, url: redact.URL(req.URL.String()), max: t.max}
 	return resp, nil
-}
-
-func redactURL(u *url.URL) string {
-	c := *u
-	c.User = nil
-	return c.String()
 }
 
 type limitedBody struct {

@@ -20,6 +20,7 @@ import (
 	"github.com/chartpilot/chartpilot/internal/admission"
 	"github.com/chartpilot/chartpilot/internal/cliutil"
 	"github.com/chartpilot/chartpilot/internal/operator"
+	"github.com/chartpilot/chartpilot/internal/source"
 	"github.com/chartpilot/chartpilot/internal/watches"
 )
 
@@ -44,6 +45,8 @@ type runOptions struct {
 	defaultServiceAccount   string
 	recordKeySecret         string
 	maxRecordSize           int64
+	maxIndexSize            int64
+	maxArchiveSize          int64
 	qps                     float64
 	burst                   int
 	zap                     zap.Options
@@ -65,6 +68,8 @@ func parseRunFlags(args []string) (*runOptions, error) {
 	fs.StringVar(&o.defaultServiceAccount, "default-service-account", "", "ServiceAccount (in each resource's namespace) that Helm runs as when neither a Tenant nor the watch names one; set, nothing ever runs as the manager (lockdown)")
 	fs.StringVar(&o.recordKeySecret, "release-record-key-secret", "", "namespace/name of the Secret holding the key that signs release records, made at the first start (default: chartpilot-release-records in the pod's namespace, else in the leader election namespace, else in default)")
 	fs.Int64Var(&o.maxRecordSize, "max-release-record-size", 16<<20, "largest decompressed size of a release record, in bytes; a larger record is refused, not decoded")
+	fs.Int64Var(&o.maxIndexSize, "max-index-size", source.DefaultMaxIndexSize, "largest repository index (index.yaml) a remote chart source downloads, in bytes; a larger one is cut off and refused")
+	fs.Int64Var(&o.maxArchiveSize, "max-chart-size", source.DefaultMaxArchiveSize, "largest chart archive, OCI manifest or OCI layer a remote chart source downloads, in bytes; a larger one is cut off and refused")
 	fs.StringVar(&o.chartCacheDir, "chart-cache-dir", "", "directory for remote charts and their version lists (default: the user cache directory, e.g. ~/.cache/chartpilot/charts)")
 	fs.IntVar(&o.webhookPort, "webhook-port", 0, "port of the validating admission webhook; 0 disables it (config/manager uses 9443)")
 	fs.StringVar(&o.webhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "directory of the webhook's tls.crt and tls.key")
@@ -94,6 +99,12 @@ func parseRunFlags(args []string) (*runOptions, error) {
 	}
 	if o.maxRecordSize < 1<<20 {
 		return nil, fmt.Errorf("--max-release-record-size %d: at least 1048576 (1 MiB, a Secret's own limit)", o.maxRecordSize)
+	}
+	if o.maxIndexSize < 64<<10 {
+		return nil, fmt.Errorf("--max-index-size %d: at least 65536 (64 KiB)", o.maxIndexSize)
+	}
+	if o.maxArchiveSize < 64<<10 {
+		return nil, fmt.Errorf("--max-chart-size %d: at least 65536 (64 KiB)", o.maxArchiveSize)
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %v: chartpilot run takes flags only", fs.Args())
@@ -188,6 +199,8 @@ func run(ctx context.Context, args []string) error {
 		DefaultServiceAccount:   o.defaultServiceAccount,
 		RecordKeySecret:         recordKeySecret(o.recordKeySecret),
 		MaxRecordSize:           o.maxRecordSize,
+		MaxIndexSize:            o.maxIndexSize,
+		MaxArchiveSize:          o.maxArchiveSize,
 	})
 	if err != nil {
 		return err

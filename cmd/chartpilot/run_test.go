@@ -132,6 +132,8 @@ current-context: x
 		"api server unreachable":    {args: []string{"--kubeconfig", unreachable, "--watches", w}, want: []string{"cannot reach the API server at https://127.0.0.1:1", "--kubeconfig"}},
 		"watches missing":           {args: []string{"--kubeconfig", bad, "--watches", filepath.Join(dir, "w.yaml")}, want: []string{"--watches", "does not exist"}},
 		"unknown flag":              {args: []string{"--kubeconfg", bad}, want: []string{"kubeconfg"}},
+		"chart size limit too low":  {args: []string{"--max-chart-size", "1000"}, want: []string{"--max-chart-size", "at least 65536"}},
+		"index size limit too low":  {args: []string{"--max-index-size", "0"}, want: []string{"--max-index-size", "at least 65536"}},
 		"probe port busy":           {args: []string{"--kubeconfig", good, "--watches", w, "--health-probe-bind-address", busy.Addr().String(), "--metrics-bind-address", "0"}, want: []string{"already in use", "--health-probe-bind-address"}, cluster: true},
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -67,6 +67,10 @@ type Options struct {
 	RecordKeySecret types.NamespacedName
 	// MaxRecordSize bounds a release record's decompressed size (default 16 MiB).
 	MaxRecordSize int64
+	// MaxIndexSize and MaxArchiveSize bound a remote chart source's
+	// downloads: the repository index; a chart archive, OCI manifest or
+	// layer (0: the defaults, 32 MiB and 20 MiB).
+	MaxIndexSize, MaxArchiveSize int64
 	// DefaultServiceAccount is the ServiceAccount Helm runs as in a
 	// resource's namespace when neither its Tenant nor its watch names one;
 	// set, it also locks the operator down: nothing runs as the manager.
@@ -194,7 +198,7 @@ func newManager(o Options, scheme *runtime.Scheme, lock resourcelock.Interface) 
 func openSources(o Options, mgr manager.Manager) ([]source.Source, error) {
 	sources := make([]source.Source, len(o.Watches))
 	for i, w := range o.Watches {
-		src, err := newSource(w, o.ChartCacheDir, mgr.GetAPIReader())
+		src, err := newSource(w, o.ChartCacheDir, source.Options{MaxIndexSize: o.MaxIndexSize, MaxArchiveSize: o.MaxArchiveSize}, mgr.GetAPIReader())
 		if err != nil {
 			return nil, fmt.Errorf("watch %s: %w", w, err)
 		}

@@ -18,7 +18,7 @@ import (
 
 // newSource makes the chart source of a watch. Credentials are read from
 // their Secret for every refresh and download, so rotation needs no restart.
-func newSource(w watches.Watch, cacheDir string, reader client.Reader) (source.Source, error) {
+func newSource(w watches.Watch, cacheDir string, limits source.Options, reader client.Reader) (source.Source, error) {
 	if w.Remote == nil {
 		return source.NewLocal(w.Chart)
 	}
@@ -35,6 +35,9 @@ func newSource(w watches.Watch, cacheDir string, reader client.Reader) (source.S
 		Interval:     rc.Interval,
 		PlainHTTP:    rc.PlainHTTP,
 		AllowedHosts: rc.AllowedHosts,
+
+		MaxIndexSize:   limits.MaxIndexSize,
+		MaxArchiveSize: limits.MaxArchiveSize,
 	}
 	if ref := rc.SecretRef; ref != nil {
 		opts.Credentials = func(ctx context.Context) (source.Credentials, error) {

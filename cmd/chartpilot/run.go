@@ -29,6 +29,8 @@ type runOptions struct {
 	kubeconfig              string
 	watchesFile             string
 	metricsAddr             string
+	metricsSecure           bool
+	metricsCertDir          string
 	probeAddr               string
 	leaderElect             bool
 	leaderElectionID        string
@@ -58,6 +60,8 @@ func parseRunFlags(args []string) (*runOptions, error) {
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "path to a kubeconfig; default $KUBECONFIG, ~/.kube/config, then in-cluster")
 	fs.StringVar(&o.watchesFile, "watches", "watches.yaml", "path to watches.yaml: which kinds map to which charts")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "address of the Prometheus metrics endpoint; 0 disables it")
+	fs.BoolVar(&o.metricsSecure, "metrics-secure", false, "serve metrics over HTTPS, only to callers the API server authenticates and authorizes for get on /metrics (config/ turns it on; plain HTTP is for local runs)")
+	fs.StringVar(&o.metricsCertDir, "metrics-cert-dir", "", "directory of tls.crt and tls.key for --metrics-secure (default: a self-signed certificate made at start)")
 	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "address of the /healthz and /readyz endpoints")
 	fs.BoolVar(&o.leaderElect, "leader-elect", false, "elect a leader among replicas so only one reconciles at a time")
 	fs.StringVar(&o.leaderElectionID, "leader-election-id", "chartpilot.chartpilot.dev", "name of the Lease used for leader election")
@@ -187,6 +191,8 @@ func run(ctx context.Context, args []string) error {
 		Config:                  cfg,
 		Watches:                 ws,
 		MetricsAddr:             o.metricsAddr,
+		MetricsSecure:           o.metricsSecure,
+		MetricsCertDir:          o.metricsCertDir,
 		ProbeAddr:               o.probeAddr,
 		LeaderElection:          o.leaderElect,
 		LeaderElectionID:        o.leaderElectionID,
@@ -206,7 +212,7 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	log.Info("Starting manager", "version", version, "watches", o.watchesFile, "kinds", len(ws), "apiServer", cfg.Host,
-		"metrics", o.metricsAddr, "probes", o.probeAddr, "leaderElection", o.leaderElect)
+		"metrics", o.metricsAddr, "metricsSecure", o.metricsSecure, "probes", o.probeAddr, "leaderElection", o.leaderElect)
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("running manager: %w", err)
 	}

@@ -17,11 +17,13 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
@@ -42,7 +44,13 @@ type Options struct {
 	Config  *rest.Config
 	Watches []watches.Watch
 	// MetricsAddr and ProbeAddr: "0" disables.
-	MetricsAddr, ProbeAddr  string
+	MetricsAddr, ProbeAddr string
+	// MetricsSecure serves metrics over HTTPS to callers the API server
+	// authenticates (TokenReview) and authorizes (SubjectAccessReview for
+	// get on the non-resource URL /metrics); the certificate comes from
+	// MetricsCertDir (tls.crt, tls.key), else is self-signed in memory.
+	MetricsSecure           bool
+	MetricsCertDir          string
 	LeaderElection          bool
 	LeaderElectionID        string
 	LeaderElectionNamespace string
@@ -161,7 +169,7 @@ func newManager(o Options, scheme *runtime.Scheme, lock resourcelock.Interface) 
 	mgr, err := ctrl.NewManager(o.Config, ctrl.Options{
 		Scheme:                        scheme,
 		Logger:                        o.Log,
-		Metrics:                       metricsserver.Options{BindAddress: o.MetricsAddr},
+		Metrics:                       metricsOptions(o),
 		HealthProbeBindAddress:        o.ProbeAddr,
 		LeaderElection:                o.LeaderElection,
 		LeaderElectionID:              o.LeaderElectionID,
@@ -178,6 +186,9 @@ func newManager(o Options, scheme *runtime.Scheme, lock resourcelock.Interface) 
 		// sends them to the API server).
 		Client:        client.Options{Cache: &client.CacheOptions{Unstructured: true}},
 		WebhookServer: webhookServer(o.Webhook),
+		// Passes in flight finish before the manager stops and hands the
+		// lease over (see release.PassTimeout).
+		GracefulShutdownTimeout: ptr.To(gracefulShutdown(o.Watches)),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating manager: %w", err)
@@ -189,6 +200,28 @@ func newManager(o Options, scheme *runtime.Scheme, lock resourcelock.Interface) 
 		return nil, err
 	}
 	return mgr, nil
+}
+
+// metricsOptions serve /metrics in plain HTTP (local runs) or, secure,
+// behind the API server's authentication and authorization.
+func metricsOptions(o Options) metricsserver.Options {
+	m := metricsserver.Options{BindAddress: o.MetricsAddr}
+	if o.MetricsSecure {
+		m.SecureServing = true
+		m.CertDir = o.MetricsCertDir
+		m.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	return m
+}
+
+// gracefulShutdown is how long a stopping manager waits for its passes:
+// longer than the longest of them.
+func gracefulShutdown(ws []watches.Watch) time.Duration {
+	longest := release.PassTimeout(watches.Watch{})
+	for _, w := range ws {
+		longest = max(longest, release.PassTimeout(w))
+	}
+	return longest + 30*time.Second
 }
 
 // openSources opens every watch's chart source and reads a remote one once

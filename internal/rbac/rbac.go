@@ -84,6 +84,9 @@ func ownRules(o Options, tenancyUsed bool) []rbacv1.PolicyRule {
 		{APIGroups: []string{""}, Resources: []string{"namespaces", "serviceaccounts"}, Verbs: read},
 		// Leader election, and the Leases of the holders of pending revisions.
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: readWrite},
+		// Secure metrics (--metrics-secure): the API server judges each caller.
+		{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
+		{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
 	}
 	if len(o.Impersonate) > 0 {
 		names := slices.Clone(o.Impersonate)

@@ -1,13 +1,17 @@
 package release_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
+	"github.com/chartpilot/chartpilot/internal/helm"
 	"github.com/chartpilot/chartpilot/internal/release"
 	"github.com/chartpilot/chartpilot/internal/watches"
 )
@@ -63,5 +67,47 @@ func TestForceUpgradeAndHistoryCap(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("chartpilot_release_info has no series for %s/hist", e.ns)
+	}
+}
+
+// TestShutdownLetsAnUpgradeFinish: a manager told to stop (SIGTERM cancels
+// its context) while an upgrade is in flight lets the upgrade finish: the
+// release is left deployed on the new inputs, not failed (a cancelled
+// action is marked failed and the next leader rolls it back).
+func TestShutdownLetsAnUpgradeFinish(t *testing.T) {
+	e := newEnv(t)
+	stop := startOperator(t, cluster.Config, []watches.Watch{webappWatch(t)})
+	e.create("term", map[string]any{"message": "v1"}, nil, nil)
+	e.waitCondition("term", v1alpha1.ConditionReady, metav1.ConditionTrue, "")
+	// The pre-upgrade hook Job is never scheduled here: the upgrade waits
+	// on it, pending-upgrade, until the test deletes the Job.
+	e.patch("term", `{"spec":{"message":"v2","slowHook":true}}`)
+	e.waitFor("pending-upgrade", func() (bool, string) {
+		h := e.history("term")
+		last := h[len(h)-1]
+		return last.Status == helm.StatusPendingUpgrade, string(last.Status)
+	})
+	stopped := make(chan struct{})
+	go func() { stop(); close(stopped) }()
+	select {
+	case <-stopped:
+		t.Fatal("the manager stopped with an upgrade in flight")
+	case <-time.After(3 * time.Second):
+	}
+	if err := e.cs.BatchV1().Jobs(e.ns).Delete(context.Background(), "term-pre-upgrade", metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-stopped:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the manager did not stop within 2 minutes of its upgrade's hook finishing")
+	}
+	h := e.history("term")
+	last := h[len(h)-1]
+	if last.Status != helm.StatusDeployed || last.Revision != 2 {
+		t.Fatalf("after the shutdown the latest revision is %d %s, want 2 deployed", last.Revision, last.Status)
+	}
+	if cm, err := e.configMap("term-config"); err != nil || cm.Data["message"] != "v2" {
+		t.Errorf("configmap after the shutdown: %v %v", cm.Data, err)
 	}
 }

@@ -95,6 +95,15 @@ func (r *Reconciler) ownerKind() string {
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
 	start := r.now()
 	r.initOnce.Do(r.init)
+	if err := ctx.Err(); err != nil {
+		return ctrl.Result{}, err // shutting down: start nothing new
+	}
+	// A pass, once started, runs to its end: a shutdown (SIGTERM) does not
+	// cut a Helm action off half-way, which would leave a failed revision
+	// for the next leader to roll back. The action's own timeout bounds the
+	// pass, and the manager's graceful shutdown waits longer than that.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), PassTimeout(r.Watch))
+	defer cancel()
 	obj := &unstructured.Unstructured{}
 	obj.SetGroupVersionKind(r.Watch.GVK)
 	if err := r.Client.Get(ctx, req.NamespacedName, obj); err != nil {
@@ -124,6 +133,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		return res, err
 	}
 	return r.kindStatus(ctx, p, res)
+}
+
+// PassTimeout bounds one pass of a watch's resources: its Helm action
+// (watch timeout) and the reads and writes around it.
+func PassTimeout(w watches.Watch) time.Duration {
+	t := w.Timeout
+	if t <= 0 {
+		t = watches.DefaultTimeout
+	}
+	return t + time.Minute
 }
 
 // preflight handles what needs no release: a paused resource, the

@@ -20,9 +20,13 @@ import (
 // new reconcile is requested.
 const unhealthyPrefix = "chartpilot: unhealthy: "
 
-// healthPoll is how often a release's workloads are looked at while they
-// settle; status changes of its objects wake the gate sooner.
-const healthPoll = 2 * time.Second
+// healthPoll is the first wait before the health gate looks at a release's
+// workloads again on its own, doubling to healthPollMax while they settle;
+// status changes of its objects wake the gate sooner.
+const (
+	healthPoll    = 2 * time.Second
+	healthPollMax = 2 * time.Minute
+)
 
 // queuedPoll is how often an upgrade waiting for a slot looks again on its
 // own; a freed slot wakes it sooner.
@@ -43,7 +47,8 @@ func (r *Reconciler) checkHealth(ctx context.Context, p *pass, d *desired, o Obs
 		return ctrl.Result{}, false, err
 	}
 	if len(pending) == 0 {
-		r.mem.with(p.key, func(m *memo) { m.healthyRev, m.awaiting = rel.Revision, false })
+		r.mem.with(p.key, func(m *memo) { m.healthyRev, m.awaiting, m.healthLooks = rel.Revision, false, 0 })
+		r.mem.retried(p.key, "InstallUnhealthy")
 		r.slots.end(p.key)
 		return ctrl.Result{}, true, nil
 	}
@@ -56,7 +61,7 @@ func (r *Reconciler) checkHealth(ctx context.Context, p *pass, d *desired, o Obs
 	if r.now().Sub(rel.LastDeployed) < r.Watch.HealthTimeout {
 		setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionTrue, "Progressing", "waiting for "+strings.Join(pending, "; "))
 		r.setReleaseInfo(p, rel)
-		return ctrl.Result{RequeueAfter: healthPoll}, false, nil
+		return ctrl.Result{RequeueAfter: r.mem.healthLookAfter(p.key, rel.Revision)}, false, nil
 	}
 	why := fmt.Sprintf("revision %d did not become ready within %s: %s", rel.Revision, r.Watch.HealthTimeout, strings.Join(pending, "; "))
 	res, err = r.unhealthy(p, d, rel, lastGoodBefore(history, rel.Revision), why)
@@ -67,13 +72,15 @@ func (r *Reconciler) checkHealth(ctx context.Context, p *pass, d *desired, o Obs
 // says why (there is nothing to go back to); an upgrade is condemned, so
 // that the next pass rolls it back.
 func (r *Reconciler) unhealthy(p *pass, d *desired, rel, previous *helm.Release, why string) (ctrl.Result, error) {
-	r.mem.with(p.key, func(m *memo) { m.awaiting = false })
 	if previous == nil {
 		r.slots.end(p.key)
 		setCondition(p.status, p.obj, v1alpha1.ConditionReleased, metav1.ConditionFalse, "InstallUnhealthy", why)
 		setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionTrue, "InstallUnhealthy", why)
-		return ctrl.Result{RequeueAfter: 30 * time.Second}, nil
+		// Its workloads' status changes wake it; on its own it looks again
+		// after 15 s, doubling to 15 min.
+		return ctrl.Result{RequeueAfter: r.mem.retryAfter(p.key, "InstallUnhealthy")}, nil
 	}
+	r.mem.with(p.key, func(m *memo) { m.awaiting = false })
 	if err := r.Helm.As(d.identity).MarkFailed(p.key.Namespace, p.key.Name, rel.Revision, unhealthyPrefix+why); err != nil {
 		return ctrl.Result{}, fmt.Errorf("condemning unhealthy revision: %w", err)
 	}

@@ -25,8 +25,11 @@ type memo struct {
 	statusSettled bool
 	// healthyRev is the revision last seen healthy.
 	healthyRev int
-	// awaiting: the health gate waits on the workloads.
-	awaiting bool
+	// awaiting: the health gate waits on the workloads; healthLooks counts
+	// its looks at revision healthLooksRev, for their back-off.
+	awaiting       bool
+	healthLooks    int
+	healthLooksRev int
 	// refreshToken is the reconcile-requested-at value that last refreshed
 	// the chart source.
 	refreshToken string
@@ -150,4 +153,25 @@ func (m *memory) retryAfter(key types.NamespacedName, action string) time.Durati
 // retried forgets the failures of action for key (it succeeded).
 func (m *memory) retried(key types.NamespacedName, action string) {
 	m.with(key, func(e *memo) { delete(e.retries, action) })
+}
+
+// healthLookAfter counts one more look of the health gate at revision rev
+// of key that found the workloads settling, and returns when to look again
+// on its own: healthPoll, doubling to healthPollMax. The workloads' own
+// status changes wake the gate sooner; the look on its own is a safety net
+// that costs less the longer a release stays unready.
+func (m *memory) healthLookAfter(key types.NamespacedName, rev int) time.Duration {
+	n := 0
+	m.with(key, func(e *memo) {
+		if e.healthLooksRev != rev {
+			e.healthLooksRev, e.healthLooks = rev, 0
+		}
+		e.healthLooks++
+		n = e.healthLooks
+	})
+	d := healthPoll
+	for i := 1; i < n && d < healthPollMax; i++ {
+		d *= 2
+	}
+	return min(d, healthPollMax)
 }

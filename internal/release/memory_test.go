@@ -68,3 +68,21 @@ func TestRetryBackOff(t *testing.T) {
 		t.Errorf("capped at %s, got %s", backoffMax, d)
 	}
 }
+
+// The health gate's own looks at a settling release back off (events of
+// its workloads wake it sooner); a new revision starts again at healthPoll.
+func TestHealthLooksBackOff(t *testing.T) {
+	var m memory
+	key := types.NamespacedName{Namespace: "ns", Name: "a"}
+	var got []time.Duration
+	for range 8 {
+		got = append(got, m.healthLookAfter(key, 2))
+	}
+	want := []time.Duration{2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 32 * time.Second, 64 * time.Second, 2 * time.Minute, 2 * time.Minute}
+	if !slices.Equal(got, want) {
+		t.Errorf("looks at a settling revision wait %v, want %v", got, want)
+	}
+	if d := m.healthLookAfter(key, 3); d != healthPoll {
+		t.Errorf("the first look at a new revision waits %s, want %s", d, healthPoll)
+	}
+}

@@ -265,6 +265,7 @@ func addReconcilers(o Options, mgr manager.Manager, scheme *runtime.Scheme, sour
 	}
 	shared.Helm.UseRecords(helm.Records{Key: key, MaxSize: o.MaxRecordSize})
 	shared.SkipNameValidation = o.SeveralInProcess
+	shared.DigestKey = key
 	tn := &tenancy.Tenancy{Client: mgr.GetClient(), Resources: resourcesFunc(mgr.GetClient(), o.Watches, sources, o.Kinds)}
 	registry := hooks.NewRegistry()
 	for _, h := range append([]*hooks.Hook{tn.Hook()}, o.Hooks...) {

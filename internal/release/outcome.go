@@ -34,7 +34,7 @@ func backoffDelay(count int) time.Duration {
 // survives restarts and cache lag).
 func (r *Reconciler) backoff(p *pass, digest string, history []*helm.Release) (time.Duration, *v1alpha1.Failure) {
 	f := r.lastFailure(p, digest, history)
-	if f == nil || f.Digest != digest || f.RequestedAt != p.requested || f.Count == 0 {
+	if f == nil || f.Digest != r.shown(digest) || f.RequestedAt != p.requested || f.Count == 0 {
 		return 0, nil
 	}
 	wait := backoffDelay(f.Count)
@@ -74,7 +74,7 @@ func (r *Reconciler) lastFailure(p *pass, digest string, history []*helm.Release
 	}
 	if newest != nil {
 		newer(&v1alpha1.Failure{
-			Action: "Upgrade", Digest: digest, Count: count,
+			Action: "Upgrade", Digest: r.shown(digest), Count: count,
 			Time:        metav1.NewTime(newest.LastDeployed),
 			RequestedAt: newest.Labels[LabelRequestedAt],
 		})
@@ -87,7 +87,7 @@ func (r *Reconciler) failed(p *pass, d *desired, action, reason string, err erro
 	msg := fmt.Sprintf("%s failed: %s", action, oneLine(err.Error()))
 	count := 1
 	same := func(f *v1alpha1.Failure) bool {
-		return f != nil && f.Digest == d.digest && f.Action == action && f.RequestedAt == p.requested
+		return f != nil && f.Digest == r.shown(d.digest) && f.Action == action && f.RequestedAt == p.requested
 	}
 	if f := p.status.LastFailure; same(f) {
 		count = f.Count + 1
@@ -96,7 +96,7 @@ func (r *Reconciler) failed(p *pass, d *desired, action, reason string, err erro
 		count = max(count, f.Count+1)
 	}
 	failure := &v1alpha1.Failure{
-		Action: action, Digest: d.digest, Count: count, Time: metav1.NewTime(r.now().Truncate(time.Second).UTC()),
+		Action: action, Digest: r.shown(d.digest), Count: count, Time: metav1.NewTime(r.now().Truncate(time.Second).UTC()),
 		RequestedAt: p.requested, Message: msg,
 	}
 	p.status.LastFailure = failure

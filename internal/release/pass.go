@@ -113,6 +113,15 @@ func (r *Reconciler) desire(ctx context.Context, p *pass, deployed deployedState
 		d.held = true
 		return d
 	}
+	secrets, err := r.overrideSecrets(ctx)
+	if err != nil {
+		r.holdOverrides(p, d, err)
+		return d
+	}
+	if secrets != nil {
+		r.mem.retried(p.key, "OverrideSecret")
+		layers = append(layers, values.Layer{Name: "overrides from Secrets", Values: secrets})
+	}
 	if d.identity, d.stall = r.identity(ctx, d.identity, p.key.Namespace); d.stall != nil {
 		return d
 	}

@@ -66,9 +66,16 @@ type Reconciler struct {
 	DefaultServiceAccount string
 	// Holder names this process on the revisions it starts (see Holder).
 	Holder Holder
+	// DigestKey keys the values digests shown in status, events and history
+	// (HMAC-SHA256): status is read by roles that cannot read Secrets, and
+	// a plain hash of the values would let them test guesses of a secret
+	// value. Empty: a key made at random per process.
+	DigestKey []byte
 
 	deps     *dependents
 	initOnce sync.Once
+	keyOnce  sync.Once
+	secrets  secretReads
 	mem      memory
 	slots    slots
 	// sourceRefresh rate-limits refreshes of the source asked for by resources.

@@ -61,6 +61,8 @@ type Shared struct {
 	Dependents cache.Cache
 	// SkipNameValidation allows several managers in one process (tests).
 	SkipNameValidation bool
+	// DigestKey keys the digests shown in status (see Reconciler.DigestKey).
+	DigestKey []byte
 }
 
 // NewShared builds the shared clients and caches and adds the caches to mgr.
@@ -152,6 +154,9 @@ func (r *Reconciler) useManager(mgr manager.Manager, sh *Shared) {
 	r.Helm = sh.Helm
 	r.Dynamic = sh.Dynamic
 	r.Releases = sh.Releases
+	if r.DigestKey == nil {
+		r.DigestKey = sh.DigestKey
+	}
 	if r.Client == nil {
 		r.Client = mgr.GetClient()
 	}

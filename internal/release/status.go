@@ -251,7 +251,7 @@ func (r *Reconciler) setReleaseInfo(p *pass, rel *helm.Release) {
 		ChartVersion: rel.ChartVersion,
 		AppVersion:   rel.AppVersion,
 		Status:       string(rel.Status),
-		ValuesDigest: rel.Labels[LabelDigest],
+		ValuesDigest: r.shown(rel.Labels[LabelDigest]),
 	}
 	if !rel.LastDeployed.IsZero() {
 		t := metav1.NewTime(rel.LastDeployed.Truncate(time.Second).UTC())
@@ -268,7 +268,7 @@ func (r *Reconciler) setReleaseInfo(p *pass, rel *helm.Release) {
 func (r *Reconciler) recordHistory(p *pass, digest, action string, rel *helm.Release, ok bool, msg string) {
 	e := v1alpha1.HistoryEntry{
 		Action:    action,
-		Digest:    digest,
+		Digest:    r.shown(digest),
 		Succeeded: ok,
 		Time:      metav1.NewTime(r.now().Truncate(time.Second).UTC()),
 		Message:   msg,

@@ -131,8 +131,11 @@ type Watch struct {
 	Chart string
 	// Remote is the chart's repository or registry (nil for a path).
 	Remote *RemoteChart
-	// OverrideValues is the highest values layer, with $ENV expanded.
+	// OverrideValues is the highest values layer, with $ENV expanded and
+	// without the entries read from Secrets (SecretValues).
 	OverrideValues map[string]any
+	// SecretValues are the overrideValues entries read from Secrets.
+	SecretValues []SecretValue
 	// Hooks are hook names, run in this order.
 	Hooks []string
 	// ReconcilePeriod is the safety-net resync period.
@@ -272,6 +275,9 @@ func validate(e entry, baseDir string, lookupEnv func(string) (string, bool)) (W
 		vals = map[string]any{}
 	}
 	w.OverrideValues = vals.(map[string]any)
+	if w.SecretValues, err = takeSecretValues(w.OverrideValues, nil); err != nil {
+		return w, err
+	}
 
 	seenHooks := map[string]bool{}
 	for i, h := range e.Hooks {

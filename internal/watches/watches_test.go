@@ -22,6 +22,9 @@ func TestParseValid(t *testing.T) {
     image:
       tag: $TAG
       repo: "${REPO}/redis"
+      pullSecret:
+        valueFrom:
+          secretKeyRef: {namespace: ops, name: registry, key: token}
     price: "$$5"
     list: ["$TAG", 3]
   hooks: [tenancy, monitoring]
@@ -57,6 +60,11 @@ func TestParseValid(t *testing.T) {
 	}
 	if w.OverrideValues["price"] != "$5" {
 		t.Errorf("$$ not a literal dollar: %v", w.OverrideValues["price"])
+	}
+	if _, ok := img["pullSecret"]; ok || len(w.SecretValues) != 1 {
+		t.Errorf("secret value not taken out of the override values: %v, %v", img, w.SecretValues)
+	} else if sv := w.SecretValues[0]; sv.Field() != "overrideValues.image.pullSecret" || sv.Namespace != "ops" || sv.Name != "registry" || sv.Key != "token" {
+		t.Errorf("secret value %+v (%s)", sv, sv.Field())
 	}
 	if l := w.OverrideValues["list"].([]any); l[0] != "7.2" {
 		t.Errorf("list not expanded: %v", l)
@@ -102,6 +110,12 @@ func TestParseErrorsNameEntryAndField(t *testing.T) {
 		"bad version":             {"- group: chartpilot.dev\n  version: one\n  kind: Redis\n  chart: testdata/chart\n", []string{"field version"}},
 		"no group":                {"- version: v1\n  kind: Redis\n  chart: testdata/chart\n", []string{"field group: required"}},
 		"unset env":               {base + "  overrideValues:\n    a:\n      b: $NOPE\n", []string{"field overrideValues.a.b", "NOPE is not set"}},
+		"secret ref no namespace": {base + "  overrideValues:\n    a:\n      valueFrom: {secretKeyRef: {name: s, key: k}}\n", []string{"field overrideValues.a.valueFrom.secretKeyRef.namespace"}},
+		"secret ref bad key":      {base + "  overrideValues:\n    a:\n      valueFrom: {secretKeyRef: {namespace: ns, name: s, key: \"a b\"}}\n", []string{"field overrideValues.a.valueFrom.secretKeyRef.key"}},
+		"secret ref extra field":  {base + "  overrideValues:\n    a:\n      valueFrom: {secretKeyRef: {namespace: ns, name: s, key: k, optional: true}}\n", []string{"field overrideValues.a.valueFrom.secretKeyRef.optional"}},
+		"secret ref sibling":      {base + "  overrideValues:\n    a:\n      b: 1\n      valueFrom: {secretKeyRef: {namespace: ns, name: s, key: k}}\n", []string{"field overrideValues.a", "only key"}},
+		"secret ref in list":      {base + "  overrideValues:\n    a: [{valueFrom: {secretKeyRef: {namespace: ns, name: s, key: k}}}]\n", []string{"field overrideValues.a", "inside a list"}},
+		"secret ref configmap":    {base + "  overrideValues:\n    a:\n      valueFrom: {configMapKeyRef: {namespace: ns, name: s, key: k}}\n", []string{"field overrideValues.a.valueFrom", "secretKeyRef"}},
 		"bad period":              {base + "  reconcilePeriod: 5s\n", []string{"field reconcilePeriod"}},
 		"bad concurrency":         {base + "  maxConcurrentReconciles: 0\n", []string{"field maxConcurrentReconciles"}},
 		"bad history":             {base + "  maxHistory: 1\n", []string{"field maxHistory"}},

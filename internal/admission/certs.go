@@ -34,8 +34,12 @@ const (
 // SelfSigned keeps a self-signed CA and a serving certificate for the
 // webhook in the Secret (shared by every replica), renews them 30 days
 // before they expire, writes them to Dir (tls.crt, tls.key, ca.crt: the
-// webhook server reloads them when they change), and writes the CA into the
-// caBundle of the ValidatingWebhookConfiguration Config.
+// webhook server reloads them when they change), and writes the CAs into
+// the caBundle of the ValidatingWebhookConfiguration Config. A renewal
+// keeps the previous CA in the bundle (Secret key ca-bundle.crt) until it
+// expires: a replica still serving the previous certificate (it looks at
+// the Secret hourly) is trusted meanwhile, and the bundle is in place
+// before any replica serves the new one.
 type SelfSigned struct {
 	Dir      string
 	DNSNames []string
@@ -81,6 +85,7 @@ func (s *SelfSigned) Ensure(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		files[bundleKey] = files["ca.crt"]
 		secret = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: s.Secret.Namespace, Name: s.Secret.Name}, Type: corev1.SecretTypeTLS, Data: files}
 		err = s.Client.Create(ctx, secret)
 		switch {
@@ -101,6 +106,11 @@ func (s *SelfSigned) Ensure(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		previous := secret.Data[bundleKey]
+		if len(previous) == 0 {
+			previous = secret.Data["ca.crt"]
+		}
+		files[bundleKey] = append(append([]byte{}, files["ca.crt"]...), previous...)
 		secret.Data = files
 		// Optimistic locking: if another replica renewed first, this fails
 		// and the next round reads its certificates.
@@ -109,10 +119,39 @@ func (s *SelfSigned) Ensure(ctx context.Context) error {
 		}
 		s.Log.Info("Renewed self-signed webhook certificates", "secret", s.Secret.String())
 	}
-	if err := s.writeFiles(secret.Data); err != nil {
+	bundle := secret.Data[bundleKey]
+	if len(bundle) == 0 {
+		bundle = secret.Data["ca.crt"]
+	}
+	// The bundle first: every certificate a replica may serve from here on
+	// is trusted before this one serves it.
+	if err := s.injectCA(ctx, unexpired(bundle, s.now(), secret.Data["ca.crt"])); err != nil {
 		return err
 	}
-	return s.injectCA(ctx, secret.Data["ca.crt"])
+	return s.writeFiles(secret.Data)
+}
+
+// bundleKey holds, in the Secret, the current CA and the previous ones.
+const bundleKey = "ca-bundle.crt"
+
+// unexpired keeps the certificates of a PEM bundle that are valid at now,
+// and always current (the CA that signs the serving certificate).
+func unexpired(bundle []byte, now time.Time, current []byte) []byte {
+	out := append([]byte{}, current...)
+	for rest := bundle; ; {
+		var block *pem.Block
+		block, rest = pem.Decode(rest)
+		if block == nil {
+			return out
+		}
+		enc := pem.EncodeToMemory(block)
+		if bytes.Contains(out, enc) {
+			continue
+		}
+		if cert, err := x509.ParseCertificate(block.Bytes); err == nil && now.Before(cert.NotAfter) {
+			out = append(out, enc...)
+		}
+	}
 }
 
 // expiring reports whether a PEM certificate is missing, unreadable or

@@ -91,8 +91,50 @@ func TestSelfSignedCertificatesCreatedInjectedRenewed(t *testing.T) {
 	if err := c.Get(ctx, types.NamespacedName{Name: vwc.Name}, vwc); err != nil {
 		t.Fatal(err)
 	}
+	// The bundle trusts the new certificate and, until the other replica
+	// has read the Secret again, the previous one it still serves.
+	bundle := vwc.Webhooks[0].ClientConfig.CABundle
+	verifyWith(t, bundle, dir, "webhook."+ns+".svc", later)
+	verifyWith(t, bundle, dir2, "webhook."+ns+".svc", later)
+	if err := s2.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(verify(t, dir2, "webhook."+ns+".svc", later), renewed) {
+		t.Fatal("the other replica did not take the renewed certificates")
+	}
+	// Once the previous CA has expired, the bundle holds the new one only.
+	expired := now.Add(certValidity + time.Hour)
+	s.Now = func() time.Time { return expired }
+	if err := s.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, types.NamespacedName{Name: vwc.Name}, vwc); err != nil {
+		t.Fatal(err)
+	}
 	if !bytes.Equal(vwc.Webhooks[0].ClientConfig.CABundle, renewed) {
-		t.Fatal("caBundle not updated after renewal")
+		t.Fatalf("caBundle after the previous CA expired holds %d bytes, want the renewed CA only", len(vwc.Webhooks[0].ClientConfig.CABundle))
+	}
+}
+
+// verifyWith checks that tls.crt in dir verifies for host at time at with
+// the CAs of bundle.
+func verifyWith(t *testing.T, bundle []byte, dir, host string, at time.Time) {
+	t.Helper()
+	certPEM, err := os.ReadFile(filepath.Join(dir, "tls.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(bundle) {
+		t.Fatal("caBundle holds no certificate")
+	}
+	block, _ := pem.Decode(certPEM)
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cert.Verify(x509.VerifyOptions{DNSName: host, Roots: pool, CurrentTime: at}); err != nil {
+		t.Fatalf("the certificate served from %s does not verify with caBundle: %v", dir, err)
 	}
 }
 

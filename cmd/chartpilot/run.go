@@ -48,6 +48,7 @@ type runOptions struct {
 	recordKeySecret         string
 	maxRecordSize           int64
 	maxIndexSize            int64
+	maxResourceSize         int
 	maxArchiveSize          int64
 	qps                     float64
 	burst                   int
@@ -74,6 +75,7 @@ func parseRunFlags(args []string) (*runOptions, error) {
 	fs.Int64Var(&o.maxRecordSize, "max-release-record-size", 16<<20, "largest decompressed size of a release record, in bytes; a larger record is refused, not decoded")
 	fs.Int64Var(&o.maxIndexSize, "max-index-size", source.DefaultMaxIndexSize, "largest repository index (index.yaml) a remote chart source downloads, in bytes; a larger one is cut off and refused")
 	fs.Int64Var(&o.maxArchiveSize, "max-chart-size", source.DefaultMaxArchiveSize, "largest chart archive, OCI manifest or OCI layer a remote chart source downloads, in bytes; a larger one is cut off and refused")
+	fs.IntVar(&o.maxResourceSize, "max-resource-size", admission.DefaultMaxObjectSize, "largest resource of a watched kind the admission webhook lets be created or have its spec changed, in bytes of JSON")
 	fs.StringVar(&o.chartCacheDir, "chart-cache-dir", "", "directory for remote charts and their version lists (default: the user cache directory, e.g. ~/.cache/chartpilot/charts)")
 	fs.IntVar(&o.webhookPort, "webhook-port", 0, "port of the validating admission webhook; 0 disables it (config/manager uses 9443)")
 	fs.StringVar(&o.webhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "directory of the webhook's tls.crt and tls.key")
@@ -109,6 +111,9 @@ func parseRunFlags(args []string) (*runOptions, error) {
 	}
 	if o.maxArchiveSize < 64<<10 {
 		return nil, fmt.Errorf("--max-chart-size %d: at least 65536 (64 KiB)", o.maxArchiveSize)
+	}
+	if o.maxResourceSize < 4<<10 {
+		return nil, fmt.Errorf("--max-resource-size %d: at least 4096", o.maxResourceSize)
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %v: chartpilot run takes flags only", fs.Args())
@@ -207,6 +212,7 @@ func run(ctx context.Context, args []string) error {
 		MaxRecordSize:           o.maxRecordSize,
 		MaxIndexSize:            o.maxIndexSize,
 		MaxArchiveSize:          o.maxArchiveSize,
+		MaxResourceSize:         o.maxResourceSize,
 	})
 	if err != nil {
 		return err

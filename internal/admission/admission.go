@@ -32,9 +32,24 @@ type Kind struct {
 	Chart func() (name, version string)
 }
 
+// DefaultMaxObjectSize bounds a watched resource at admission: its spec
+// lands in the release record twice (values and rendered manifest), which
+// must fit in a Secret's 1 MiB.
+const DefaultMaxObjectSize = 256 << 10
+
 // Handler validates resources of the watched kinds.
 type Handler struct {
 	Kinds map[schema.GroupVersionKind]Kind
+	// MaxObjectSize bounds a created or spec-changed resource, in bytes of
+	// JSON (0: DefaultMaxObjectSize).
+	MaxObjectSize int
+}
+
+func (h *Handler) maxObjectSize() int {
+	if h.MaxObjectSize > 0 {
+		return h.MaxObjectSize
+	}
+	return DefaultMaxObjectSize
 }
 
 var _ admission.Handler = (*Handler)(nil)
@@ -58,9 +73,6 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 			return admission.Denied(err.Error())
 		}
 	}
-	if len(k.Hooks) == 0 {
-		return admission.Allowed("")
-	}
 	if len(req.OldObject.Raw) > 0 {
 		old := &unstructured.Unstructured{}
 		if err := json.Unmarshal(req.OldObject.Raw, &old.Object); err == nil && equality.Semantic.DeepEqual(old.Object["spec"], obj.Object["spec"]) {
@@ -68,6 +80,13 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 			// never refused: only a new spec is checked.
 			return admission.Allowed("spec unchanged")
 		}
+	}
+	if n, max := len(req.Object.Raw), h.maxObjectSize(); n > max {
+		return admission.Denied(fmt.Sprintf("%s %s is %d KiB and a resource of a watched kind may be at most %d KiB (its spec is stored twice in a release record, which must fit in a Secret): make spec smaller, or raise the manager's --max-resource-size",
+			gvk.Kind, obj.GetName(), (n+1023)/1024, max/1024))
+	}
+	if len(k.Hooks) == 0 {
+		return admission.Allowed("")
 	}
 	var chartName, chartVersion string
 	if k.Chart != nil {

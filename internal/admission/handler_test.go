@@ -61,3 +61,35 @@ func TestHandlerChecksPolicyAnnotations(t *testing.T) {
 		}
 	}
 }
+
+// A created or spec-changed resource over the size limit is refused, naming
+// the sizes and the flag; a metadata change of one is not (its finalizer
+// must always come off).
+func TestHandlerBoundsObjectSize(t *testing.T) {
+	h := &Handler{Kinds: map[schema.GroupVersionKind]Kind{{Group: "chartpilot.dev", Version: "v1alpha1", Kind: "Redis"}: {}}, MaxObjectSize: 4 << 10}
+	obj := func(spec string, ann map[string]string) []byte {
+		b, _ := json.Marshal(map[string]any{"apiVersion": "chartpilot.dev/v1alpha1", "kind": "Redis",
+			"metadata": map[string]any{"name": "r", "namespace": "ns", "annotations": ann}, "spec": map[string]any{"config": spec}})
+		return b
+	}
+	big := strings.Repeat("x", 8<<10)
+	req := func(old, new []byte) admission.Request {
+		return admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
+			Kind:   metav1.GroupVersionKind{Group: "chartpilot.dev", Version: "v1alpha1", Kind: "Redis"},
+			Object: runtime.RawExtension{Raw: new}, OldObject: runtime.RawExtension{Raw: old},
+		}}
+	}
+	ctx := context.Background()
+	if resp := h.Handle(ctx, req(nil, obj(big, nil))); resp.Allowed || !strings.Contains(resp.Result.Message, "at most 4 KiB") || !strings.Contains(resp.Result.Message, "--max-resource-size") {
+		t.Errorf("an 8 KiB create under a 4 KiB limit: allowed=%v %q", resp.Allowed, resp.Result.Message)
+	}
+	if resp := h.Handle(ctx, req(obj("small", nil), obj(big, nil))); resp.Allowed {
+		t.Error("a spec grown over the limit was allowed")
+	}
+	if resp := h.Handle(ctx, req(obj(big, nil), obj(big, map[string]string{"a": "b"}))); !resp.Allowed {
+		t.Errorf("a metadata change of an oversized resource was refused: %q", resp.Result.Message)
+	}
+	if resp := h.Handle(ctx, req(nil, obj("small", nil))); !resp.Allowed {
+		t.Errorf("a small create was refused: %q", resp.Result.Message)
+	}
+}

@@ -75,6 +75,22 @@ func (e *RecordError) Error() string {
 	return fmt.Sprintf("release record %s was not written by chartpilot or was changed since (no valid MAC)", e.Record)
 }
 
+// MaxStoredRecord is the most a release record may hold, encoded: the data
+// of a Secret is limited to 1 MiB by the API server.
+const MaxStoredRecord = 1 << 20
+
+// RecordTooLargeError is a release whose record would not fit in a
+// Secret: nothing is stored, nothing applied.
+type RecordTooLargeError struct {
+	Release string
+	Size    int
+}
+
+func (e *RecordTooLargeError) Error() string {
+	return fmt.Sprintf("the record of release %s would hold %d KiB (chart, values and rendered manifest, compressed and base64-encoded) and a Secret holds at most %d KiB: "+
+		"nothing was stored or applied; make the resource's spec (or the chart) smaller", e.Release, (e.Size+1023)/1024, MaxStoredRecord/1024)
+}
+
 // recordDriver stores releases in Secrets as Helm's own Secrets driver
 // does (the same format: the helm CLI reads them), adding a MAC label and
 // a size limit on decoding.
@@ -212,6 +228,10 @@ func (d *recordDriver) encode(key string, rel *release.Release, stamp string) (*
 	if err := zw.Close(); err != nil {
 		return nil, err
 	}
+	data := base64.StdEncoding.EncodeToString(buf.Bytes())
+	if len(data) > MaxStoredRecord {
+		return nil, &RecordTooLargeError{Release: rel.Name, Size: len(data)}
+	}
 	l := map[string]string{}
 	for k, v := range rel.Labels {
 		l[k] = v
@@ -226,7 +246,7 @@ func (d *recordDriver) encode(key string, rel *release.Release, stamp string) (*
 	return &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: key, Labels: l},
 		Type:       "helm.sh/release.v1",
-		Data:       map[string][]byte{"release": []byte(base64.StdEncoding.EncodeToString(buf.Bytes()))},
+		Data:       map[string][]byte{"release": []byte(data)},
 	}, nil
 }
 

@@ -79,6 +79,9 @@ type Options struct {
 	// downloads: the repository index; a chart archive, OCI manifest or
 	// layer (0: the defaults, 32 MiB and 20 MiB).
 	MaxIndexSize, MaxArchiveSize int64
+	// MaxResourceSize bounds, at admission, a created or spec-changed
+	// resource of a watched kind (0: admission.DefaultMaxObjectSize).
+	MaxResourceSize int
 	// DefaultServiceAccount is the ServiceAccount Helm runs as in a
 	// resource's namespace when neither its Tenant nor its watch names one;
 	// set, it also locks the operator down: nothing runs as the manager.
@@ -302,7 +305,7 @@ func addReconcilers(o Options, mgr manager.Manager, scheme *runtime.Scheme, sour
 // addWebhook serves the validating webhook, with self-signed certificates
 // made now (the server reads them when it starts) and rotated, when asked.
 func addWebhook(o Options, mgr manager.Manager, scheme *runtime.Scheme, admitted map[schema.GroupVersionKind]admission.Kind) error {
-	mgr.GetWebhookServer().Register(admission.Path, &webhook.Admission{Handler: &admission.Handler{Kinds: admitted}})
+	mgr.GetWebhookServer().Register(admission.Path, &webhook.Admission{Handler: &admission.Handler{Kinds: admitted, MaxObjectSize: o.MaxResourceSize}})
 	// Ready only once the webhook serves: its failurePolicy is Fail.
 	if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
 		return err

@@ -28,7 +28,7 @@ func (r *Reconciler) upgrade(ctx context.Context, p *pass, d *desired, o Observa
 	rel, err := timed("upgrade", func() (*helm.Release, error) { return r.Helm.As(d.identity).Upgrade(ctx, d.chart, opts) })
 	if err != nil {
 		r.slots.end(p.key)
-		if rel == nil || rel.Revision <= prevRevision {
+		if rel == nil || rel.Revision <= prevRevision || tooLarge(err) {
 			res := r.failed(p, d, "Upgrade", "UpgradeFailed", err, nil)
 			r.stall(p, renderStallReason(err), fmt.Sprintf("Upgrade failed before anything was applied; revision %d keeps running: %s", prevRevision, oneLine(err.Error())))
 			return res, nil

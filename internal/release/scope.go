@@ -45,7 +45,18 @@ func renderStallReason(err error) string {
 	if errors.As(err, &se) {
 		return "ObjectOutOfScope"
 	}
+	var tl *helm.RecordTooLargeError
+	if errors.As(err, &tl) {
+		return "ReleaseTooLarge"
+	}
 	return "RenderFailed"
+}
+
+// tooLarge reports whether an action failed because its release record
+// would not fit in a Secret (nothing was stored or applied).
+func tooLarge(err error) bool {
+	var tl *helm.RecordTooLargeError
+	return errors.As(err, &tl)
 }
 
 // stallOutOfScope stalls the resource when err says its release holds an

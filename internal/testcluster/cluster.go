@@ -15,6 +15,7 @@ package testcluster
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -75,6 +76,10 @@ type Options struct {
 	WebhookInstallOptions envtest.WebhookInstallOptions
 	// Log receives one line per start-up step; nil discards.
 	Log io.Writer
+	// AuditUsers, when set, makes the API server write an audit log
+	// (Cluster.AuditLogPath, JSON lines at level Metadata) of every request
+	// these users make, and of nothing else (see User).
+	AuditUsers []string
 }
 
 // Cluster is a running local control plane.
@@ -87,6 +92,8 @@ type Cluster struct {
 	Dir, LogDir string
 	// Env is the underlying envtest environment (webhook install options, CRDs).
 	Env *envtest.Environment
+	// AuditLogPath is the API server's audit log (Options.AuditUsers).
+	AuditLogPath string
 
 	opts      Options
 	tempDir   bool
@@ -260,6 +267,25 @@ func (c *Cluster) startAPI(opts Options) error {
 		api.Port = strconv.Itoa(opts.APIServerPort)
 	}
 	api.Configure().Set("service-cluster-ip-range", ServiceClusterIPRange)
+	if len(opts.AuditUsers) > 0 {
+		policy := filepath.Join(c.Dir, "audit-policy.yaml")
+		users, _ := json.Marshal(opts.AuditUsers)
+		if err := os.WriteFile(policy, []byte(fmt.Sprintf(`apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: Metadata
+    users: %s
+  - level: None
+`, users)), 0o644); err != nil {
+			return err
+		}
+		c.AuditLogPath = filepath.Join(c.LogDir, "audit.log")
+		api.Configure().Set("audit-policy-file", policy)
+		api.Configure().Set("audit-log-path", c.AuditLogPath)
+		api.Configure().Set("audit-log-format", "json")
+		api.Configure().Set("audit-log-maxsize", "0")
+	}
 	env.ControlPlane.APIServer = api
 	c.Env = env
 	cfg, err := env.Start()

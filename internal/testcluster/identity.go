@@ -3,6 +3,8 @@ package testcluster
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -11,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
 // ServiceAccountConfig makes ServiceAccount namespace/name (and its
@@ -52,4 +55,20 @@ func (c *Cluster) ServiceAccountConfig(namespace, name string, rules []rbacv1.Po
 	cfg := rest.AnonymousClientConfig(c.Config)
 	cfg.BearerToken = tok.Status.Token
 	return cfg, nil
+}
+
+// User writes a kubeconfig for a user of the given name and groups
+// (authenticated by a client certificate) and returns its path: a process
+// run with it shows in the audit log under that name.
+func (c *Cluster) User(name string, groups []string) (string, error) {
+	u, err := c.Env.ControlPlane.AddUser(envtest.User{Name: name, Groups: groups}, nil)
+	if err != nil {
+		return "", fmt.Errorf("user %s: %w", name, err)
+	}
+	kc, err := u.KubeConfig()
+	if err != nil {
+		return "", fmt.Errorf("kubeconfig of %s: %w", name, err)
+	}
+	path := filepath.Join(c.Dir, "kubeconfig-"+name)
+	return path, os.WriteFile(path, kc, 0o600)
 }

@@ -106,21 +106,22 @@ func fail(err error) {
 }
 
 type phase struct {
-	requests map[string]float64 // operator's API requests by HTTP method
-	helm     float64            // Helm actions run
-	skipped  float64            // passes that rendered nothing (fast path)
-	drift    float64            // drift checks
-	wall     time.Duration
+	name    string
+	req     requests // the operator's API requests, from the audit log
+	helm    float64  // Helm actions run
+	skipped float64  // passes that rendered nothing (fast path)
+	drift   float64  // drift checks
+	wall    time.Duration
+	cpu     float64 // the operator's CPU seconds
 }
 
 type result struct {
-	n                int
-	converge         time.Duration
-	reconcileRequest phase
-	resync           phase
-	idle             phase
-	peakRSS          float64 // MiB
-	peakHeap         float64 // MiB
+	n        int
+	converge time.Duration
+	upgrade  time.Duration
+	phases   []phase
+	peakRSS  float64 // MiB
+	peakHeap float64 // MiB
 }
 
 func runOne(root string, n, concurrency int, idle time.Duration) (result, error) {
@@ -132,17 +133,21 @@ func runOne(root string, n, concurrency int, idle time.Duration) (result, error)
 		return res, err
 	}
 	defer func() { _ = c.Stop() }()
+	audit := &auditLog{path: c.AuditLogPath}
 	watchesFile := filepath.Join(c.Dir, "watches.yaml")
 	if err := os.WriteFile(watchesFile, []byte(fmt.Sprintf(
 		"- {group: test.chartpilot.dev, version: v1alpha1, kind: Webapp, chart: %s, maxConcurrentReconciles: %d}\n",
 		filepath.Join(root, "test", "charts", "webapp"), concurrency)), 0o644); err != nil {
 		return res, err
 	}
+	if _, err := audit.take(); err != nil {
+		return res, err
+	}
 	metricsAddr, op, stopOp, err := startOperator(c, root, watchesFile)
 	if err != nil {
 		return res, err
 	}
-	defer stopOp()
+	defer func() { stopOp() }()
 
 	// Sample peak heap while the operator works.
 	var heapMu sync.Mutex
@@ -155,7 +160,10 @@ func runOne(root string, n, concurrency int, idle time.Duration) (result, error)
 				return
 			case <-time.After(500 * time.Millisecond):
 			}
-			if m, err := scrape("http://" + metricsAddr + "/metrics"); err == nil {
+			heapMu.Lock()
+			addr := metricsAddr
+			heapMu.Unlock()
+			if m, err := scrape("http://" + addr + "/metrics"); err == nil {
 				heapMu.Lock()
 				peakHeap = math.Max(peakHeap, m.sum("go_memstats_heap_inuse_bytes", nil))
 				heapMu.Unlock()
@@ -163,7 +171,7 @@ func runOne(root string, n, concurrency int, idle time.Duration) (result, error)
 		}
 	}()
 
-	// Converge: spread over 10 namespaces, as a fleet would be.
+	// Install: spread over 10 namespaces, as a fleet would be.
 	namespaces := make([]string, 10)
 	for i := range namespaces {
 		namespaces[i] = fmt.Sprintf("bench-%d", i)
@@ -171,54 +179,155 @@ func runOne(root string, n, concurrency int, idle time.Duration) (result, error)
 			return res, err
 		}
 	}
+	nsOf := func(i int) string { return namespaces[i%len(namespaces)] }
 	logf("N=%d: creating %d resources", n, n)
-	start := time.Now()
-	if err := createWebapps(ctx, dyn, n, func(i int) string { return namespaces[i%len(namespaces)] }); err != nil {
+	install, err := measure(audit, metricsAddr, op, "install (create → all Ready)", n, func() error {
+		start := time.Now()
+		if err := createWebapps(ctx, dyn, n, nsOf); err != nil {
+			return err
+		}
+		if err := waitAllReady(ctx, dyn, n, 20*time.Minute); err != nil {
+			return err
+		}
+		res.converge = time.Since(start)
+		return nil
+	})
+	if err != nil {
 		return res, err
 	}
-	if err := waitAllOn(ctx, dyn, n, "", 20*time.Minute); err != nil {
-		return res, err
-	}
-	res.converge = time.Since(start)
 	logf("N=%d: converged in %s", n, res.converge.Round(time.Millisecond))
-	time.Sleep(5 * time.Second) // let the last status writes and events settle
+	res.phases = append(res.phases, install)
 
-	touch := func(patch func(i int) string) error {
+	patchAll := func(patch func(i int) string) error {
 		return parallel(n, 16, func(i int) error {
-			_, err := dyn.Resource(gvr).Namespace(namespaces[i%len(namespaces)]).Patch(ctx, fmt.Sprintf("app-%04d", i),
+			_, err := dyn.Resource(gvr).Namespace(nsOf(i)).Patch(ctx, fmt.Sprintf("app-%04d", i),
 				types.MergePatchType, []byte(patch(i)), metav1.PatchOptions{})
 			return err
 		})
 	}
-	res.reconcileRequest, err = measure(metricsAddr, n, func() error {
-		return touch(func(int) string {
+	upgrade, err := measure(audit, metricsAddr, op, "upgrade (values change → all Ready)", n, func() error {
+		start := time.Now()
+		if err := patchAll(func(i int) string { return fmt.Sprintf(`{"spec":{"message":"hello again %d"}}`, i) }); err != nil {
+			return err
+		}
+		if err := waitAllReady(ctx, dyn, n, 20*time.Minute); err != nil {
+			return err
+		}
+		res.upgrade = time.Since(start)
+		return nil
+	})
+	if err != nil {
+		return res, err
+	}
+	res.phases = append(res.phases, upgrade)
+	for _, ph := range []struct {
+		name  string
+		patch func(int) string
+	}{
+		{"reconcile request (+drift check)", func(int) string {
 			return `{"metadata":{"annotations":{"chartpilot.dev/reconcile-requested-at":"` + time.Now().Format(time.RFC3339Nano) + `"}}}`
-		})
-	})
+		}},
+		{"resync (label touch)", func(int) string { return `{"metadata":{"labels":{"bench-touch":"1"}}}` }},
+	} {
+		p, err := measure(audit, metricsAddr, op, ph.name, n, func() error { return patchAll(ph.patch) })
+		if err != nil {
+			return res, err
+		}
+		res.phases = append(res.phases, p)
+	}
+	p, err := measure(audit, metricsAddr, op, fmt.Sprintf("idle %s", idle), 0, func() error { time.Sleep(idle); return nil })
 	if err != nil {
 		return res, err
 	}
-	res.resync, err = measure(metricsAddr, n, func() error {
-		return touch(func(int) string { return `{"metadata":{"labels":{"bench-touch":"1"}}}` })
-	})
-	if err != nil {
-		return res, err
-	}
-	res.idle, err = measure(metricsAddr, 0, func() error { time.Sleep(idle); return nil })
-	if err != nil {
-		return res, err
-	}
+	res.phases = append(res.phases, p)
 	close(stopSampling)
 	heapMu.Lock()
 	res.peakHeap = peakHeap / (1 << 20)
 	heapMu.Unlock()
-	res.peakRSS, err = peakRSS(op.Process.Pid)
-	return res, err
+	if res.peakRSS, err = peakRSS(op.Process.Pid); err != nil {
+		return res, err
+	}
+
+	// Restart over the converged fleet: a new process, from its start
+	// until it has been quiet for a while.
+	stopOp()
+	if _, err := audit.take(); err != nil {
+		return res, err
+	}
+	start := time.Now()
+	var addr string
+	if addr, op, stopOp, err = startOperator(c, root, watchesFile); err != nil {
+		return res, err
+	}
+	restart, err := measure(audit, addr, op, "restart (new process over the converged fleet)", n, func() error { return nil })
+	if err != nil {
+		return res, err
+	}
+	restart.wall = time.Since(start)
+	res.phases = append(res.phases, restart)
+
+	del, err := measure(audit, addr, op, "delete (all → gone)", n, func() error {
+		if err := parallel(n, 16, func(i int) error {
+			return dyn.Resource(gvr).Namespace(nsOf(i)).Delete(ctx, fmt.Sprintf("app-%04d", i), metav1.DeleteOptions{})
+		}); err != nil {
+			return err
+		}
+		return waitGone(ctx, dyn, 20*time.Minute)
+	})
+	if err != nil {
+		return res, err
+	}
+	res.phases = append(res.phases, del)
+	return res, nil
+}
+
+// waitAllReady waits until n resources are Ready=True for their current
+// generation.
+func waitAllReady(ctx context.Context, dyn dynamic.Interface, n int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	ready := 0
+	for time.Now().Before(deadline) {
+		list, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{})
+		if err == nil {
+			ready = 0
+			for _, u := range list.Items {
+				conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+				for _, c := range conds {
+					m, _ := c.(map[string]any)
+					gen, _ := m["observedGeneration"].(int64)
+					if m["type"] == "Ready" && m["status"] == "True" && gen == u.GetGeneration() {
+						ready++
+					}
+				}
+			}
+			if ready >= n {
+				return nil
+			}
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	return fmt.Errorf("only %d of %d resources Ready for their generation after %s", ready, n, timeout)
+}
+
+// waitGone waits until no resource of the kind is left.
+func waitGone(ctx context.Context, dyn dynamic.Interface, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	left := -1
+	for time.Now().Before(deadline) {
+		list, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{})
+		if err == nil {
+			if left = len(list.Items); left == 0 {
+				return nil
+			}
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	return fmt.Errorf("%d resources left after %s", left, timeout)
 }
 
 // startCluster starts a full-tier local cluster with the test CRDs.
 func startCluster(ctx context.Context, root string) (*testcluster.Cluster, dynamic.Interface, kubernetes.Interface, error) {
-	c, err := testcluster.Start(ctx, testcluster.Options{Tier: testcluster.TierFull, CRDDirs: []string{filepath.Join(root, "test", "crds")}})
+	c, err := testcluster.Start(ctx, testcluster.Options{Tier: testcluster.TierFull, CRDDirs: []string{filepath.Join(root, "test", "crds")}, AuditUsers: []string{operatorUser}})
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -259,8 +368,14 @@ func startOperator(c *testcluster.Cluster, root, watchesFile string) (string, *e
 	if err != nil {
 		return "", nil, nil, err
 	}
+	// The operator authenticates as its own user, whose every request the
+	// API server's audit log records.
+	kubeconfig, err := c.User(operatorUser, []string{"system:masters"})
+	if err != nil {
+		return "", nil, nil, err
+	}
 	op := exec.Command(filepath.Join(root, "bin", "chartpilot"), "run",
-		"--kubeconfig", c.KubeconfigPath, "--watches", watchesFile,
+		"--kubeconfig", kubeconfig, "--watches", watchesFile,
 		"--metrics-bind-address", metricsAddr, "--health-probe-bind-address", probeAddr,
 		"--chart-cache-dir", filepath.Join(c.Dir, "chart-cache"))
 	op.Stdout, op.Stderr = logFile, logFile
@@ -281,13 +396,19 @@ func startOperator(c *testcluster.Cluster, root, watchesFile string) (string, *e
 	return metricsAddr, op, stop, nil
 }
 
-// measure runs action and reports the operator's work until it is quiet again.
-func measure(metricsAddr string, passes int, action func() error) (phase, error) {
+// measure runs action and reports the operator's work until it is quiet
+// again: its API requests from the audit log, its passes and Helm actions
+// from its metrics, its CPU time from /proc.
+func measure(audit *auditLog, metricsAddr string, op *exec.Cmd, name string, passes int, action func() error) (phase, error) {
 	url := "http://" + metricsAddr + "/metrics"
+	if _, err := audit.take(); err != nil {
+		return phase{}, err
+	}
 	before, err := scrape(url)
 	if err != nil {
 		return phase{}, err
 	}
+	cpu0, _ := cpuSeconds(op.Process.Pid)
 	start := time.Now()
 	if err := action(); err != nil {
 		return phase{}, err
@@ -311,13 +432,17 @@ func measure(metricsAddr string, passes int, action func() error) (phase, error)
 			break
 		}
 	}
-	p := phase{requests: map[string]float64{}, wall: time.Since(start)}
-	for _, verb := range []string{"GET", "POST", "PUT", "PATCH", "DELETE"} {
-		p.requests[verb] = after.sum("rest_client_requests_total", map[string]string{"method": verb}) - before.sum("rest_client_requests_total", map[string]string{"method": verb})
+	p := phase{name: name, wall: time.Since(start)}
+	cpu1, _ := cpuSeconds(op.Process.Pid)
+	p.cpu = cpu1 - cpu0
+	time.Sleep(time.Second) // the audit log is written as requests complete
+	if p.req, err = audit.take(); err != nil {
+		return phase{}, err
 	}
 	p.helm = after.sum("chartpilot_helm_action_duration_seconds_count", nil) - before.sum("chartpilot_helm_action_duration_seconds_count", nil)
 	p.skipped = after.sum("chartpilot_renders_skipped_total", nil) - before.sum("chartpilot_renders_skipped_total", nil)
 	p.drift = after.sum("chartpilot_drift_checks_total", nil) - before.sum("chartpilot_drift_checks_total", nil)
+	logf("%s: %d requests in %s (%s)", name, p.req.total, p.wall.Round(time.Millisecond), p.req.top(6))
 	return p, nil
 }
 
@@ -380,32 +505,38 @@ func logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "bench: "+format+"\n", args...)
 }
 
+var verbs = []string{"get", "list", "watch", "create", "update", "patch", "delete"}
+
 func printTable(rows []result, concurrency int) {
 	if len(rows) == 0 {
 		return
 	}
 	fmt.Printf("\nchartpilot benchmark — passthrough chart (ConfigMap, Service, Deployment), full local cluster, maxConcurrentReconciles=%d, GOMAXPROCS host=%d cores\n\n", concurrency, numCPU())
-	fmt.Println("| N | converge (s) | releases/s | peak RSS (MiB) | peak heap (MiB) |")
-	fmt.Println("|---:|---:|---:|---:|---:|")
+	fmt.Println("| N | install to all Ready (s) | installs/s | values upgrade to all Ready (s) | upgrades/s | peak RSS (MiB) | peak heap (MiB) | RSS per resource (KiB) |")
+	fmt.Println("|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range rows {
-		fmt.Printf("| %d | %.1f | %.1f | %.0f | %.0f |\n", r.n, r.converge.Seconds(), float64(r.n)/r.converge.Seconds(), r.peakRSS, r.peakHeap)
+		fmt.Printf("| %d | %.1f | %.1f | %.1f | %.1f | %.0f | %.0f | %.0f |\n", r.n, r.converge.Seconds(), float64(r.n)/r.converge.Seconds(),
+			r.upgrade.Seconds(), float64(r.n)/r.upgrade.Seconds(), r.peakRSS, r.peakHeap, r.peakRSS*1024/float64(r.n))
 	}
 	fmt.Println()
-	fmt.Println("| N | phase | helm actions | fast-path passes | drift checks | GET (incl. list) | POST | PUT | PATCH | DELETE |")
-	fmt.Println("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Println("| N | phase | wall (s) | operator CPU (s) | Helm actions | fast-path passes | drift checks | requests | per resource | " + strings.Join(verbs, " | ") + " |")
+	fmt.Println("|---:|---|---:|---:|---:|---:|---:|---:|---:|" + strings.Repeat("---:|", len(verbs)))
 	for _, r := range rows {
-		for _, p := range []struct {
-			name string
-			ph   phase
-		}{{"reconcile request (+drift check)", r.reconcileRequest}, {"resync (label touch)", r.resync}, {"idle", r.idle}} {
-			verbs := make([]string, 0, 5)
-			for _, v := range []string{"GET", "POST", "PUT", "PATCH", "DELETE"} {
-				verbs = append(verbs, fmt.Sprintf("%.0f", p.ph.requests[v]))
+		for _, p := range r.phases {
+			cells := make([]string, 0, len(verbs))
+			for _, v := range verbs {
+				cells = append(cells, strconv.Itoa(p.req.byVerb[v]))
 			}
-			fmt.Printf("| %d | %s (%.0fs) | %.0f | %.0f | %.0f | %s |\n", r.n, p.name, p.ph.wall.Seconds(), p.ph.helm, p.ph.skipped, p.ph.drift, strings.Join(verbs, " | "))
+			fmt.Printf("| %d | %s | %.1f | %.1f | %.0f | %.0f | %.0f | %d | %.1f | %s |\n", r.n, p.name, p.wall.Seconds(), p.cpu, p.helm, p.skipped, p.drift,
+				p.req.total, p.req.perResource(r.n), strings.Join(cells, " | "))
 		}
 	}
-	fmt.Println("\nRequests are the operator's own (client-go rest_client_requests_total); writes are POST, PUT, PATCH, DELETE.")
+	fmt.Println("\nRequests are counted from the API server's audit log (every request of the operator's user, each once); the largest by resource:")
+	for _, r := range rows {
+		for _, p := range r.phases {
+			fmt.Printf("- N=%d %s: %s\n", r.n, p.name, p.req.top(8))
+		}
+	}
 }
 
 func numCPU() int {

@@ -64,6 +64,10 @@ type Client struct {
 	csOnce     sync.Once
 	cs         kubernetes.Interface
 	csErr      error
+	// recordIndex and recordStore serve history reads from a cache
+	// (UseRecordIndex on the root Client).
+	recordIndex RecordIndex
+	recordStore *recordStore
 }
 
 // UseRecords sets how release records are signed and read. Call it before
@@ -76,11 +80,12 @@ func (c *Client) records(namespace string) (*recordDriver, error) {
 	if c.csErr != nil {
 		return nil, c.csErr
 	}
-	opts := c.recordOpts
+	root := c
 	if c.parent != nil {
-		opts = c.parent.recordOpts
+		root = c.parent
 	}
-	return &recordDriver{secrets: c.cs.CoreV1().Secrets(namespace), namespace: namespace, opts: opts}, nil
+	return &recordDriver{secrets: c.cs.CoreV1().Secrets(namespace), namespace: namespace, opts: root.recordOpts,
+		index: root.recordIndex, store: root.recordStore}, nil
 }
 
 // Dynamic is a dynamic client with this Client's identity, made once.
@@ -288,13 +293,12 @@ func (c *Client) History(namespace, name string) ([]*Release, error) {
 	if err != nil {
 		return nil, err
 	}
-	list, err := d.secrets.List(context.Background(), metav1.ListOptions{LabelSelector: labels.Set{StorageLabelOwner: StorageOwnerHelm, StorageLabelName: name}.AsSelector().String()})
+	items, err := d.list(labels.Set{StorageLabelOwner: StorageOwnerHelm, StorageLabelName: name})
 	if err != nil {
 		return nil, fmt.Errorf("reading history of release %s/%s: %w", namespace, name, err)
 	}
-	out := make([]*Release, 0, len(list.Items))
-	for i := range list.Items {
-		s := &list.Items[i]
+	out := make([]*Release, 0, len(items))
+	for _, s := range items {
 		rel, trusted, err := d.decode(s)
 		if err != nil {
 			return nil, err
@@ -315,13 +319,16 @@ func (c *Client) DeleteRecords(namespace, name string) error {
 	if err != nil {
 		return err
 	}
-	list, err := d.secrets.List(context.Background(), metav1.ListOptions{LabelSelector: labels.Set{StorageLabelOwner: StorageOwnerHelm, StorageLabelName: name}.AsSelector().String()})
+	items, err := d.list(labels.Set{StorageLabelOwner: StorageOwnerHelm, StorageLabelName: name})
 	if err != nil {
 		return fmt.Errorf("listing the release records of %s/%s: %w", namespace, name, err)
 	}
-	for _, s := range list.Items {
+	for _, s := range items {
 		if err := d.secrets.Delete(context.Background(), s.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("deleting release record %s/%s: %w", namespace, s.Name, err)
+		}
+		if d.store != nil {
+			d.store.forget(namespace, s.Name)
 		}
 	}
 	return nil

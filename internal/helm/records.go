@@ -98,6 +98,70 @@ type recordDriver struct {
 	secrets   typedcorev1.SecretInterface
 	namespace string
 	opts      Records
+	// index and store, when set, serve reads from the cache (recordcache.go).
+	index RecordIndex
+	store *recordStore
+}
+
+// list returns the records of the namespace matching set: from the cache
+// when there is one, else from the API server.
+func (d *recordDriver) list(set labels.Set) ([]*corev1.Secret, error) {
+	if d.index != nil {
+		return d.cachedRecords(set)
+	}
+	list, err := d.secrets.List(context.Background(), metav1.ListOptions{LabelSelector: set.AsSelector().String()})
+	if err != nil {
+		return nil, fmt.Errorf("listing release records: %w", err)
+	}
+	out := make([]*corev1.Secret, len(list.Items))
+	for i := range list.Items {
+		out[i] = &list.Items[i]
+	}
+	return out, nil
+}
+
+// get reads one record: through the cache when there is one and the key
+// has Helm's form (sh.helm.release.v1.<name>.v<revision>), else from the
+// API server.
+func (d *recordDriver) get(key string) (*corev1.Secret, error) {
+	if d.index != nil {
+		if name, rev, ok := parseRecordKey(key); ok {
+			items, err := d.cachedRecords(labels.Set{StorageLabelOwner: StorageOwnerHelm, StorageLabelName: name, StorageLabelVersion: rev})
+			if err != nil {
+				return nil, err
+			}
+			for _, s := range items {
+				if s.Name == key {
+					return s, nil
+				}
+			}
+			return nil, apierrors.NewNotFound(corev1.Resource("secrets"), key)
+		}
+	}
+	return d.secrets.Get(context.Background(), key, metav1.GetOptions{})
+}
+
+// parseRecordKey reads a record name of Helm's form.
+func parseRecordKey(key string) (name, rev string, ok bool) {
+	rest, ok := strings.CutPrefix(key, "sh.helm.release.v1.")
+	if !ok {
+		return "", "", false
+	}
+	i := strings.LastIndex(rest, ".v")
+	if i <= 0 {
+		return "", "", false
+	}
+	if _, err := strconv.Atoi(rest[i+2:]); err != nil {
+		return "", "", false
+	}
+	return rest[:i], rest[i+2:], true
+}
+
+// wrote remembers a record this process wrote.
+func (d *recordDriver) wrote(s *corev1.Secret) {
+	if d.store != nil && s != nil {
+		d.store.remember(d.namespace, s)
+	}
 }
 
 var _ driver.Driver = (*recordDriver)(nil)
@@ -106,7 +170,7 @@ func (d *recordDriver) Name() string { return driver.SecretsDriverName }
 
 // Get reads one record; a record that fails the checks is an error.
 func (d *recordDriver) Get(key string) (*release.Release, error) {
-	s, err := d.secrets.Get(context.Background(), key, metav1.GetOptions{})
+	s, err := d.get(key)
 	if apierrors.IsNotFound(err) {
 		return nil, driver.ErrReleaseNotFound
 	}
@@ -152,13 +216,12 @@ func (d *recordDriver) Query(set map[string]string) ([]*release.Release, error) 
 }
 
 func (d *recordDriver) query(set labels.Set) ([]*release.Release, error) {
-	list, err := d.secrets.List(context.Background(), metav1.ListOptions{LabelSelector: set.AsSelector().String()})
+	items, err := d.list(set)
 	if err != nil {
-		return nil, fmt.Errorf("listing release records: %w", err)
+		return nil, err
 	}
-	out := make([]*release.Release, 0, len(list.Items))
-	for i := range list.Items {
-		s := &list.Items[i]
+	out := make([]*release.Release, 0, len(items))
+	for _, s := range items {
 		rel, trusted, err := d.decode(s)
 		if err != nil {
 			return nil, err
@@ -178,12 +241,14 @@ func (d *recordDriver) Create(key string, rel *release.Release) error {
 	if err != nil {
 		return err
 	}
-	if _, err := d.secrets.Create(context.Background(), s, metav1.CreateOptions{}); err != nil {
+	made, err := d.secrets.Create(context.Background(), s, metav1.CreateOptions{})
+	if err != nil {
 		if apierrors.IsAlreadyExists(err) {
 			return driver.ErrReleaseExists
 		}
 		return fmt.Errorf("creating release record %s: %w", key, err)
 	}
+	d.wrote(made)
 	return nil
 }
 
@@ -193,9 +258,11 @@ func (d *recordDriver) Update(key string, rel *release.Release) error {
 	if err != nil {
 		return err
 	}
-	if _, err := d.secrets.Update(context.Background(), s, metav1.UpdateOptions{}); err != nil {
+	updated, err := d.secrets.Update(context.Background(), s, metav1.UpdateOptions{})
+	if err != nil {
 		return fmt.Errorf("updating release record %s: %w", key, err)
 	}
+	d.wrote(updated)
 	return nil
 }
 
@@ -207,6 +274,9 @@ func (d *recordDriver) Delete(key string) (*release.Release, error) {
 	}
 	if err := d.secrets.Delete(context.Background(), key, metav1.DeleteOptions{}); err != nil {
 		return nil, fmt.Errorf("deleting release record %s: %w", key, err)
+	}
+	if d.store != nil {
+		d.store.forget(d.namespace, key)
 	}
 	return rel, nil
 }

@@ -104,6 +104,20 @@ func NewShared(mgr manager.Manager) (*Shared, error) {
 	if err := mgr.Add(deps); err != nil {
 		return nil, err
 	}
+	// Release history comes from the records' metadata cache, each body
+	// read at most once per version.
+	hc.UseRecordIndex(func(ctx context.Context, namespace string, match map[string]string) ([]metav1.ObjectMeta, error) {
+		list := &metav1.PartialObjectMetadataList{}
+		list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("SecretList"))
+		if err := releases.List(ctx, list, client.InNamespace(namespace), client.MatchingLabels(match)); err != nil {
+			return nil, err
+		}
+		out := make([]metav1.ObjectMeta, len(list.Items))
+		for i := range list.Items {
+			out[i] = list.Items[i].ObjectMeta
+		}
+		return out, nil
+	})
 	return &Shared{Helm: hc, Dynamic: dyn, Releases: releases, Dependents: deps}, nil
 }
 

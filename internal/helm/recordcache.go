@@ -1,0 +1,165 @@
+package helm
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// RecordIndex lists the metadata of the release records of a namespace
+// whose labels match, from an informer cache (never the API server).
+type RecordIndex func(ctx context.Context, namespace string, match map[string]string) ([]metav1.ObjectMeta, error)
+
+// UseRecordIndex makes release history come from idx: the records that
+// exist and their resource versions from the cache, their bodies from
+// memory (what this process wrote or read before) or, for a version not
+// seen yet, one GET of that record. Writes still go to the API server.
+// Without it every history read lists the records from the API server.
+func (c *Client) UseRecordIndex(idx RecordIndex) {
+	c.recordIndex = idx
+	c.recordStore = &recordStore{m: map[string]*storedRecord{}}
+}
+
+// recentWrite is how long a record this process wrote (or deleted) counts
+// although the cache does not show it yet.
+const recentWrite = 30 * time.Second
+
+// recordStore remembers the records this process wrote or read: their
+// resource version, labels and encoded body, so that a record the cache
+// shows at the same version is never read again, and a write the cache
+// has not caught up with is seen by the next read (read your writes).
+type recordStore struct {
+	mu sync.Mutex
+	m  map[string]*storedRecord // namespace/name
+}
+
+type storedRecord struct {
+	rv      string
+	labels  map[string]string
+	data    []byte
+	deleted bool
+	at      time.Time
+}
+
+func (s *recordStore) remember(namespace string, sec *corev1.Secret) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.m[namespace+"/"+sec.Name] = &storedRecord{rv: sec.ResourceVersion, labels: sec.Labels, data: sec.Data["release"], at: time.Now()}
+}
+
+func (s *recordStore) forget(namespace, name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	key := namespace + "/" + name
+	rv := ""
+	if e := s.m[key]; e != nil {
+		rv = e.rv
+	}
+	s.m[key] = &storedRecord{rv: rv, deleted: true, at: time.Now()}
+}
+
+// olderThan reports whether resource version a is older than b (versions
+// are etcd revisions; one that is not a number is never older).
+func olderThan(a, b string) bool {
+	x, err1 := strconv.ParseUint(a, 10, 64)
+	y, err2 := strconv.ParseUint(b, 10, 64)
+	return err1 == nil && err2 == nil && x < y
+}
+
+// cachedRecords are the records of namespace matching set: the cache's
+// view merged with this process's recent writes, each with its body (from
+// memory, or one GET when the cache shows a version not seen here).
+func (d *recordDriver) cachedRecords(set labels.Set) ([]*corev1.Secret, error) {
+	ctx := context.Background()
+	metas, err := d.index(ctx, d.namespace, set)
+	if err != nil {
+		return nil, fmt.Errorf("listing release records from the cache: %w", err)
+	}
+	st := d.store
+	sel := set.AsSelector()
+	type want struct {
+		name, rv string
+	}
+	var wants []want
+	seen := map[string]bool{}
+	st.mu.Lock()
+	now := time.Now()
+	for _, m := range metas {
+		seen[m.Name] = true
+		e := st.m[d.namespace+"/"+m.Name]
+		switch {
+		case e != nil && e.deleted && !olderThan(e.rv, m.ResourceVersion) && now.Sub(e.at) < recentWrite:
+			continue // deleted here; the cache has not seen it go yet
+		case e != nil && !e.deleted && olderThan(m.ResourceVersion, e.rv):
+			if sel.Matches(labels.Set(e.labels)) {
+				wants = append(wants, want{m.Name, e.rv}) // written here after what the cache shows
+			}
+		default:
+			wants = append(wants, want{m.Name, m.ResourceVersion})
+		}
+	}
+	prefix := d.namespace + "/"
+	for key, e := range st.m {
+		if len(key) <= len(prefix) || key[:len(prefix)] != prefix {
+			continue
+		}
+		name := key[len(prefix):]
+		if seen[name] {
+			continue
+		}
+		if now.Sub(e.at) >= recentWrite {
+			if e.deleted || sel.Matches(labels.Set(e.labels)) {
+				delete(st.m, key) // gone from the cache: deleted, or never seen again
+			}
+			continue
+		}
+		if !e.deleted && sel.Matches(labels.Set(e.labels)) {
+			wants = append(wants, want{name, e.rv}) // created here; the cache has not caught up
+		}
+	}
+	st.mu.Unlock()
+
+	out := make([]*corev1.Secret, 0, len(wants))
+	for _, w := range wants {
+		sec, err := d.body(ctx, w.name, w.rv)
+		if apierrors.IsNotFound(err) {
+			continue // deleted meanwhile
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, sec)
+	}
+	return out, nil
+}
+
+// body returns record name at resource version rv (or newer) from memory,
+// else reads it once.
+func (d *recordDriver) body(ctx context.Context, name, rv string) (*corev1.Secret, error) {
+	st := d.store
+	st.mu.Lock()
+	e := st.m[d.namespace+"/"+name]
+	if e != nil && !e.deleted && e.data != nil && !olderThan(e.rv, rv) {
+		sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: d.namespace, ResourceVersion: e.rv, Labels: e.labels},
+			Data: map[string][]byte{"release": e.data}}
+		st.mu.Unlock()
+		return sec, nil
+	}
+	st.mu.Unlock()
+	sec, err := d.secrets.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("reading release record %s: %w", name, err)
+	}
+	st.remember(d.namespace, sec)
+	return sec, nil
+}

@@ -285,6 +285,23 @@ func fromHelm(r *release.Release) *Release {
 	return out
 }
 
+// Revision returns one trusted revision of a release (from the cache of
+// release records when there is one); an untrusted or oversized record is
+// an error.
+func (c *Client) Revision(namespace, name string, revision int) (*Release, error) {
+	d, err := c.records(namespace)
+	if err != nil {
+		return nil, err
+	}
+	rel, err := d.Get(fmt.Sprintf("sh.helm.release.v1.%s.v%d", name, revision))
+	if err != nil {
+		return nil, err
+	}
+	out := fromHelm(rel)
+	out.Trusted = true
+	return out, nil
+}
+
 // History returns every stored revision of a release, oldest first, each
 // saying whether its record is trusted; an absent release has none. A
 // record over the size limit is a *RecordError: nothing of it is decoded.

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/chartpilot/chartpilot/internal/helm"
 	"github.com/chartpilot/chartpilot/internal/values"
@@ -58,9 +59,12 @@ func (r *Reconciler) resourceFor(identity, namespace string, obj *unstructured.U
 	return dyn.Resource(m.Resource).Namespace(obj.GetNamespace()), nil
 }
 
-// eachLiveObject reads every object of a manifest from the API server and
-// calls f with the object the chart wants and the live one (nil when it
-// does not exist). Drift correction and the health gate both read through it.
+// eachLiveObject reads every object of a manifest and calls f with the
+// object the chart wants and the live one (nil when it does not exist).
+// Drift correction and the health gate both read through it. Objects come
+// from the informer cache of the release's objects; only one the cache
+// does not hold (not yet seen, or its release label removed) is read from
+// the API server, as the release's identity.
 func (r *Reconciler) eachLiveObject(ctx context.Context, identity, namespace, manifest string, f func(want, live *unstructured.Unstructured)) error {
 	objs, err := helm.ParseManifest(manifest)
 	if err != nil {
@@ -70,6 +74,14 @@ func (r *Reconciler) eachLiveObject(ctx context.Context, identity, namespace, ma
 		ri, err := r.resourceFor(identity, namespace, want)
 		if err != nil {
 			return fmt.Errorf("%s %s: %w", want.GetKind(), want.GetName(), err)
+		}
+		if r.deps != nil {
+			live := &unstructured.Unstructured{}
+			live.SetGroupVersionKind(want.GroupVersionKind())
+			if err := r.deps.cache.Get(ctx, client.ObjectKey{Namespace: want.GetNamespace(), Name: want.GetName()}, live); err == nil {
+				f(want, live)
+				continue
+			}
 		}
 		live, err := ri.Get(ctx, want.GetName(), metav1.GetOptions{})
 		switch {

@@ -1,6 +1,7 @@
 package release
 
 import (
+	"strconv"
 	"sync"
 	"time"
 
@@ -30,6 +31,9 @@ type memo struct {
 	awaiting       bool
 	healthLooks    int
 	healthLooksRev int
+	// wroteRV is the resource version this process's last write of the
+	// resource (finalizer, status) returned.
+	wroteRV string
 	// refreshToken is the reconcile-requested-at value that last refreshed
 	// the chart source.
 	refreshToken string
@@ -174,4 +178,24 @@ func (m *memory) healthLookAfter(key types.NamespacedName, rev int) time.Duratio
 		d *= 2
 	}
 	return min(d, healthPollMax)
+}
+
+// wrote records the resource version a write of key's resource returned.
+func (m *memory) wrote(key types.NamespacedName, rv string) {
+	m.with(key, func(e *memo) { e.wroteRV = rv })
+}
+
+// behind reports whether rv (the cache's) is older than this process's
+// last write of key's resource.
+func (m *memory) behind(key types.NamespacedName, rv string) bool {
+	e := m.get(key)
+	return e.wroteRV != "" && olderRV(rv, e.wroteRV)
+}
+
+// olderRV reports whether resource version a is older than b (both etcd
+// revisions; a version that is not a number is never older).
+func olderRV(a, b string) bool {
+	x, err1 := strconv.ParseUint(a, 10, 64)
+	y, err2 := strconv.ParseUint(b, 10, 64)
+	return err1 == nil && err2 == nil && x < y
 }

@@ -39,6 +39,9 @@ type pass struct {
 	// records are the labels of the release records (metadata cache), once read.
 	records     []map[string]string
 	recordsRead bool
+	// fresh: obj is what the API server returned for a write of this pass
+	// (no read is needed to act on it).
+	fresh bool
 }
 
 func (r *Reconciler) newPass(key types.NamespacedName, obj *unstructured.Unstructured) *pass {
@@ -198,7 +201,7 @@ func (r *Reconciler) observeFresh(ctx context.Context, p *pass, d *desired) (*de
 // readFresh replaces the cached read of the resource by the API server's;
 // changed is true when it differs.
 func (r *Reconciler) readFresh(ctx context.Context, p *pass) (bool, error) {
-	if r.APIReader == nil {
+	if r.APIReader == nil || p.fresh {
 		return false, nil
 	}
 	fresh := &unstructured.Unstructured{}

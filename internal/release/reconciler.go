@@ -123,6 +123,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	if r.Watch.Selector != nil && !r.Watch.Selector.Matches(labels.Set(obj.GetLabels())) {
 		return ctrl.Result{}, nil
 	}
+	if r.mem.behind(req.NamespacedName, obj.GetResourceVersion()) {
+		// The cache has not yet caught up with this process's own last
+		// write: a pass on it would act on (and write over) older state.
+		// Its event follows shortly; this is a fallback.
+		return ctrl.Result{RequeueAfter: 250 * time.Millisecond}, nil
+	}
 	// What the hooks of this pass look up (the tenant of the namespace) is
 	// looked up once.
 	ctx = hooks.WithPassMemo(ctx)
@@ -166,6 +172,8 @@ func (r *Reconciler) preflight(ctx context.Context, p *pass) (ctrl.Result, bool,
 		if err := r.Client.Patch(ctx, obj, patch); err != nil {
 			return ctrl.Result{}, true, fmt.Errorf("adding finalizer: %w", err)
 		}
+		p.fresh = true
+		r.mem.wrote(p.key, obj.GetResourceVersion())
 	}
 	if len(obj.GetName()) > maxReleaseName {
 		r.stall(p, "NameTooLong", fmt.Sprintf("metadata.name: Helm release names are limited to %d characters; this one has %d: use a shorter name", maxReleaseName, len(obj.GetName())))
@@ -182,10 +190,8 @@ func (r *Reconciler) reconcileRelease(ctx context.Context, p *pass) (ctrl.Result
 		return r.stop(p, d), nil
 	}
 	driftDue := r.mem.takeDrift(p.key, p.requested) && r.Watch.WatchDependentResources
-	if !driftDue {
-		if res, done := r.fromCaches(ctx, p, d); done {
-			return res, nil
-		}
+	if res, done := r.fromCaches(ctx, p, d, driftDue); done {
+		return res, nil
 	}
 	d, history, err := r.observeFresh(ctx, p, d)
 	if r.stallUntrusted(p, err) {
@@ -215,8 +221,9 @@ func (r *Reconciler) reconcileRelease(ctx context.Context, p *pass) (ctrl.Result
 
 // fromCaches ends a pass from the informer caches alone when it can: the
 // release records show the release deployed from exactly these inputs and
-// healthy, or a rollout gate still holds a chart version change.
-func (r *Reconciler) fromCaches(ctx context.Context, p *pass, d *desired) (ctrl.Result, bool) {
+// healthy (settling, or checked for drift and found unchanged: see
+// settledFromCaches), or a rollout gate still holds a chart version change.
+func (r *Reconciler) fromCaches(ctx context.Context, p *pass, d *desired, driftDue bool) (ctrl.Result, bool) {
 	if c := apimeta.FindStatusCondition(p.status.Conditions, v1alpha1.ConditionStalled); c != nil && c.Status == metav1.ConditionTrue {
 		// A stall is lifted only by what the release history says, never
 		// by record labels (which anyone who may write Secrets can set).
@@ -226,10 +233,15 @@ func (r *Reconciler) fromCaches(ctx context.Context, p *pass, d *desired) (ctrl.
 	// Health is judged for the revision the records show, not the one the
 	// (possibly older) status names: a fresh upgrade must pass the health
 	// gate, which also gives its upgrade slot back.
-	if rev, ok := r.inSyncFromCache(ctx, p, d); ok && rev > 0 && m.healthyRev == rev {
-		rendersSkipped.WithLabelValues(r.Watch.GVK.Kind).Inc()
-		r.markInSync(p, d, nil)
-		return ctrl.Result{RequeueAfter: r.Watch.ReconcilePeriod}, true
+	if rev, ok := r.inSyncFromCache(ctx, p, d); ok && rev > 0 {
+		if m.healthyRev == rev && !driftDue {
+			rendersSkipped.WithLabelValues(r.Watch.GVK.Kind).Inc()
+			r.markInSync(p, d, nil)
+			return ctrl.Result{RequeueAfter: r.Watch.ReconcilePeriod}, true
+		}
+		if res, done := r.settledFromCaches(ctx, p, d, rev, m.healthyRev == rev, driftDue); done {
+			return res, true
+		}
 	}
 	if d.isVersionChange() && m.waiting != "" && m.waiting != reasonQueued {
 		if h := r.rolloutHold(ctx, p, d); h != nil {
@@ -237,6 +249,57 @@ func (r *Reconciler) fromCaches(ctx context.Context, p *pass, d *desired) (ctrl.
 		}
 	}
 	return ctrl.Result{}, false
+}
+
+// settledFromCaches handles a revision the records show deployed from
+// these inputs with the caches alone (its body is read at most once):
+// the health gate while its workloads settle within healthTimeout, and a
+// drift check that finds nothing. Drift found, a health timeout, or
+// anything it cannot read is left to the full pass.
+func (r *Reconciler) settledFromCaches(ctx context.Context, p *pass, d *desired, rev int, healthy, driftDue bool) (ctrl.Result, bool) {
+	rel, err := r.Helm.As(d.identity).Revision(p.key.Namespace, p.key.Name, rev)
+	if err != nil || rel.Status != helm.StatusDeployed {
+		return ctrl.Result{}, false
+	}
+	if r.checkScope(p.key.Namespace, rel.Manifest) != nil {
+		return ctrl.Result{}, false
+	}
+	r.watchObjects(ctx, p, rel)
+	if driftDue {
+		drifted, err := r.findDrift(ctx, d.identity, p.key.Namespace, rel.Manifest)
+		if err != nil || len(drifted) > 0 {
+			return ctrl.Result{}, false
+		}
+		driftChecks.WithLabelValues(r.Watch.GVK.Kind, "none").Inc()
+		if c := apimeta.FindStatusCondition(p.status.Conditions, v1alpha1.ConditionDrifted); c != nil && c.Status == metav1.ConditionTrue {
+			setCondition(p.status, p.obj, v1alpha1.ConditionDrifted, metav1.ConditionFalse, "NoDrift", "every object matches the release")
+		}
+	}
+	if healthy {
+		r.markInSync(p, d, rel)
+		return ctrl.Result{RequeueAfter: r.Watch.ReconcilePeriod}, true
+	}
+	if r.now().Sub(rel.LastDeployed) >= r.Watch.HealthTimeout {
+		return ctrl.Result{}, false
+	}
+	pending, err := r.notReady(ctx, d.identity, p.key.Namespace, rel.Manifest)
+	if err != nil {
+		return ctrl.Result{}, false
+	}
+	if len(pending) == 0 {
+		r.mem.with(p.key, func(m *memo) { m.healthyRev, m.awaiting, m.healthLooks = rel.Revision, false, 0 })
+		r.mem.retried(p.key, "InstallUnhealthy")
+		r.slots.end(p.key)
+		r.markInSync(p, d, rel)
+		return ctrl.Result{RequeueAfter: r.Watch.ReconcilePeriod}, true
+	}
+	r.mem.with(p.key, func(m *memo) { m.awaiting = true })
+	if rev > 1 {
+		r.slots.hold(p.key) // an upgrade settling holds its slot until healthy
+	}
+	setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionTrue, "Progressing", "waiting for "+strings.Join(pending, "; "))
+	r.setReleaseInfo(p, rel)
+	return ctrl.Result{RequeueAfter: r.mem.healthLookAfter(p.key, rel.Revision)}, true
 }
 
 // run carries out the action nextAction chooses.
@@ -297,6 +360,7 @@ func (r *Reconciler) finish(ctx context.Context, p *pass, start time.Time, res c
 	// observedGeneration moves with a pass that ended, not one that erred
 	// before it changed anything.
 	if err == nil || !apiEqual(p.orig, p.status) {
+		keepProgressMessage(p)
 		summarise(p.status, p.obj)
 	}
 	if werr := r.writeStatus(ctx, p); werr != nil {

@@ -314,7 +314,9 @@ func (d *dependents) ensure(_ context.Context, r *Reconciler, manifest string) e
 		if d.watched[gvk] {
 			continue
 		}
-		m := &metav1.PartialObjectMetadata{}
+		// Whole objects (without managed fields): the health gate and drift
+		// checks read them from here instead of from the API server.
+		m := &unstructured.Unstructured{}
 		m.SetGroupVersionKind(gvk)
 		if err := d.ctrl.Watch(source.Kind(d.cache, client.Object(m), r.dependentHandler())); err != nil {
 			return fmt.Errorf("watching %s: %w", gvk, err)

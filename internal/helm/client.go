@@ -10,6 +10,7 @@ package helm
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"sync"
 	"time"
 
@@ -68,6 +69,17 @@ type Client struct {
 	// (UseRecordIndex on the root Client).
 	recordIndex RecordIndex
 	recordStore *recordStore
+	// objectCache serves Helm's reads of single objects (UseObjectCache on
+	// the root Client).
+	objectCache ObjectCache
+}
+
+// root is the Client this one impersonates from, or itself.
+func (c *Client) root() *Client {
+	if c.parent != nil {
+		return c.parent
+	}
+	return c
 }
 
 // UseRecords sets how release records are signed and read. Call it before
@@ -206,7 +218,9 @@ type restGetter struct {
 var _ genericclioptions.RESTClientGetter = (*restGetter)(nil)
 
 func (g *restGetter) ToRESTConfig() (*rest.Config, error) {
-	return rest.CopyConfig(g.client.config), nil
+	cfg := rest.CopyConfig(g.client.config)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return &cachedGets{next: rt, client: g.client} })
+	return cfg, nil
 }
 
 func (g *restGetter) ToDiscoveryClient() (discovery.CachedDiscoveryInterface, error) {

@@ -9,6 +9,7 @@ import (
 	"encoding/base32"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -404,3 +405,9 @@ func userLabels(l map[string]string) map[string]string {
 	}
 	return out
 }
+
+// IsRecordConflict reports whether an action failed because the record of
+// the revision it was to write already exists: another writer got there
+// first, or the cache of records lagged behind. Trying again reads the
+// history anew.
+func IsRecordConflict(err error) bool { return errors.Is(err, driver.ErrReleaseExists) }

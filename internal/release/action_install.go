@@ -18,6 +18,9 @@ func (r *Reconciler) install(ctx context.Context, p *pass, d *desired) (ctrl.Res
 		return r.Helm.As(d.identity).Install(ctx, d.chart, r.actionOptions(p, d, "Install by chartpilot"))
 	})
 	if err != nil {
+		if helm.IsRecordConflict(err) {
+			return ctrl.Result{}, fmt.Errorf("install: %w", err) // retried soon, not a failure of these inputs
+		}
 		if rel == nil || rel.Revision == 0 || tooLarge(err) {
 			// Nothing was stored: the chart did not render or the values
 			// were rejected. Retrying the same inputs cannot help.

@@ -28,6 +28,9 @@ func (r *Reconciler) upgrade(ctx context.Context, p *pass, d *desired, o Observa
 	rel, err := timed("upgrade", func() (*helm.Release, error) { return r.Helm.As(d.identity).Upgrade(ctx, d.chart, opts) })
 	if err != nil {
 		r.slots.end(p.key)
+		if helm.IsRecordConflict(err) {
+			return ctrl.Result{}, fmt.Errorf("upgrade: %w", err) // retried soon, not a failure of these inputs
+		}
 		if rel == nil || rel.Revision <= prevRevision || tooLarge(err) {
 			res := r.failed(p, d, "Upgrade", "UpgradeFailed", err, nil)
 			r.stall(p, renderStallReason(err), fmt.Sprintf("Upgrade failed before anything was applied; revision %d keeps running: %s", prevRevision, oneLine(err.Error())))

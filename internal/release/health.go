@@ -100,7 +100,7 @@ func (r *Reconciler) notReady(ctx context.Context, identity, namespace, manifest
 		if _, differs := objectDiffers(want.Object, live.Object); differs {
 			// The cache has not yet seen the revision's change of it (or
 			// someone changed it since: a drift check sets it back).
-			out = append(out, want.GetKind()+"/"+want.GetName()+" is not yet updated")
+			out = append(out, want.GetKind()+"/"+want.GetName())
 			return
 		}
 		res, err := status.Compute(live)
@@ -110,10 +110,10 @@ func (r *Reconciler) notReady(ctx context.Context, identity, namespace, manifest
 		switch res.Status {
 		case status.CurrentStatus:
 		case status.InProgressStatus:
-			// Without kstatus's message, which changes with every replica
-			// count: the condition (and the status write) changes only when
-			// the set of objects waited for does.
-			out = append(out, fmt.Sprintf("%s/%s is %s", want.GetKind(), want.GetName(), res.Status))
+			// Named without kstatus's message, which changes with every
+			// replica count: the condition (and the status write) changes
+			// only when the set of objects waited for does.
+			out = append(out, want.GetKind()+"/"+want.GetName())
 		default:
 			out = append(out, fmt.Sprintf("%s/%s is %s: %s", want.GetKind(), want.GetName(), res.Status, res.Message))
 		}

@@ -360,7 +360,6 @@ func (r *Reconciler) finish(ctx context.Context, p *pass, start time.Time, res c
 	// observedGeneration moves with a pass that ended, not one that erred
 	// before it changed anything.
 	if err == nil || !apiEqual(p.orig, p.status) {
-		keepProgressMessage(p)
 		summarise(p.status, p.obj)
 	}
 	if werr := r.writeStatus(ctx, p); werr != nil {

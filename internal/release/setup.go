@@ -3,6 +3,7 @@ package release
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"time"
@@ -117,6 +118,16 @@ func NewShared(mgr manager.Manager) (*Shared, error) {
 			out[i] = list.Items[i].ObjectMeta
 		}
 		return out, nil
+	})
+	// Helm's reads of a release's objects (the state an upgrade is merged
+	// into) come from the same cache the health gate and drift checks read.
+	hc.UseObjectCache(func(req *http.Request, gvk schema.GroupVersionKind, namespace, name string) (*unstructured.Unstructured, bool) {
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(gvk)
+		if err := deps.Get(req.Context(), client.ObjectKey{Namespace: namespace, Name: name}, u); err != nil {
+			return nil, false
+		}
+		return u, true
 	})
 	return &Shared{Helm: hc, Dynamic: dyn, Releases: releases, Dependents: deps}, nil
 }

@@ -45,19 +45,6 @@ func readStatus(obj *unstructured.Unstructured) *v1alpha1.ReleaseStatus {
 }
 
 // statusChanged reports whether the pass changed the status.
-// keepProgressMessage keeps the message of a wait that goes on: while
-// Reconciling stays True for reason Progressing, what it waits for is
-// written when the wait begins, not again at every status change of a
-// workload (each would cost a status write).
-func keepProgressMessage(p *pass) {
-	now := apimeta.FindStatusCondition(p.status.Conditions, v1alpha1.ConditionReconciling)
-	was := apimeta.FindStatusCondition(p.orig.Conditions, v1alpha1.ConditionReconciling)
-	if now != nil && was != nil && now.Status == metav1.ConditionTrue && was.Status == metav1.ConditionTrue &&
-		now.Reason == "Progressing" && was.Reason == "Progressing" {
-		now.Message = was.Message
-	}
-}
-
 func statusChanged(p *pass) bool {
 	if !apiEqual(p.orig, p.status) {
 		return true

@@ -11,7 +11,7 @@ func TestObjectPath(t *testing.T) {
 		"/apis/apps/v1/namespaces/ns/deployments/web/scale":  "",
 		"/api/v1/namespaces/ns/configmaps":                   "",
 		"/apis/apps/v1/namespaces/ns/deployments":            "",
-		"/version":                                           "",
+		"/version": "",
 	} {
 		gvr, ns, name, ok := objectPath(path)
 		got := ""

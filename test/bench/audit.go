@@ -84,7 +84,10 @@ func (a *auditLog) take() (requests, error) {
 				Resource    string `json:"resource"`
 				Subresource string `json:"subresource"`
 			} `json:"objectRef"`
-			RequestURI string `json:"requestURI"`
+			RequestURI     string `json:"requestURI"`
+			ResponseStatus *struct {
+				Code int `json:"code"`
+			} `json:"responseStatus"`
 		}
 		if json.Unmarshal(bytes.TrimSpace(line), &ev) != nil || ev.User.Username != operatorUser || a.seen[ev.AuditID] {
 			continue
@@ -98,6 +101,9 @@ func (a *auditLog) take() (requests, error) {
 			}
 		} else if i := strings.IndexByte(what, '?'); i >= 0 {
 			what = what[:i]
+		}
+		if ev.ResponseStatus != nil && ev.ResponseStatus.Code >= 400 {
+			what += " (" + strconv.Itoa(ev.ResponseStatus.Code) + ")"
 		}
 		r.byVerb[ev.Verb]++
 		r.byResource[ev.Verb+" "+what]++

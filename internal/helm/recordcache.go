@@ -78,15 +78,40 @@ func olderThan(a, b string) bool {
 // memory, or one GET when the cache shows a version not seen here).
 func (d *recordDriver) cachedRecords(set labels.Set) ([]*corev1.Secret, error) {
 	ctx := context.Background()
+	wants, err := d.current(ctx, set)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*corev1.Secret, 0, len(wants))
+	for _, w := range wants {
+		sec, err := d.body(ctx, w.name, w.rv)
+		if apierrors.IsNotFound(err) {
+			continue // deleted meanwhile
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, sec)
+	}
+	return out, nil
+}
+
+// recordMeta is one record as the cache and this process's writes see it.
+type recordMeta struct {
+	name, rv string
+	labels   map[string]string
+}
+
+// current lists the records matching set: the cache's view merged with
+// this process's recent writes and deletes.
+func (d *recordDriver) current(ctx context.Context, set labels.Set) ([]recordMeta, error) {
 	metas, err := d.index(ctx, d.namespace, set)
 	if err != nil {
 		return nil, fmt.Errorf("listing release records from the cache: %w", err)
 	}
 	st := d.store
 	sel := set.AsSelector()
-	type want struct {
-		name, rv string
-	}
+	type want = recordMeta
 	var wants []want
 	seen := map[string]bool{}
 	st.mu.Lock()
@@ -99,10 +124,10 @@ func (d *recordDriver) cachedRecords(set labels.Set) ([]*corev1.Secret, error) {
 			continue // deleted here; the cache has not seen it go yet
 		case e != nil && !e.deleted && olderThan(m.ResourceVersion, e.rv):
 			if sel.Matches(labels.Set(e.labels)) {
-				wants = append(wants, want{m.Name, e.rv}) // written here after what the cache shows
+				wants = append(wants, want{m.Name, e.rv, e.labels}) // written here after what the cache shows
 			}
 		default:
-			wants = append(wants, want{m.Name, m.ResourceVersion})
+			wants = append(wants, want{m.Name, m.ResourceVersion, m.Labels})
 		}
 	}
 	prefix := d.namespace + "/"
@@ -121,23 +146,30 @@ func (d *recordDriver) cachedRecords(set labels.Set) ([]*corev1.Secret, error) {
 			continue
 		}
 		if !e.deleted && sel.Matches(labels.Set(e.labels)) {
-			wants = append(wants, want{name, e.rv}) // created here; the cache has not caught up
+			wants = append(wants, want{name, e.rv, e.labels}) // created here; the cache has not caught up
 		}
 	}
 	st.mu.Unlock()
+	return wants, nil
+}
 
-	out := make([]*corev1.Secret, 0, len(wants))
-	for _, w := range wants {
-		sec, err := d.body(ctx, w.name, w.rv)
-		if apierrors.IsNotFound(err) {
-			continue // deleted meanwhile
-		}
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, sec)
+// RecordLabels returns the labels of a release's records from the cache,
+// merged with this process's own recent writes, without reading a body;
+// false without a cache (UseRecordIndex).
+func (c *Client) RecordLabels(namespace, name string) ([]map[string]string, bool) {
+	d, err := c.records(namespace)
+	if err != nil || d.index == nil {
+		return nil, false
 	}
-	return out, nil
+	metas, err := d.current(context.Background(), labels.Set{StorageLabelOwner: StorageOwnerHelm, StorageLabelName: name})
+	if err != nil {
+		return nil, false
+	}
+	out := make([]map[string]string, len(metas))
+	for i, m := range metas {
+		out[i] = m.labels
+	}
+	return out, true
 }
 
 // body returns record name at resource version rv (or newer) from memory,

@@ -3,7 +3,9 @@ package release
 import (
 	"context"
 	"fmt"
+	"strings"
 
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 
@@ -32,13 +34,43 @@ func (r *Reconciler) install(ctx context.Context, p *pass, d *desired) (ctrl.Res
 	}
 	r.succeeded(p, d, "Install", "InstallSucceeded", fmt.Sprintf("installed %s %s as revision %d", rel.ChartName, rel.ChartVersion, rel.Revision), rel)
 	r.afterDeploy(ctx, p, d, rel)
-	return r.awaitHealth(p), nil
+	return r.awaitHealth(p, rel), nil
 }
 
 // awaitHealth leaves a fresh revision Reconciling (not Ready) until the
 // health gate has seen its workloads ready.
-func (r *Reconciler) awaitHealth(p *pass) ctrl.Result {
+func (r *Reconciler) awaitHealth(p *pass, rel *helm.Release) ctrl.Result {
 	r.mem.with(p.key, func(m *memo) { m.awaiting = true })
-	setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionTrue, "Progressing", "deployed; waiting for the workloads to become ready")
+	var names []string
+	if objs, err := helm.ParseManifest(rel.Manifest); err == nil {
+		for _, o := range objs {
+			names = append(names, o.GetKind()+"/"+o.GetName())
+		}
+	}
+	setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionTrue, "Progressing", "deployed; "+waitingFor(names))
 	return ctrl.Result{RequeueAfter: healthPoll}
+}
+
+// waitingFor names the objects the health gate waits for (at most 10).
+func waitingFor(names []string) string {
+	if len(names) > 10 {
+		return fmt.Sprintf("waiting for %s and %d more to become ready", strings.Join(names[:10], ", "), len(names)-10)
+	}
+	return "waiting for " + strings.Join(names, ", ") + " to become ready"
+}
+
+// progressing says the release waits for pending. A message that already
+// names every one of them is kept: the objects become ready one by one,
+// and rewriting the list each time would cost a status write each time.
+func progressing(p *pass, pending []string) {
+	if c := apimeta.FindStatusCondition(p.status.Conditions, v1alpha1.ConditionReconciling); c != nil && c.Status == metav1.ConditionTrue && c.Reason == "Progressing" {
+		named := true
+		for _, n := range pending {
+			named = named && (strings.Contains(c.Message, n+",") || strings.Contains(c.Message, n+" "))
+		}
+		if named && len(pending) <= 10 {
+			return
+		}
+	}
+	setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionTrue, "Progressing", waitingFor(pending))
 }

@@ -45,7 +45,7 @@ func (r *Reconciler) upgrade(ctx context.Context, p *pass, d *desired, o Observa
 		rolloutUpgrades.WithLabelValues(r.Watch.GVK.Kind, rel.ChartVersion, rolloutResultDeployed).Inc()
 	}
 	r.afterDeploy(ctx, p, d, rel)
-	return r.awaitHealth(p), nil
+	return r.awaitHealth(p, rel), nil
 }
 
 // preUpgrade runs the PreUpgrade hooks; held is true when one holds the

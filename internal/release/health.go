@@ -59,7 +59,7 @@ func (r *Reconciler) checkHealth(ctx context.Context, p *pass, d *desired, o Obs
 		r.slots.hold(p.key)
 	}
 	if r.now().Sub(rel.LastDeployed) < r.Watch.HealthTimeout {
-		setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionTrue, "Progressing", "waiting for "+strings.Join(pending, "; "))
+		progressing(p, pending)
 		r.setReleaseInfo(p, rel)
 		return ctrl.Result{RequeueAfter: r.mem.healthLookAfter(p.key, rel.Revision)}, false, nil
 	}

@@ -18,8 +18,10 @@ type memo struct {
 	// token last handled (a new one asks for a drift check).
 	seen      bool
 	requested string
-	// driftDue: an event of the release's objects may be drift.
-	driftDue bool
+	// driftDue: an event of the release's objects may be drift;
+	// driftRecheck: the caches showed a difference, to be looked at again.
+	driftDue     bool
+	driftRecheck bool
 	// failure is the last failed action (status may lag behind it).
 	failure *v1alpha1.Failure
 	// statusSettled: Kind.Status asked for nothing more.

@@ -218,6 +218,25 @@ func (r *Reconciler) readFresh(ctx context.Context, p *pass) (bool, error) {
 	return true, nil
 }
 
+// upgradeFromCache reports whether the records, as the cache sees them,
+// show the release deployed by this owner from other inputs: an upgrade
+// is what the full pass would do.
+func (r *Reconciler) upgradeFromCache(ctx context.Context, p *pass, d *desired) bool {
+	records, ok := r.releaseRecords(ctx, p)
+	if !ok || d.digest == "" {
+		return false
+	}
+	var latest map[string]string
+	best := 0
+	for _, l := range records {
+		if v := revisionOf(l); v > best {
+			best, latest = v, l
+		}
+	}
+	return latest != nil && latest[helm.StorageLabelStatus] == string(helm.StatusDeployed) &&
+		latest[LabelDigest] != d.digest && latest[LabelOwnerUID] == string(p.obj.GetUID())
+}
+
 // inSyncFromCache reports whether the newest release record, as the
 // metadata cache sees it, is deployed from the desired digest by this owner,
 // and its revision.
@@ -247,6 +266,14 @@ func (r *Reconciler) inSyncFromCache(ctx context.Context, p *pass, d *desired) (
 func (r *Reconciler) releaseRecords(ctx context.Context, p *pass) ([]map[string]string, bool) {
 	if p.recordsRead {
 		return p.records, true
+	}
+	if r.Helm != nil {
+		// The cache merged with this process's own writes of records, which
+		// the cache may not show yet.
+		if recs, ok := r.Helm.RecordLabels(p.key.Namespace, p.key.Name); ok {
+			p.records, p.recordsRead = recs, true
+			return recs, true
+		}
 	}
 	if r.Releases == nil {
 		return nil, false

@@ -243,6 +243,11 @@ func (r *Reconciler) fromCaches(ctx context.Context, p *pass, d *desired, driftD
 			return res, true
 		}
 	}
+	if r.upgradeFromCache(ctx, p, d) && !r.slots.free(p.key) {
+		// An upgrade is next and every slot is taken: it waits its turn
+		// without reading anything (a freed slot wakes it).
+		return r.queued(p), true
+	}
 	if d.isVersionChange() && m.waiting != "" && m.waiting != reasonQueued {
 		if h := r.rolloutHold(ctx, p, d); h != nil {
 			return r.waitRollout(p, *h), true
@@ -267,9 +272,24 @@ func (r *Reconciler) settledFromCaches(ctx context.Context, p *pass, d *desired,
 	r.watchObjects(ctx, p, rel)
 	if driftDue {
 		drifted, err := r.findDrift(ctx, d.identity, p.key.Namespace, rel.Manifest)
-		if err != nil || len(drifted) > 0 {
+		if err != nil {
 			return ctrl.Result{}, false
 		}
+		if len(drifted) > 0 {
+			// The cache may show one object of a release's own change before
+			// another: a difference is looked at again in a second, and only
+			// one that stays goes to the full pass (which corrects it).
+			again := false
+			r.mem.with(p.key, func(m *memo) {
+				again = !m.driftRecheck
+				m.driftRecheck, m.driftDue = again, again || m.driftDue
+			})
+			if again {
+				return ctrl.Result{RequeueAfter: time.Second}, true
+			}
+			return ctrl.Result{}, false
+		}
+		r.mem.with(p.key, func(m *memo) { m.driftRecheck = false })
 		driftChecks.WithLabelValues(r.Watch.GVK.Kind, "none").Inc()
 		if c := apimeta.FindStatusCondition(p.status.Conditions, v1alpha1.ConditionDrifted); c != nil && c.Status == metav1.ConditionTrue {
 			setCondition(p.status, p.obj, v1alpha1.ConditionDrifted, metav1.ConditionFalse, "NoDrift", "every object matches the release")
@@ -297,7 +317,7 @@ func (r *Reconciler) settledFromCaches(ctx context.Context, p *pass, d *desired,
 	if rev > 1 {
 		r.slots.hold(p.key) // an upgrade settling holds its slot until healthy
 	}
-	setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionTrue, "Progressing", "waiting for "+strings.Join(pending, "; "))
+	progressing(p, pending)
 	r.setReleaseInfo(p, rel)
 	return ctrl.Result{RequeueAfter: r.mem.healthLookAfter(p.key, rel.Revision)}, true
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -31,6 +32,7 @@ type runOptions struct {
 	metricsAddr             string
 	metricsSecure           bool
 	metricsCertDir          string
+	pprofAddr               string
 	probeAddr               string
 	leaderElect             bool
 	leaderElectionID        string
@@ -63,6 +65,7 @@ func parseRunFlags(args []string) (*runOptions, error) {
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "address of the Prometheus metrics endpoint; 0 disables it")
 	fs.BoolVar(&o.metricsSecure, "metrics-secure", false, "serve metrics over HTTPS, only to callers the API server authenticates and authorizes for get on /metrics (config/ turns it on; plain HTTP is for local runs)")
 	fs.StringVar(&o.metricsCertDir, "metrics-cert-dir", "", "directory of tls.crt and tls.key for --metrics-secure (default: a self-signed certificate made at start)")
+	fs.StringVar(&o.pprofAddr, "pprof-bind-address", "", "loopback address to serve Go's profiles on (net/http/pprof), for measuring; empty disables it")
 	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "address of the /healthz and /readyz endpoints")
 	fs.BoolVar(&o.leaderElect, "leader-elect", false, "elect a leader among replicas so only one reconciles at a time")
 	fs.StringVar(&o.leaderElectionID, "leader-election-id", "chartpilot.chartpilot.dev", "name of the Lease used for leader election")
@@ -114,6 +117,12 @@ func parseRunFlags(args []string) (*runOptions, error) {
 	}
 	if o.maxResourceSize < 4<<10 {
 		return nil, fmt.Errorf("--max-resource-size %d: at least 4096", o.maxResourceSize)
+	}
+	if o.pprofAddr != "" {
+		host, _, err := net.SplitHostPort(o.pprofAddr)
+		if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
+			return nil, fmt.Errorf("--pprof-bind-address %q: profiles may show secrets in memory; give a loopback address such as 127.0.0.1:6060", o.pprofAddr)
+		}
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %v: chartpilot run takes flags only", fs.Args())
@@ -198,6 +207,7 @@ func run(ctx context.Context, args []string) error {
 		MetricsAddr:             o.metricsAddr,
 		MetricsSecure:           o.metricsSecure,
 		MetricsCertDir:          o.metricsCertDir,
+		PprofAddr:               o.pprofAddr,
 		ProbeAddr:               o.probeAddr,
 		LeaderElection:          o.leaderElect,
 		LeaderElectionID:        o.leaderElectionID,

@@ -49,8 +49,11 @@ type Options struct {
 	// authenticates (TokenReview) and authorizes (SubjectAccessReview for
 	// get on the non-resource URL /metrics); the certificate comes from
 	// MetricsCertDir (tls.crt, tls.key), else is self-signed in memory.
-	MetricsSecure           bool
-	MetricsCertDir          string
+	MetricsSecure  bool
+	MetricsCertDir string
+	// PprofAddr serves Go's profiles (net/http/pprof) when set: for
+	// measuring, on a loopback address only.
+	PprofAddr               string
 	LeaderElection          bool
 	LeaderElectionID        string
 	LeaderElectionNamespace string
@@ -174,6 +177,7 @@ func newManager(o Options, scheme *runtime.Scheme, lock resourcelock.Interface) 
 		Logger:                        o.Log,
 		Metrics:                       metricsOptions(o),
 		HealthProbeBindAddress:        o.ProbeAddr,
+		PprofBindAddress:              o.PprofAddr,
 		LeaderElection:                o.LeaderElection,
 		LeaderElectionID:              o.LeaderElectionID,
 		LeaderElectionNamespace:       o.LeaderElectionNamespace,

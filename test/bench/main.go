@@ -46,6 +46,9 @@ import (
 	"github.com/chartpilot/chartpilot/internal/testcluster"
 )
 
+// profileDir, when set, receives heap profiles of the operator.
+var profileDir string
+
 var gvr = schema.GroupVersionResource{Group: "test.chartpilot.dev", Version: "v1alpha1", Resource: "webapps"}
 
 func main() {
@@ -55,6 +58,7 @@ func main() {
 	wave := flag.String("wave", "200", "comma-separated numbers of resources for the upgrade wave (empty: none)")
 	bound := flag.Int("max-upgrades", 5, "maxConcurrentUpgrades of the upgrade wave's watch")
 	kills := flag.Int("kills", 3, "also run each upgrade wave with the operator SIGKILLed this many times during it (0: skip)")
+	flag.StringVar(&profileDir, "profile", "", "write the operator's heap profile after install and after upgrade into this directory (go tool pprof reads them)")
 	flag.Parse()
 	root, err := testcluster.ModuleRoot()
 	if err != nil {
@@ -197,6 +201,7 @@ func runOne(root string, n, concurrency int, idle time.Duration) (result, error)
 	}
 	logf("N=%d: converged in %s", n, res.converge.Round(time.Millisecond))
 	res.phases = append(res.phases, install)
+	heapProfile(metricsAddr, fmt.Sprintf("heap-%d-install.pb.gz", n))
 
 	patchAll := func(patch func(i int) string) error {
 		return parallel(n, 16, func(i int) error {
@@ -220,6 +225,7 @@ func runOne(root string, n, concurrency int, idle time.Duration) (result, error)
 		return res, err
 	}
 	res.phases = append(res.phases, upgrade)
+	heapProfile(metricsAddr, fmt.Sprintf("heap-%d-upgrade.pb.gz", n))
 	for _, ph := range []struct {
 		name  string
 		patch func(int) string
@@ -235,12 +241,22 @@ func runOne(root string, n, concurrency int, idle time.Duration) (result, error)
 		}
 		res.phases = append(res.phases, p)
 	}
-	p, err := measure(audit, metricsAddr, op, fmt.Sprintf("idle %s", idle), 0, func() error { time.Sleep(idle); return nil })
-	if err != nil {
+	close(stopSampling)
+	// Idle: nothing scrapes the operator meanwhile, so its CPU time is its own.
+	if _, err := audit.take(); err != nil {
 		return res, err
 	}
+	cpu0, _ := cpuSeconds(op.Process.Pid)
+	time.Sleep(idle)
+	cpu1, _ := cpuSeconds(op.Process.Pid)
+	time.Sleep(time.Second) // the audit log is written as requests complete
+	p := phase{wall: idle, cpu: cpu1 - cpu0}
+	if p.req, err = audit.take(); err != nil {
+		return res, err
+	}
+	p.name = fmt.Sprintf("idle %s (%.2f CPU-s per minute)", idle, p.cpu/idle.Minutes())
+	logf("%s: %d requests", p.name, p.req.total)
 	res.phases = append(res.phases, p)
-	close(stopSampling)
 	heapMu.Lock()
 	res.peakHeap = peakHeap / (1 << 20)
 	heapMu.Unlock()
@@ -357,11 +373,12 @@ func createWebapps(ctx context.Context, dyn dynamic.Interface, n int, namespace 
 
 // startOperator runs bin/chartpilot against c as its own process.
 func startOperator(c *testcluster.Cluster, root, watchesFile string) (string, *exec.Cmd, func(), error) {
-	addrs, err := freeAddrs(2)
+	addrs, err := freeAddrs(3)
 	if err != nil {
 		return "", nil, nil, err
 	}
 	metricsAddr, probeAddr := addrs[0], addrs[1]
+	pprofAddrs[metricsAddr] = addrs[2]
 	logPath := filepath.Join(c.LogDir, "chartpilot.log")
 	// Appended: after a kill, the next process's log follows the last one's.
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -376,7 +393,7 @@ func startOperator(c *testcluster.Cluster, root, watchesFile string) (string, *e
 	}
 	op := exec.Command(filepath.Join(root, "bin", "chartpilot"), "run",
 		"--kubeconfig", kubeconfig, "--watches", watchesFile,
-		"--metrics-bind-address", metricsAddr, "--health-probe-bind-address", probeAddr,
+		"--metrics-bind-address", metricsAddr, "--health-probe-bind-address", probeAddr, "--pprof-bind-address", addrs[2],
 		"--chart-cache-dir", filepath.Join(c.Dir, "chart-cache"))
 	op.Stdout, op.Stderr = logFile, logFile
 	op.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -549,4 +566,24 @@ func numCPU() int {
 
 func nsObject(name string) *corev1.Namespace {
 	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+}
+
+// pprofAddrs maps an operator's metrics address to its profiles' address.
+var pprofAddrs = map[string]string{}
+
+// heapProfile saves the operator's heap profile (after a GC) when -profile is set.
+func heapProfile(metricsAddr, name string) {
+	if profileDir == "" {
+		return
+	}
+	resp, err := http.Get("http://" + pprofAddrs[metricsAddr] + "/debug/pprof/heap?gc=1")
+	if err != nil {
+		logf("heap profile: %v", err)
+		return
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if err := os.WriteFile(filepath.Join(profileDir, name), b, 0o644); err != nil {
+		logf("heap profile: %v", err)
+	}
 }

@@ -52,6 +52,8 @@ func TestMain(m *testing.M) {
 		// The full tier: the health gate waits for workloads that kwok makes ready.
 		Tier:    testcluster.TierFull,
 		CRDDirs: []string{filepath.Join("..", "..", "test", "crds")},
+		// The operators' requests, counted by the tests of request economy.
+		AuditUsers: []string{managerUser},
 	}, &cluster))
 }
 
@@ -108,6 +110,9 @@ func webappWatch(t *testing.T, mutate ...func(*watches.Watch)) watches.Watch {
 	}
 	return w
 }
+
+// managerUser is the user the tests' operators authenticate as (managerConfig).
+const managerUser = "system:serviceaccount:chartpilot-system:manager"
 
 var (
 	managerOnce sync.Once

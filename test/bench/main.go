@@ -111,10 +111,10 @@ func fail(err error) {
 
 type phase struct {
 	name    string
-	req     requests // the operator's API requests, from the audit log
-	helm    float64  // Helm actions run
-	skipped float64  // passes that rendered nothing (fast path)
-	drift   float64  // drift checks
+	req     testcluster.Requests // the operator's API requests, from the audit log
+	helm    float64              // Helm actions run
+	skipped float64              // passes that rendered nothing (fast path)
+	drift   float64              // drift checks
 	wall    time.Duration
 	cpu     float64 // the operator's CPU seconds
 }
@@ -137,14 +137,14 @@ func runOne(root string, n, concurrency int, idle time.Duration) (result, error)
 		return res, err
 	}
 	defer func() { _ = c.Stop() }()
-	audit := &auditLog{path: c.AuditLogPath}
+	audit := &testcluster.AuditLog{Path: c.AuditLogPath}
 	watchesFile := filepath.Join(c.Dir, "watches.yaml")
 	if err := os.WriteFile(watchesFile, []byte(fmt.Sprintf(
 		"- {group: test.chartpilot.dev, version: v1alpha1, kind: Webapp, chart: %s, maxConcurrentReconciles: %d}\n",
 		filepath.Join(root, "test", "charts", "webapp"), concurrency)), 0o644); err != nil {
 		return res, err
 	}
-	if _, err := audit.take(); err != nil {
+	if _, err := audit.Take(operatorUser); err != nil {
 		return res, err
 	}
 	metricsAddr, op, stopOp, err := startOperator(c, root, watchesFile)
@@ -243,7 +243,7 @@ func runOne(root string, n, concurrency int, idle time.Duration) (result, error)
 	}
 	close(stopSampling)
 	// Idle: nothing scrapes the operator meanwhile, so its CPU time is its own.
-	if _, err := audit.take(); err != nil {
+	if _, err := audit.Take(operatorUser); err != nil {
 		return res, err
 	}
 	cpu0, _ := cpuSeconds(op.Process.Pid)
@@ -251,11 +251,11 @@ func runOne(root string, n, concurrency int, idle time.Duration) (result, error)
 	cpu1, _ := cpuSeconds(op.Process.Pid)
 	time.Sleep(time.Second) // the audit log is written as requests complete
 	p := phase{wall: idle, cpu: cpu1 - cpu0}
-	if p.req, err = audit.take(); err != nil {
+	if p.req, err = audit.Take(operatorUser); err != nil {
 		return res, err
 	}
 	p.name = fmt.Sprintf("idle %s (%.2f CPU-s per minute)", idle, p.cpu/idle.Minutes())
-	logf("%s: %d requests", p.name, p.req.total)
+	logf("%s: %d requests", p.name, p.req.Total)
 	res.phases = append(res.phases, p)
 	heapMu.Lock()
 	res.peakHeap = peakHeap / (1 << 20)
@@ -267,7 +267,7 @@ func runOne(root string, n, concurrency int, idle time.Duration) (result, error)
 	// Restart over the converged fleet: a new process, from its start
 	// until it has been quiet for a while.
 	stopOp()
-	if _, err := audit.take(); err != nil {
+	if _, err := audit.Take(operatorUser); err != nil {
 		return res, err
 	}
 	start := time.Now()
@@ -416,9 +416,9 @@ func startOperator(c *testcluster.Cluster, root, watchesFile string) (string, *e
 // measure runs action and reports the operator's work until it is quiet
 // again: its API requests from the audit log, its passes and Helm actions
 // from its metrics, its CPU time from /proc.
-func measure(audit *auditLog, metricsAddr string, op *exec.Cmd, name string, passes int, action func() error) (phase, error) {
+func measure(audit *testcluster.AuditLog, metricsAddr string, op *exec.Cmd, name string, passes int, action func() error) (phase, error) {
 	url := "http://" + metricsAddr + "/metrics"
-	if _, err := audit.take(); err != nil {
+	if _, err := audit.Take(operatorUser); err != nil {
 		return phase{}, err
 	}
 	before, err := scrape(url)
@@ -453,13 +453,13 @@ func measure(audit *auditLog, metricsAddr string, op *exec.Cmd, name string, pas
 	cpu1, _ := cpuSeconds(op.Process.Pid)
 	p.cpu = cpu1 - cpu0
 	time.Sleep(time.Second) // the audit log is written as requests complete
-	if p.req, err = audit.take(); err != nil {
+	if p.req, err = audit.Take(operatorUser); err != nil {
 		return phase{}, err
 	}
 	p.helm = after.sum("chartpilot_helm_action_duration_seconds_count", nil) - before.sum("chartpilot_helm_action_duration_seconds_count", nil)
 	p.skipped = after.sum("chartpilot_renders_skipped_total", nil) - before.sum("chartpilot_renders_skipped_total", nil)
 	p.drift = after.sum("chartpilot_drift_checks_total", nil) - before.sum("chartpilot_drift_checks_total", nil)
-	logf("%s: %d requests in %s (%s)", name, p.req.total, p.wall.Round(time.Millisecond), p.req.top(6))
+	logf("%s: %d requests in %s (%s)", name, p.req.Total, p.wall.Round(time.Millisecond), p.req.Top(6))
 	return p, nil
 }
 
@@ -542,16 +542,16 @@ func printTable(rows []result, concurrency int) {
 		for _, p := range r.phases {
 			cells := make([]string, 0, len(verbs))
 			for _, v := range verbs {
-				cells = append(cells, strconv.Itoa(p.req.byVerb[v]))
+				cells = append(cells, strconv.Itoa(p.req.ByVerb[v]))
 			}
 			fmt.Printf("| %d | %s | %.1f | %.1f | %.0f | %.0f | %.0f | %d | %.1f | %s |\n", r.n, p.name, p.wall.Seconds(), p.cpu, p.helm, p.skipped, p.drift,
-				p.req.total, p.req.perResource(r.n), strings.Join(cells, " | "))
+				p.req.Total, perResource(p.req, r.n), strings.Join(cells, " | "))
 		}
 	}
 	fmt.Println("\nRequests are counted from the API server's audit log (every request of the operator's user, each once); the largest by resource:")
 	for _, r := range rows {
 		for _, p := range r.phases {
-			fmt.Printf("- N=%d %s: %s\n", r.n, p.name, p.req.top(8))
+			fmt.Printf("- N=%d %s: %s\n", r.n, p.name, p.req.Top(8))
 		}
 	}
 }
@@ -586,4 +586,16 @@ func heapProfile(metricsAddr, name string) {
 	if err := os.WriteFile(filepath.Join(profileDir, name), b, 0o644); err != nil {
 		logf("heap profile: %v", err)
 	}
+}
+
+// operatorUser is the user the benchmarked operator authenticates as: the
+// API server's audit log records its requests, and only its.
+const operatorUser = "chartpilot-operator"
+
+// perResource is r's requests per resource (all of them when n is 0).
+func perResource(r testcluster.Requests, n int) float64 {
+	if n == 0 {
+		return float64(r.Total)
+	}
+	return float64(r.Total) / float64(n)
 }

@@ -1,4 +1,4 @@
-package main
+package testcluster
 
 import (
 	"bufio"
@@ -11,40 +11,32 @@ import (
 	"strings"
 )
 
-// operatorUser is the user the benchmarked operator authenticates as: the
-// API server's audit log records its requests, and only its.
-const operatorUser = "chartpilot-operator"
-
-// auditLog counts the operator's requests from the API server's audit log,
-// each request once (a watch appears when it starts and when it ends).
-type auditLog struct {
-	path string
+// AuditLog counts requests from the API server's audit log
+// (Options.AuditUsers), each request once (a watch is logged when it
+// starts and when it ends).
+type AuditLog struct {
+	Path string
 	off  int64
 	seen map[string]bool
 }
 
-// requests are counted API requests by verb and by verb+resource.
-type requests struct {
-	byVerb     map[string]int
-	byResource map[string]int
-	total      int
+// Requests are counted API requests of one user.
+type Requests struct {
+	// ByVerb counts by verb; ByResource by "verb resource[/subresource]"
+	// (a failed request with " (code)" added); ByNamespace by the object's
+	// namespace ("" for cluster-wide requests).
+	ByVerb, ByResource, ByNamespace map[string]int
+	Total                           int
 }
 
-func (r requests) perResource(n int) float64 {
-	if n == 0 {
-		return float64(r.total)
-	}
-	return float64(r.total) / float64(n)
-}
-
-// top lists the n largest verb+resource counts, largest first.
-func (r requests) top(n int) string {
+// Top lists the n largest ByResource counts, largest first.
+func (r Requests) Top(n int) string {
 	type kv struct {
 		k string
 		v int
 	}
 	var all []kv
-	for k, v := range r.byResource {
+	for k, v := range r.ByResource {
 		all = append(all, kv{k, v})
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i].v > all[j].v || (all[i].v == all[j].v && all[i].k < all[j].k) })
@@ -55,10 +47,10 @@ func (r requests) top(n int) string {
 	return strings.Join(out, ", ")
 }
 
-// take counts the requests logged since the last take.
-func (a *auditLog) take() (requests, error) {
-	r := requests{byVerb: map[string]int{}, byResource: map[string]int{}}
-	f, err := os.Open(a.path)
+// Take counts the requests user made since the last Take.
+func (a *AuditLog) Take(user string) (Requests, error) {
+	r := Requests{ByVerb: map[string]int{}, ByResource: map[string]int{}, ByNamespace: map[string]int{}}
+	f, err := os.Open(a.Path)
 	if err != nil {
 		return r, err
 	}
@@ -83,19 +75,20 @@ func (a *auditLog) take() (requests, error) {
 			ObjectRef *struct {
 				Resource    string `json:"resource"`
 				Subresource string `json:"subresource"`
+				Namespace   string `json:"namespace"`
 			} `json:"objectRef"`
 			RequestURI     string `json:"requestURI"`
 			ResponseStatus *struct {
 				Code int `json:"code"`
 			} `json:"responseStatus"`
 		}
-		if json.Unmarshal(bytes.TrimSpace(line), &ev) != nil || ev.User.Username != operatorUser || a.seen[ev.AuditID] {
+		if json.Unmarshal(bytes.TrimSpace(line), &ev) != nil || ev.User.Username != user || a.seen[ev.AuditID] {
 			continue
 		}
 		a.seen[ev.AuditID] = true
-		what := ev.RequestURI
+		what, ns := ev.RequestURI, ""
 		if ev.ObjectRef != nil {
-			what = ev.ObjectRef.Resource
+			what, ns = ev.ObjectRef.Resource, ev.ObjectRef.Namespace
 			if ev.ObjectRef.Subresource != "" {
 				what += "/" + ev.ObjectRef.Subresource
 			}
@@ -105,9 +98,10 @@ func (a *auditLog) take() (requests, error) {
 		if ev.ResponseStatus != nil && ev.ResponseStatus.Code >= 400 {
 			what += " (" + strconv.Itoa(ev.ResponseStatus.Code) + ")"
 		}
-		r.byVerb[ev.Verb]++
-		r.byResource[ev.Verb+" "+what]++
-		r.total++
+		r.ByVerb[ev.Verb]++
+		r.ByResource[ev.Verb+" "+what]++
+		r.ByNamespace[ns]++
+		r.Total++
 	}
 	return r, nil
 }

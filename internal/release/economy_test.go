@@ -1,0 +1,100 @@
+package release_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
+	"github.com/chartpilot/chartpilot/internal/testcluster"
+	"github.com/chartpilot/chartpilot/internal/watches"
+)
+
+// TestSettledReleasesCostNoRequests: releases deployed and healthy are
+// checked for drift (on a reconcile request) from the caches alone, with no
+// request to the API server; a new process over them reads one record body
+// each and nothing else. Requests are counted from the API server's audit
+// log, in the test's namespace.
+func TestSettledReleasesCostNoRequests(t *testing.T) {
+	e := newEnv(t)
+	stop := startOperator(t, cluster.Config, []watches.Watch{webappWatch(t)})
+	const n = 3
+	for i := range n {
+		e.create(fmt.Sprintf("calm-%d", i), map[string]any{"message": "m"}, nil, nil)
+	}
+	for i := range n {
+		e.waitCondition(fmt.Sprintf("calm-%d", i), v1alpha1.ConditionReady, metav1.ConditionTrue, "")
+	}
+	audit := &testcluster.AuditLog{Path: cluster.AuditLogPath}
+	quiet := func() {
+		t.Helper()
+		// Until two seconds pass without a request in the namespace.
+		e.waitFor("no requests for 2s", func() (bool, string) {
+			if _, err := audit.Take(managerUser); err != nil {
+				return false, err.Error()
+			}
+			time.Sleep(2 * time.Second)
+			r, err := audit.Take(managerUser)
+			if err != nil {
+				return false, err.Error()
+			}
+			return r.ByNamespace[e.ns] == 0, r.Top(5)
+		})
+	}
+	checked := func(since float64) {
+		t.Helper()
+		e.waitFor(fmt.Sprintf("%d drift checks", n), func() (bool, string) {
+			d := driftChecks(t) - since
+			return d >= n, fmt.Sprint(d)
+		})
+		time.Sleep(2 * time.Second) // anything the checks would do after
+	}
+
+	quiet()
+	before := driftChecks(t)
+	for i := range n {
+		e.patch(fmt.Sprintf("calm-%d", i), fmt.Sprintf(`{"metadata":{"annotations":{%q:"now"}}}`, v1alpha1.AnnotationReconcileRequestedAt))
+	}
+	checked(before)
+	r, err := audit.Take(managerUser)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r.ByNamespace[e.ns]; got != 0 {
+		t.Errorf("a reconcile request (drift check) on %d settled releases cost %d requests: %s", n, got, r.Top(8))
+	}
+
+	stop()
+	quiet()
+	before = driftChecks(t)
+	startOperator(t, cluster.Config, []watches.Watch{webappWatch(t)})
+	checked(before)
+	r, err = audit.Take(managerUser)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r.ByNamespace[e.ns]; got > n {
+		t.Errorf("a new process over %d settled releases made %d requests in their namespace, want at most one each: %s", n, got, r.Top(8))
+	}
+}
+
+// driftChecks is chartpilot_drift_checks_total summed over its series.
+func driftChecks(t *testing.T) float64 {
+	t.Helper()
+	families, err := ctrlmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, f := range families {
+		if f.GetName() == "chartpilot_drift_checks_total" {
+			for _, m := range f.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
+}

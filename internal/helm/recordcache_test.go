@@ -121,4 +121,17 @@ func TestCachedHistoryReadsEachVersionOnce(t *testing.T) {
 	if h := history(); len(h) != 0 {
 		t.Errorf("a record deleted here is still in the history: %v", h)
 	}
+
+	// A record someone else deleted, which the cache still shows: deleting
+	// it again is not an error (an uninstall must not fail on it).
+	if err := d.Create(key(2), rel(2, release.StatusDeployed)); err != nil {
+		t.Fatal(err)
+	}
+	show()
+	if err := cs.CoreV1().Secrets("ns").Delete(context.Background(), key(2), metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Delete(key(2)); err != nil {
+		t.Errorf("deleting a record already gone: %v", err)
+	}
 }

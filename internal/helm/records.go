@@ -273,7 +273,9 @@ func (d *recordDriver) Delete(key string) (*release.Release, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := d.secrets.Delete(context.Background(), key, metav1.DeleteOptions{}); err != nil {
+	// Already gone (another writer, or a read of a cache that had not seen
+	// it go) is what the delete wanted: deletes are idempotent.
+	if err := d.secrets.Delete(context.Background(), key, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		return nil, fmt.Errorf("deleting release record %s: %w", key, err)
 	}
 	if d.store != nil {

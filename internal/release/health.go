@@ -47,9 +47,7 @@ func (r *Reconciler) checkHealth(ctx context.Context, p *pass, d *desired, o Obs
 		return ctrl.Result{}, false, err
 	}
 	if len(pending) == 0 {
-		r.mem.with(p.key, func(m *memo) { m.healthyRev, m.awaiting, m.healthLooks = rel.Revision, false, 0 })
-		r.mem.retried(p.key, "InstallUnhealthy")
-		r.slots.end(p.key)
+		r.seenHealthy(p, rel.Revision)
 		return ctrl.Result{}, true, nil
 	}
 	r.mem.with(p.key, func(m *memo) { m.awaiting = true })
@@ -66,6 +64,14 @@ func (r *Reconciler) checkHealth(ctx context.Context, p *pass, d *desired, o Obs
 	why := fmt.Sprintf("revision %d did not become ready within %s: %s", rel.Revision, r.Watch.HealthTimeout, strings.Join(pending, "; "))
 	res, err = r.unhealthy(p, d, rel, lastGoodBefore(history, rel.Revision), why)
 	return res, false, err
+}
+
+// seenHealthy records that revision's workloads were seen ready: the
+// gate is passed, its back-offs are reset and its upgrade slot is freed.
+func (r *Reconciler) seenHealthy(p *pass, revision int) {
+	r.mem.with(p.key, func(m *memo) { m.healthyRev, m.awaiting, m.healthLooks = revision, false, 0 })
+	r.mem.retried(p.key, "InstallUnhealthy")
+	r.slots.end(p.key)
 }
 
 // unhealthy ends a health gate that timed out: a first install stays and

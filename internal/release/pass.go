@@ -218,6 +218,18 @@ func (r *Reconciler) readFresh(ctx context.Context, p *pass) (bool, error) {
 	return true, nil
 }
 
+// newestRecord is the revision and labels of the newest of records.
+func newestRecord(records []map[string]string) (int, map[string]string) {
+	var latest map[string]string
+	best := 0
+	for _, l := range records {
+		if v := revisionOf(l); v > best {
+			best, latest = v, l
+		}
+	}
+	return best, latest
+}
+
 // upgradeFromCache reports whether the records, as the cache sees them,
 // show the release deployed by this owner from other inputs: an upgrade
 // is what the full pass would do.
@@ -226,13 +238,7 @@ func (r *Reconciler) upgradeFromCache(ctx context.Context, p *pass, d *desired) 
 	if !ok || d.digest == "" {
 		return false
 	}
-	var latest map[string]string
-	best := 0
-	for _, l := range records {
-		if v := revisionOf(l); v > best {
-			best, latest = v, l
-		}
-	}
+	_, latest := newestRecord(records)
 	return latest != nil && latest[helm.StorageLabelStatus] == string(helm.StatusDeployed) &&
 		latest[LabelDigest] != d.digest && latest[LabelOwnerUID] == string(p.obj.GetUID())
 }
@@ -245,13 +251,7 @@ func (r *Reconciler) inSyncFromCache(ctx context.Context, p *pass, d *desired) (
 	if !ok {
 		return 0, false
 	}
-	var latest map[string]string
-	best := 0
-	for _, l := range records {
-		if v := revisionOf(l); v > best {
-			best, latest = v, l
-		}
-	}
+	best, latest := newestRecord(records)
 	if latest == nil || p.status.Release == nil || best < p.status.Release.Revision {
 		return 0, false // absent, or the cache lags behind what this operator did
 	}

@@ -307,9 +307,7 @@ func (r *Reconciler) settledFromCaches(ctx context.Context, p *pass, d *desired,
 		return ctrl.Result{}, false
 	}
 	if len(pending) == 0 {
-		r.mem.with(p.key, func(m *memo) { m.healthyRev, m.awaiting, m.healthLooks = rel.Revision, false, 0 })
-		r.mem.retried(p.key, "InstallUnhealthy")
-		r.slots.end(p.key)
+		r.seenHealthy(p, rel.Revision)
 		r.markInSync(p, d, rel)
 		return ctrl.Result{RequeueAfter: r.Watch.ReconcilePeriod}, true
 	}

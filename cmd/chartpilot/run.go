@@ -185,20 +185,9 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	var wh *operator.WebhookOptions
-	if o.webhookPort != 0 {
-		if err := cliutil.CheckPortFree(fmt.Sprintf(":%d", o.webhookPort), "--webhook-port"); err != nil {
-			return err
-		}
-		wh = &operator.WebhookOptions{Port: o.webhookPort, CertDir: o.webhookCertDir}
-		if o.webhookCerts == "self-signed" {
-			ns, name, _ := strings.Cut(o.webhookService, "/")
-			wh.SelfSigned = &admission.SelfSigned{
-				DNSNames: []string{name + "." + ns + ".svc", name + "." + ns + ".svc.cluster.local", name + "." + ns},
-				Config:   o.webhookConfig,
-				Secret:   types.NamespacedName{Namespace: ns, Name: name + "-certs"},
-			}
-		}
+	wh, err := webhookOptions(o)
+	if err != nil {
+		return err
 	}
 	mgr, err := operator.New(operator.Options{
 		Webhook:                 wh,
@@ -234,6 +223,27 @@ func run(ctx context.Context, args []string) error {
 	}
 	log.Info("Stopped manager")
 	return nil
+}
+
+// webhookOptions are the admission webhook's settings from the flags (nil
+// when --webhook-port is 0).
+func webhookOptions(o *runOptions) (*operator.WebhookOptions, error) {
+	if o.webhookPort == 0 {
+		return nil, nil
+	}
+	if err := cliutil.CheckPortFree(fmt.Sprintf(":%d", o.webhookPort), "--webhook-port"); err != nil {
+		return nil, err
+	}
+	wh := &operator.WebhookOptions{Port: o.webhookPort, CertDir: o.webhookCertDir}
+	if o.webhookCerts == "self-signed" {
+		ns, name, _ := strings.Cut(o.webhookService, "/")
+		wh.SelfSigned = &admission.SelfSigned{
+			DNSNames: []string{name + "." + ns + ".svc", name + "." + ns + ".svc.cluster.local", name + "." + ns},
+			Config:   o.webhookConfig,
+			Secret:   types.NamespacedName{Namespace: ns, Name: name + "-certs"},
+		}
+	}
+	return wh, nil
 }
 
 // checkReachable fails fast, with the address, when the API server does not

@@ -57,15 +57,7 @@ func TestRunServesHealthAndMetricsUntilCancelled(t *testing.T) {
 			"--metrics-bind-address", metrics,
 		})
 	}()
-	get := func(url string) (int, string) {
-		resp, err := http.Get(url)
-		if err != nil {
-			return 0, err.Error()
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
+	get := func(url string) (int, string) { return httpGet(http.DefaultClient, url, "") }
 	var last string
 	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
 		select {
@@ -183,19 +175,7 @@ func TestSecureMetricsNeedAnAuthorizedCaller(t *testing.T) {
 		}
 	}()
 	httpc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}, Timeout: 10 * time.Second}
-	get := func(token string) (int, string) {
-		req, _ := http.NewRequest(http.MethodGet, "https://"+metrics+"/metrics", nil)
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := httpc.Do(req)
-		if err != nil {
-			return 0, err.Error()
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
+	get := func(token string) (int, string) { return httpGet(httpc, "https://"+metrics+"/metrics", token) }
 	var code int
 	var body string
 	err = wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
@@ -231,4 +211,23 @@ func TestSecureMetricsNeedAnAuthorizedCaller(t *testing.T) {
 			t.Error("metrics were served over plain HTTP")
 		}
 	}
+}
+
+// httpGet returns the status code and body of a GET of url (with a bearer
+// token when one is given); a request that fails is code 0 and its error.
+func httpGet(c *http.Client, url, token string) (int, string) {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err.Error()
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }

@@ -44,11 +44,7 @@ func TestCrashMidUpgradeRecovered(t *testing.T) {
 	// The pre-upgrade hook Job never completes on this cluster (no
 	// controllers), so the upgrade stays pending-upgrade.
 	e.patch("crash", `{"spec":{"message":"v2","slowHook":true}}`)
-	e.waitFor("pending-upgrade", func() (bool, string) {
-		h := e.history("crash")
-		last := h[len(h)-1]
-		return last.Status == helm.StatusPendingUpgrade, string(last.Status)
-	})
+	e.waitPendingUpgrade("crash")
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}

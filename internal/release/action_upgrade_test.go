@@ -82,11 +82,7 @@ func TestShutdownLetsAnUpgradeFinish(t *testing.T) {
 	// The pre-upgrade hook Job is never scheduled here: the upgrade waits
 	// on it, pending-upgrade, until the test deletes the Job.
 	e.patch("term", `{"spec":{"message":"v2","slowHook":true}}`)
-	e.waitFor("pending-upgrade", func() (bool, string) {
-		h := e.history("term")
-		last := h[len(h)-1]
-		return last.Status == helm.StatusPendingUpgrade, string(last.Status)
-	})
+	e.waitPendingUpgrade("term")
 	stopped := make(chan struct{})
 	go func() { stop(); close(stopped) }()
 	select {

@@ -289,6 +289,16 @@ func (e *env) waitRolledBack(name string) *unstructured.Unstructured {
 	return u
 }
 
+// waitPendingUpgrade waits until the newest revision is pending-upgrade.
+func (e *env) waitPendingUpgrade(name string) {
+	e.t.Helper()
+	e.waitFor(name+" pending-upgrade", func() (bool, string) {
+		h := e.history(name)
+		last := h[len(h)-1]
+		return last.Status == helm.StatusPendingUpgrade, string(last.Status)
+	})
+}
+
 // history returns the release's revisions, oldest first.
 func (e *env) history(name string) []*helm.Release {
 	e.t.Helper()

@@ -190,7 +190,7 @@ func runOne(root string, n, concurrency int, idle time.Duration) (result, error)
 		if err := createWebapps(ctx, dyn, n, nsOf); err != nil {
 			return err
 		}
-		if err := waitAllReady(ctx, dyn, n, 20*time.Minute); err != nil {
+		if err := waitAllOn(ctx, dyn, n, "", 20*time.Minute); err != nil {
 			return err
 		}
 		res.converge = time.Since(start)
@@ -215,7 +215,7 @@ func runOne(root string, n, concurrency int, idle time.Duration) (result, error)
 		if err := patchAll(func(i int) string { return fmt.Sprintf(`{"spec":{"message":"hello again %d"}}`, i) }); err != nil {
 			return err
 		}
-		if err := waitAllReady(ctx, dyn, n, 20*time.Minute); err != nil {
+		if err := waitAllOn(ctx, dyn, n, "", 20*time.Minute); err != nil {
 			return err
 		}
 		res.upgrade = time.Since(start)
@@ -295,34 +295,6 @@ func runOne(root string, n, concurrency int, idle time.Duration) (result, error)
 	}
 	res.phases = append(res.phases, del)
 	return res, nil
-}
-
-// waitAllReady waits until n resources are Ready=True for their current
-// generation.
-func waitAllReady(ctx context.Context, dyn dynamic.Interface, n int, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	ready := 0
-	for time.Now().Before(deadline) {
-		list, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{})
-		if err == nil {
-			ready = 0
-			for _, u := range list.Items {
-				conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-				for _, c := range conds {
-					m, _ := c.(map[string]any)
-					gen, _ := m["observedGeneration"].(int64)
-					if m["type"] == "Ready" && m["status"] == "True" && gen == u.GetGeneration() {
-						ready++
-					}
-				}
-			}
-			if ready >= n {
-				return nil
-			}
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-	return fmt.Errorf("only %d of %d resources Ready for their generation after %s", ready, n, timeout)
 }
 
 // waitGone waits until no resource of the kind is left.

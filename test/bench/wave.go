@@ -170,8 +170,8 @@ func runWave(root string, n, bound, concurrency, kills int) (waveResult, error) 
 	return res, nil
 }
 
-// waitAllOn waits until n resources are Ready with chart version deployed
-// ("" for any version).
+// waitAllOn waits until n resources are Ready for their current
+// generation with chart version deployed ("" for any version).
 func waitAllOn(ctx context.Context, dyn dynamic.Interface, n int, version string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	on := 0
@@ -186,7 +186,8 @@ func waitAllOn(ctx context.Context, dyn dynamic.Interface, n int, version string
 				conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
 				for _, c := range conds {
 					m, _ := c.(map[string]any)
-					if m["type"] == "Ready" && m["status"] == "True" {
+					gen, _ := m["observedGeneration"].(int64)
+					if m["type"] == "Ready" && m["status"] == "True" && gen == u.GetGeneration() {
 						on++
 					}
 				}

@@ -272,6 +272,9 @@ type Release struct {
 	// has no key). Record is the storage Secret's name.
 	Trusted bool
 	Record  string
+	// InstallHooks: the chart has hooks that run on install only (an
+	// upgrade over a half-made install would not run them).
+	InstallHooks bool
 }
 
 func fromHelm(r *release.Release) *Release {
@@ -290,6 +293,11 @@ func fromHelm(r *release.Release) *Release {
 		out.Description = r.Info.Description
 		out.FirstDeployed = r.Info.FirstDeployed.Time
 		out.LastDeployed = r.Info.LastDeployed.Time
+	}
+	for _, h := range r.Hooks {
+		for _, e := range h.Events {
+			out.InstallHooks = out.InstallHooks || e == release.HookPreInstall || e == release.HookPostInstall
+		}
 	}
 	if r.Chart != nil && r.Chart.Metadata != nil {
 		out.ChartName = r.Chart.Metadata.Name

@@ -108,6 +108,7 @@ type WebhookOptions struct {
 // does not load is a start-up error naming the watch.
 func New(o Options) (manager.Manager, error) {
 	o.defaults()
+	o.Config = withRetries(o.Config)
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return nil, err

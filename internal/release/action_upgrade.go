@@ -9,6 +9,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
+	"github.com/chartpilot/chartpilot/internal/apiretry"
 	"github.com/chartpilot/chartpilot/internal/helm"
 )
 
@@ -30,6 +31,9 @@ func (r *Reconciler) upgrade(ctx context.Context, p *pass, d *desired, o Observa
 		r.slots.end(p.key)
 		if helm.IsRecordConflict(err) {
 			return ctrl.Result{}, fmt.Errorf("upgrade: %w", err) // retried soon, not a failure of these inputs
+		}
+		if apiretry.Transient(err) {
+			return r.brokenOff(p, "Upgrade", err, rel), nil
 		}
 		if rel == nil || rel.Revision <= prevRevision || tooLarge(err) {
 			res := r.failed(p, d, "Upgrade", "UpgradeFailed", err, nil)

@@ -13,6 +13,7 @@ const (
 	actRollback      action = "Rollback"      // the newest revision failed: back to the last good one
 	actUnlock        action = "Unlock"        // a revision left pending by a dead process
 	actCleanup       action = "Cleanup"       // remove a release that never deployed, to install again
+	actFinishInstall action = "FinishInstall" // an install broken off by an API error: carry it on
 	actCheckHealth   action = "CheckHealth"   // a fresh revision: wait for its workloads
 	actCorrectDrift  action = "CorrectDrift"  // set changed or deleted objects back
 	actBackOff       action = "BackOff"       // the same inputs failed recently: wait
@@ -40,6 +41,9 @@ type gates struct {
 	driftDue bool
 	// lockLive: the holder of a pending revision may still be working on it.
 	lockLive bool
+	// brokenOff: the newest revision failed only because a request to the
+	// API server did (throttling, a server error, a lost connection).
+	brokenOff bool
 }
 
 // nextAction chooses the one action a pass takes, from the observed
@@ -58,10 +62,19 @@ func nextAction(o Observation, g gates) action {
 	case StateUninstalling:
 		return actCleanup
 	case StateFailedInstall:
+		if g.brokenOff {
+			return actFinishInstall
+		}
 		return waitOr(g, actCleanup)
 	case StateFailedUpgrade:
+		if g.brokenOff {
+			return upgradeOr(g)
+		}
 		return actRollback
 	case StateInterrupted:
+		if o.LastGood == nil && g.brokenOff {
+			return actFinishInstall
+		}
 		if o.LastGood == nil {
 			return actCleanup
 		}

@@ -34,6 +34,7 @@ type choice struct {
 func (r *Reconciler) gatesFor(ctx context.Context, p *pass, d *desired, o Observation, history []*helm.Release, driftDue bool) choice {
 	m := r.mem.get(p.key)
 	c := choice{gates: gates{driftDue: driftDue}}
+	c.gates.brokenOff = o.Latest != nil && m.brokenOff > 0 && m.brokenOff == o.Latest.Revision
 	switch o.State {
 	case StateAbsent:
 		c.backoffAction = "Install"
@@ -43,7 +44,7 @@ func (r *Reconciler) gatesFor(ctx context.Context, p *pass, d *desired, o Observ
 		c.gates.backoff, c.failure = r.backoff(p, d.digest, []*helm.Release{o.Latest})
 	case StateLocked:
 		c.gates.lockLive, c.lockRecheck, c.lock = r.lockHolderLive(ctx, o.Latest)
-	case StateInterrupted:
+	case StateInterrupted, StateFailedUpgrade:
 		c.gates.slotFree = r.slots.free(p.key)
 	case StateOutOfSync:
 		c.backoffAction = "Upgrade"

@@ -41,6 +41,12 @@ type memo struct {
 	refreshToken string
 	// waiting is why a rollout gate holds the resource ("" when it does not).
 	waiting string
+	// brokenOff is the newest revision when an action on it was broken off
+	// by a transient API error (0: none): the next pass carries on from it
+	// instead of treating it as failed. transients counts such errors in a
+	// row, for the short delay before the next try.
+	brokenOff  int
+	transients int
 	// retries counts the failures in a row of actions retried on their own
 	// (rollback, uninstall), for their back-off.
 	retries map[string]int

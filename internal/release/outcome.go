@@ -2,6 +2,7 @@ package release
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"time"
 
@@ -112,12 +113,47 @@ func (r *Reconciler) failed(p *pass, d *desired, action, reason string, err erro
 	return ctrl.Result{RequeueAfter: backoffDelay(count)}
 }
 
+// brokenOff records an action broken off by a transient API error
+// (throttling, a server error, a lost connection) after its requests' own
+// retries: not a failure of the inputs. It does not count toward the
+// failure back-off and is tried again within seconds; a revision it left
+// failed is carried on from (an install finished by an upgrade over it, an
+// upgrade tried again), not cleaned up or rolled back.
+func (r *Reconciler) brokenOff(p *pass, action string, err error, rel *helm.Release) ctrl.Result {
+	n := 0
+	r.mem.with(p.key, func(m *memo) {
+		m.transients++
+		n = m.transients
+		m.brokenOff = 0
+		if rel != nil && rel.Revision > 0 && rel.Status == helm.StatusFailed && (action != "Install" || !rel.InstallHooks) {
+			m.brokenOff = rel.Revision
+		}
+	})
+	wait := transientDelay(n)
+	msg := fmt.Sprintf("%s broken off by an API error (%d in a row); trying again in %s: %s", action, n, wait.Round(100*time.Millisecond), oneLine(err.Error()))
+	setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionTrue, "APIError", msg)
+	r.Recorder.Event(p.obj, corev1.EventTypeWarning, "APIError", msg)
+	p.log.Info("Helm action broken off by an API error", "action", action, "inARow", n, "error", oneLine(err.Error()))
+	if rel != nil && rel.Revision > 0 {
+		r.setReleaseInfo(p, rel)
+	}
+	return ctrl.Result{RequeueAfter: wait}
+}
+
+// transientDelay is the wait before trying again after n transient
+// failures in a row: 1 s doubling to 30 s, each jittered by up to half.
+func transientDelay(n int) time.Duration {
+	d := min(time.Second<<min(max(n, 1)-1, 5), 30*time.Second)
+	return d/2 + rand.N(d/2+1)
+}
+
 // succeeded records a successful action.
 func (r *Reconciler) succeeded(p *pass, d *desired, action, reason, msg string, rel *helm.Release) {
 	p.status.LastFailure = nil
 	r.mem.with(p.key, func(m *memo) {
 		m.failure = nil
 		m.statusSettled = false // the kind's status may change with the release
+		m.brokenOff, m.transients = 0, 0
 	})
 	apimeta.RemoveStatusCondition(&p.status.Conditions, v1alpha1.ConditionStalled)
 	setCondition(p.status, p.obj, v1alpha1.ConditionReleased, metav1.ConditionTrue, reason, msg)

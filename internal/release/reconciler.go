@@ -340,6 +340,8 @@ func (r *Reconciler) run(ctx context.Context, p *pass, d *desired, o Observation
 		return r.unlock(p, d, o)
 	case actCleanup:
 		return r.cleanupFailedInstall(p, d, o)
+	case actFinishInstall:
+		return r.finishInstall(ctx, p, d, o)
 	case actCheckHealth:
 		res, healthy, err := r.checkHealth(ctx, p, d, o, history)
 		if err != nil || !healthy {

@@ -58,6 +58,8 @@ func main() {
 	wave := flag.String("wave", "200", "comma-separated numbers of resources for the upgrade wave (empty: none)")
 	bound := flag.Int("max-upgrades", 5, "maxConcurrentUpgrades of the upgrade wave's watch")
 	kills := flag.Int("kills", 3, "also run each upgrade wave with the operator SIGKILLed this many times during it (0: skip)")
+	faults := flag.String("faults", "0,5,10,20", "comma-separated percentages of the operator's requests faulted in the faults table (empty: none)")
+	faultN := flag.Int("fault-n", 100, "resources in the faults table")
 	flag.StringVar(&profileDir, "profile", "", "write the operator's heap profile after install and after upgrade into this directory (go tool pprof reads them)")
 	flag.Parse()
 	root, err := testcluster.ModuleRoot()
@@ -100,8 +102,27 @@ func main() {
 			waves = append(waves, w)
 		}
 	}
+	var rates []float64
+	for _, f := range strings.Split(*faults, ",") {
+		if strings.TrimSpace(f) == "" {
+			continue
+		}
+		p, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil || p < 0 || p >= 100 {
+			fail(fmt.Errorf("-faults: %q is not a percentage below 100", f))
+		}
+		rates = append(rates, p/100)
+	}
+	var faultRows []faultRow
+	if len(rates) > 0 {
+		var err error
+		if faultRows, err = runFaults(root, *faultN, *concurrency, rates); err != nil {
+			fail(fmt.Errorf("faults table: %w", err))
+		}
+	}
 	printTable(rows, *concurrency)
 	printWave(waves)
+	printFaults(*faultN, faultRows)
 }
 
 func fail(err error) {
@@ -345,6 +366,17 @@ func createWebapps(ctx context.Context, dyn dynamic.Interface, n int, namespace 
 
 // startOperator runs bin/chartpilot against c as its own process.
 func startOperator(c *testcluster.Cluster, root, watchesFile string) (string, *exec.Cmd, func(), error) {
+	// The operator authenticates as its own user, whose every request the
+	// API server's audit log records.
+	kubeconfig, err := c.User(operatorUser, []string{"system:masters"})
+	if err != nil {
+		return "", nil, nil, err
+	}
+	return startOperatorWith(c, root, watchesFile, kubeconfig)
+}
+
+// startOperatorWith runs bin/chartpilot with the given kubeconfig.
+func startOperatorWith(c *testcluster.Cluster, root, watchesFile, kubeconfig string) (string, *exec.Cmd, func(), error) {
 	addrs, err := freeAddrs(3)
 	if err != nil {
 		return "", nil, nil, err
@@ -354,12 +386,6 @@ func startOperator(c *testcluster.Cluster, root, watchesFile string) (string, *e
 	logPath := filepath.Join(c.LogDir, "chartpilot.log")
 	// Appended: after a kill, the next process's log follows the last one's.
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return "", nil, nil, err
-	}
-	// The operator authenticates as its own user, whose every request the
-	// API server's audit log records.
-	kubeconfig, err := c.User(operatorUser, []string{"system:masters"})
 	if err != nil {
 		return "", nil, nil, err
 	}

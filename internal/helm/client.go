@@ -272,9 +272,6 @@ type Release struct {
 	// has no key). Record is the storage Secret's name.
 	Trusted bool
 	Record  string
-	// InstallHooks: the chart has hooks that run on install only (an
-	// upgrade over a half-made install would not run them).
-	InstallHooks bool
 }
 
 func fromHelm(r *release.Release) *Release {
@@ -293,11 +290,6 @@ func fromHelm(r *release.Release) *Release {
 		out.Description = r.Info.Description
 		out.FirstDeployed = r.Info.FirstDeployed.Time
 		out.LastDeployed = r.Info.LastDeployed.Time
-	}
-	for _, h := range r.Hooks {
-		for _, e := range h.Events {
-			out.InstallHooks = out.InstallHooks || e == release.HookPreInstall || e == release.HookPostInstall
-		}
 	}
 	if r.Chart != nil && r.Chart.Metadata != nil {
 		out.ChartName = r.Chart.Metadata.Name
@@ -369,6 +361,25 @@ func (c *Client) DeleteRecords(namespace, name string) error {
 		if d.store != nil {
 			d.store.forget(namespace, s.Name)
 		}
+	}
+	return nil
+}
+
+// DeleteRevision deletes the record of one revision of a release and
+// nothing else: its objects stay, owned by the release, for the next
+// action of the same revision number to take over. A record already gone
+// is no error.
+func (c *Client) DeleteRevision(namespace, name string, revision int) error {
+	d, err := c.records(namespace)
+	if err != nil {
+		return err
+	}
+	key := fmt.Sprintf("sh.helm.release.v1.%s.v%d", name, revision)
+	if err := d.secrets.Delete(context.Background(), key, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting release record %s/%s: %w", namespace, key, err)
+	}
+	if d.store != nil {
+		d.store.forget(namespace, key)
 	}
 	return nil
 }

@@ -41,35 +41,6 @@ func (r *Reconciler) install(ctx context.Context, p *pass, d *desired) (ctrl.Res
 	return r.awaitHealth(p, rel), nil
 }
 
-// finishInstall carries on an install that a transient API error broke
-// off: an upgrade over the failed revision creates what the install did not
-// get to and leaves what it made; nothing is deleted to be made again.
-// (Only chosen when the chart has no install-only hooks, which an upgrade
-// would not run.)
-func (r *Reconciler) finishInstall(ctx context.Context, p *pass, d *desired, o Observation) (ctrl.Result, error) {
-	setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionTrue, "Installing",
-		fmt.Sprintf("finishing the install of chart %s %s (revision %d was broken off by an API error)", d.chart.Name, d.chart.Version, o.Latest.Revision))
-	rel, err := timed("install", func() (*helm.Release, error) {
-		return r.Helm.As(d.identity).Upgrade(ctx, d.chart, r.actionOptions(p, d, "Install by chartpilot"))
-	})
-	if err != nil {
-		if helm.IsRecordConflict(err) {
-			return ctrl.Result{}, fmt.Errorf("install: %w", err)
-		}
-		if apiretry.Transient(err) {
-			return r.brokenOff(p, "Install", err, rel), nil
-		}
-		r.mem.with(p.key, func(m *memo) { m.brokenOff, m.transients = 0, 0 })
-		if rel == nil || rel.Revision <= o.Latest.Revision {
-			rel = nil
-		}
-		return r.failed(p, d, "Install", "InstallFailed", err, rel), nil
-	}
-	r.succeeded(p, d, "Install", "InstallSucceeded", fmt.Sprintf("installed %s %s as revision %d", rel.ChartName, rel.ChartVersion, rel.Revision), rel)
-	r.afterDeploy(ctx, p, d, rel)
-	return r.awaitHealth(p, rel), nil
-}
-
 // awaitHealth leaves a fresh revision Reconciling (not Ready) until the
 // health gate has seen its workloads ready.
 func (r *Reconciler) awaitHealth(p *pass, rel *helm.Release) ctrl.Result {

@@ -13,15 +13,17 @@ import (
 )
 
 // unlock is the Unlock action: a revision left pending-* by a process that
-// died mid-action is marked failed, so that the next pass finishes the work.
+// died mid-action is dropped (its record deleted), so that the next pass
+// runs the action again as a revision of the same number, taking over the
+// objects the interrupted one made (they carry the release's ownership).
+// The history keeps one revision per inputs; nothing is uninstalled.
 // nextAction chooses it only when the revision's holder is gone (lockLive).
 func (r *Reconciler) unlock(p *pass, d *desired, o Observation) (ctrl.Result, error) {
 	action := strings.TrimPrefix(string(o.Latest.Status), "pending-")
-	err := r.Helm.As(d.identity).MarkFailed(p.key.Namespace, p.key.Name, o.Latest.Revision, unlockedPrefix+action)
-	if err != nil {
+	if err := r.Helm.As(d.identity).DeleteRevision(p.key.Namespace, p.key.Name, o.Latest.Revision); err != nil {
 		return ctrl.Result{}, fmt.Errorf("unlocking release: %w", err)
 	}
-	msg := fmt.Sprintf("revision %d was left %s by an interrupted %s; unlocked it to finish the work", o.Latest.Revision, o.Latest.Status, action)
+	msg := fmt.Sprintf("revision %d was left %s by an interrupted %s; dropped it to do the %s again", o.Latest.Revision, o.Latest.Status, action, action)
 	r.Recorder.Event(p.obj, corev1.EventTypeNormal, "Unlocked", msg)
 	r.recordHistory(p, d.digest, "Unlock", o.Latest, true, msg)
 	setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionTrue, "Unlocked", msg)

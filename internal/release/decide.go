@@ -13,7 +13,7 @@ const (
 	actRollback      action = "Rollback"      // the newest revision failed: back to the last good one
 	actUnlock        action = "Unlock"        // a revision left pending by a dead process
 	actCleanup       action = "Cleanup"       // remove a release that never deployed, to install again
-	actFinishInstall action = "FinishInstall" // an install broken off by an API error: carry it on
+	actDiscard       action = "Discard"       // a revision broken off by an API error: drop its record, act again
 	actCheckHealth   action = "CheckHealth"   // a fresh revision: wait for its workloads
 	actCorrectDrift  action = "CorrectDrift"  // set changed or deleted objects back
 	actBackOff       action = "BackOff"       // the same inputs failed recently: wait
@@ -63,19 +63,19 @@ func nextAction(o Observation, g gates) action {
 		return actCleanup
 	case StateFailedInstall:
 		if g.brokenOff {
-			return actFinishInstall
+			return actDiscard
 		}
 		return waitOr(g, actCleanup)
 	case StateFailedUpgrade:
 		if g.brokenOff {
-			return upgradeOr(g)
+			return actDiscard
 		}
 		return actRollback
 	case StateInterrupted:
-		if o.LastGood == nil && g.brokenOff {
-			return actFinishInstall
-		}
-		if o.LastGood == nil {
+		switch {
+		case g.brokenOff:
+			return actDiscard
+		case o.LastGood == nil:
 			return actCleanup
 		}
 		return upgradeOr(g)

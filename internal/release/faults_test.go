@@ -78,9 +78,10 @@ func TestConvergesThroughAPIFaults(t *testing.T) {
 // TestInstallBrokenOffIsFinished: when the API server fails every attempt
 // to create the release's Deployment (beyond the request's retries), the
 // install fails with the ConfigMap and Service made. The next try carries
-// it on instead of removing it: nothing is deleted, the failure does not
-// count toward the back-off, and the release ends deployed with the
-// Deployment made.
+// it on instead of removing it: the broken-off revision's record is dropped
+// and the install runs again, taking over what the first one made. No
+// object is deleted, the failure does not count toward the back-off, and
+// the history shows one deployed revision.
 func TestInstallBrokenOffIsFinished(t *testing.T) {
 	e := newEnv(t)
 	faults, err := testcluster.StartFaultProxy(managerConfig(t), 0, 1)
@@ -88,14 +89,18 @@ func TestInstallBrokenOffIsFinished(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(faults.Close)
-	var failedCreates, deletes atomic.Int64
+	var failedCreates, deletes, recordDeletes atomic.Int64
 	ns := "/namespaces/" + e.ns + "/"
 	faults.Force = func(r *http.Request) bool {
 		if !strings.Contains(r.URL.Path, ns) {
 			return false
 		}
 		if r.Method == http.MethodDelete {
-			deletes.Add(1)
+			if strings.Contains(r.URL.Path, ns+"secrets/sh.helm.release.") {
+				recordDeletes.Add(1)
+			} else {
+				deletes.Add(1)
+			}
 		}
 		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, ns+"deployments") && failedCreates.Load() < int64(apiretry.DefaultPolicy.Attempts) {
 			failedCreates.Add(1)
@@ -115,11 +120,14 @@ func TestInstallBrokenOffIsFinished(t *testing.T) {
 	for _, r := range h {
 		got = append(got, fmt.Sprintf("%d:%s", r.Revision, r.Status))
 	}
-	if strings.Join(got, ",") != "1:failed,2:deployed" {
-		t.Errorf("history %v, want revision 1 failed (broken off) and 2 deployed (finished)", got)
+	if strings.Join(got, ",") != "1:deployed" {
+		t.Errorf("history %v, want one revision, deployed (the broken-off one replaced)", got)
 	}
 	if n := deletes.Load(); n != 0 {
-		t.Errorf("%d DELETE requests in the namespace: the half-made install was cleaned up instead of finished", n)
+		t.Errorf("%d DELETE requests of objects in the namespace: the half-made install was cleaned up instead of finished", n)
+	}
+	if n := recordDeletes.Load(); n != 1 {
+		t.Errorf("%d release records deleted, want 1 (the broken-off revision)", n)
 	}
 	if failedCreates.Load() != int64(apiretry.DefaultPolicy.Attempts) {
 		t.Errorf("the Deployment's create was failed %d times, want %d", failedCreates.Load(), apiretry.DefaultPolicy.Attempts)

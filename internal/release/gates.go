@@ -44,7 +44,7 @@ func (r *Reconciler) gatesFor(ctx context.Context, p *pass, d *desired, o Observ
 		c.gates.backoff, c.failure = r.backoff(p, d.digest, []*helm.Release{o.Latest})
 	case StateLocked:
 		c.gates.lockLive, c.lockRecheck, c.lock = r.lockHolderLive(ctx, o.Latest)
-	case StateInterrupted, StateFailedUpgrade:
+	case StateInterrupted:
 		c.gates.slotFree = r.slots.free(p.key)
 	case StateOutOfSync:
 		c.backoffAction = "Upgrade"

@@ -117,15 +117,14 @@ func (r *Reconciler) failed(p *pass, d *desired, action, reason string, err erro
 // (throttling, a server error, a lost connection) after its requests' own
 // retries: not a failure of the inputs. It does not count toward the
 // failure back-off and is tried again within seconds; a revision it left
-// failed is carried on from (an install finished by an upgrade over it, an
-// upgrade tried again), not cleaned up or rolled back.
+// failed is discarded (see discard), not cleaned up or rolled back.
 func (r *Reconciler) brokenOff(p *pass, action string, err error, rel *helm.Release) ctrl.Result {
 	n := 0
 	r.mem.with(p.key, func(m *memo) {
 		m.transients++
 		n = m.transients
 		m.brokenOff = 0
-		if rel != nil && rel.Revision > 0 && rel.Status == helm.StatusFailed && (action != "Install" || !rel.InstallHooks) {
+		if rel != nil && rel.Revision > 0 && rel.Status == helm.StatusFailed {
 			m.brokenOff = rel.Revision
 		}
 	})

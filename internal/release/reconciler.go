@@ -340,8 +340,8 @@ func (r *Reconciler) run(ctx context.Context, p *pass, d *desired, o Observation
 		return r.unlock(p, d, o)
 	case actCleanup:
 		return r.cleanupFailedInstall(p, d, o)
-	case actFinishInstall:
-		return r.finishInstall(ctx, p, d, o)
+	case actDiscard:
+		return r.discard(p, d, o)
 	case actCheckHealth:
 		res, healthy, err := r.checkHealth(ctx, p, d, o, history)
 		if err != nil || !healthy {
@@ -385,8 +385,12 @@ func (r *Reconciler) finish(ctx context.Context, p *pass, start time.Time, res c
 	if werr := r.writeStatus(ctx, p); werr != nil {
 		err = errors.Join(err, werr)
 	}
-	// controller-runtime logs what a pass returns.
-	return res, redact.Error(err)
+	if err != nil {
+		// Retried by the controller's rate limiter (milliseconds at first);
+		// controller-runtime ignores a requeue time given with an error.
+		return ctrl.Result{}, redact.Error(err)
+	}
+	return res, nil
 }
 
 // forget drops what this process remembers of a resource that is gone.

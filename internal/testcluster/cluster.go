@@ -103,6 +103,10 @@ type Cluster struct {
 	bg        sync.WaitGroup
 	stopOnce  sync.Once
 	stopError error
+	// restarted: components Restart started again (they replace envtest's).
+	restartMu sync.Mutex
+	restarted map[string]*process
+	restarts  int
 }
 
 // Binaries returns the binaries a tier needs.

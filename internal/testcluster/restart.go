@@ -1,0 +1,117 @@
+package testcluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+)
+
+// Restart stops a control-plane component — "kube-apiserver" or "etcd" —
+// as an upgrade or a crash of it would (SIGTERM, SIGKILL after 15 s),
+// leaves it down for down, starts it again with the same command line
+// (same ports, certificates and data), and returns once the API server
+// answers ready again. Clients see refused connections, then errors from
+// an API server without its storage, while it is down.
+func (c *Cluster) Restart(component string, down time.Duration) error {
+	if component != "kube-apiserver" && component != "etcd" {
+		return fmt.Errorf("restart: %q is not a restartable component (kube-apiserver, etcd)", component)
+	}
+	c.restartMu.Lock()
+	defer c.restartMu.Unlock()
+	var args []string
+	if p := c.restarted[component]; p != nil {
+		args = p.cmd.Args
+		p.stop(15 * time.Second)
+	} else {
+		pid, cmdline, err := childNamed(component)
+		if err != nil {
+			return err
+		}
+		args = cmdline
+		if err := stopPID(pid, 15*time.Second); err != nil {
+			return err
+		}
+	}
+	time.Sleep(down)
+	c.restarts++
+	p, err := startProcess(fmt.Sprintf("%s-%d", component, c.restarts), args[0], args[1:], c.LogDir)
+	if err != nil {
+		return err
+	}
+	c.watchdog.register(p.cmd.Process.Pid)
+	if c.restarted == nil {
+		c.restarted = map[string]*process{}
+	}
+	c.restarted[component] = p
+	// Stopped before the envtest components, like the other processes.
+	c.procs = append(c.procs, p)
+	return c.waitReady(2 * time.Minute)
+}
+
+// waitReady waits until the API server's /readyz answers ok.
+func (c *Cluster) waitReady(timeout time.Duration) error {
+	cs, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(timeout)
+	var last error
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, last = cs.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+		cancel()
+		if last == nil {
+			return nil
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return fmt.Errorf("API server not ready %s after a restart: %w", timeout, last)
+}
+
+// childNamed finds the direct child process running the named binary.
+func childNamed(name string) (int, []string, error) {
+	for _, pid := range childPIDs() {
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
+		if len(args) > 0 && filepath.Base(args[0]) == name {
+			return pid, args, nil
+		}
+	}
+	return 0, nil, fmt.Errorf("restart: no %s process found", name)
+}
+
+// stopPID sends SIGTERM and waits for the process to go (its parent reaps
+// it), with SIGKILL after grace.
+func stopPID(pid int, grace time.Duration) error {
+	gone := func() bool {
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return true
+		}
+		// The state follows the parenthesised command name.
+		s := string(raw)
+		i := strings.LastIndexByte(s, ')')
+		return i > 0 && len(s) > i+2 && (s[i+2] == 'Z' || s[i+2] == 'X')
+	}
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		return fmt.Errorf("restart: stopping pid %d: %w", pid, err)
+	}
+	deadline := time.Now().Add(grace)
+	for !gone() {
+		if time.Now().After(deadline) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			deadline = time.Now().Add(grace)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return nil
+}

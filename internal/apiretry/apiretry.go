@@ -37,7 +37,10 @@ import (
 	"syscall"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 )
 
@@ -76,8 +79,27 @@ type Transport struct {
 
 // RoundTrip implements http.RoundTripper.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.URL.Query().Get("watch") == "true" || t.Policy.Attempts <= 1 || (req.Body != nil && req.Body != http.NoBody && req.GetBody == nil) {
+	if req.URL.Query().Get("watch") == "true" || t.Policy.Attempts <= 1 {
 		return t.Next.RoundTrip(req)
+	}
+	if req.Body != nil && req.Body != http.NoBody && req.GetBody == nil {
+		// Kept in memory to be sent again (client-go's bodies are
+		// readers that cannot be rewound from here).
+		body := req.Body
+		data, err := io.ReadAll(io.LimitReader(body, maxBuffered+1))
+		if err != nil {
+			body.Close()
+			return nil, err
+		}
+		if len(data) > maxBuffered {
+			once := req.Clone(req.Context())
+			once.Body = readCloser{io.MultiReader(bytes.NewReader(data), body), body}
+			return t.Next.RoundTrip(once)
+		}
+		body.Close()
+		req = req.Clone(req.Context())
+		req.Body = io.NopCloser(bytes.NewReader(data))
+		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }
 	}
 	kind := classify(req)
 	ambiguous := false // an earlier attempt may have been carried out
@@ -118,6 +140,15 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, err
 		}
 	}
+}
+
+// maxBuffered is the largest request body kept to be sent again: a release
+// record is at most 1 MiB, base64 in JSON about 1.4 MiB.
+const maxBuffered = 4 << 20
+
+type readCloser struct {
+	io.Reader
+	io.Closer
 }
 
 // backoff is the jittered wait before attempt+1: half to all of
@@ -173,11 +204,13 @@ type objectMeta struct {
 	Annotations  map[string]string `json:"annotations"`
 }
 
+// postedMeta reads the metadata of a request body in JSON or in the API
+// server's protobuf encoding (client-go's typed clients send protobuf).
 func postedMeta(req *http.Request) (objectMeta, bool) {
 	var m struct {
 		Metadata objectMeta `json:"metadata"`
 	}
-	if req.GetBody == nil || !strings.HasPrefix(req.Header.Get("Content-Type"), "application/json") {
+	if req.GetBody == nil {
 		return m.Metadata, false
 	}
 	body, err := req.GetBody()
@@ -185,10 +218,59 @@ func postedMeta(req *http.Request) (objectMeta, bool) {
 		return m.Metadata, false
 	}
 	defer body.Close()
-	if err := json.NewDecoder(body).Decode(&m); err != nil {
-		return m.Metadata, false
+	switch ct := req.Header.Get("Content-Type"); {
+	case strings.HasPrefix(ct, "application/json"):
+		if err := json.NewDecoder(body).Decode(&m); err != nil {
+			return m.Metadata, false
+		}
+		return m.Metadata, true
+	case strings.HasPrefix(ct, "application/vnd.kubernetes.protobuf"):
+		data, err := io.ReadAll(body)
+		if err != nil {
+			return m.Metadata, false
+		}
+		return protobufMeta(data)
 	}
-	return m.Metadata, true
+	return m.Metadata, false
+}
+
+// protobufMeta reads the metadata of an object in the API server's
+// protobuf encoding: the "k8s\x00" prefix, a runtime.Unknown envelope, and
+// the object, whose field 1 is its ObjectMeta (for every API type).
+func protobufMeta(data []byte) (objectMeta, bool) {
+	var none objectMeta
+	magic := []byte("k8s\x00")
+	if !bytes.HasPrefix(data, magic) {
+		return none, false
+	}
+	var u runtime.Unknown
+	if err := u.Unmarshal(data[len(magic):]); err != nil {
+		return none, false
+	}
+	raw := u.Raw
+	for len(raw) > 0 {
+		num, typ, n := protowire.ConsumeTag(raw)
+		if n < 0 {
+			return none, false
+		}
+		raw = raw[n:]
+		if num == 1 && typ == protowire.BytesType {
+			v, n := protowire.ConsumeBytes(raw)
+			if n < 0 {
+				return none, false
+			}
+			var m metav1.ObjectMeta
+			if err := m.Unmarshal(v); err != nil {
+				return none, false
+			}
+			return objectMeta{Name: m.Name, GenerateName: m.GenerateName, Labels: m.Labels, Annotations: m.Annotations}, true
+		}
+		if n = protowire.ConsumeFieldValue(num, typ, raw); n < 0 {
+			return none, false
+		}
+		raw = raw[n:]
+	}
+	return none, false
 }
 
 // verdict says whether to send the request again, how long at least to wait
@@ -244,6 +326,9 @@ func (t *Transport) madeByEarlierAttempt(req *http.Request, conflict *http.Respo
 	get.URL.Scheme, get.URL.Host, get.Host = req.URL.Scheme, req.URL.Host, req.Host
 	get.Header = req.Header.Clone()
 	get.Header.Del("Content-Type")
+	// Read as JSON (to compare); client-go decodes a JSON answer whatever
+	// it asked for.
+	get.Header.Set("Accept", "application/json")
 	resp, err := t.Next.RoundTrip(get)
 	if err != nil || resp.StatusCode != http.StatusOK {
 		if resp != nil {

@@ -13,8 +13,12 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 )
 
 var fast = Policy{Attempts: 4, Base: time.Millisecond, Max: 5 * time.Millisecond, MaxRetryAfter: 2 * time.Second}
@@ -181,5 +185,62 @@ func TestTransient(t *testing.T) {
 		if got := Transient(tc.err); got != tc.want {
 			t.Errorf("Transient(%v) = %v, want %v", tc.err, got, tc.want)
 		}
+	}
+}
+
+// TestTypedClientCreates: client-go's typed clients send protobuf bodies
+// that cannot be rewound; their creates are retried all the same, and a
+// create the lost attempt made is recognised from the protobuf metadata.
+func TestTypedClientCreates(t *testing.T) {
+	secret := func(labels string) func(http.ResponseWriter, *http.Request) {
+		return func(w http.ResponseWriter, r *http.Request) {
+			if r.Method != http.MethodGet {
+				t.Errorf("looked up the existing object with %s", r.Method)
+			}
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"kind":"Secret","apiVersion":"v1","metadata":{"name":"rec","namespace":"ns","labels":%s}}`, labels)
+		}
+	}
+	created := func(w http.ResponseWriter, r *http.Request) {
+		if ct := r.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/vnd.kubernetes.protobuf") {
+			t.Errorf("the typed client sent %q, not protobuf: the test does not test what it says", ct)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprint(w, `{"kind":"Secret","apiVersion":"v1","metadata":{"name":"rec","namespace":"ns"}}`)
+	}
+	conflict := func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusConflict)
+		fmt.Fprint(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"AlreadyExists","code":409}`)
+	}
+	for _, tc := range []struct {
+		name     string
+		answers  []func(http.ResponseWriter, *http.Request)
+		wantErr  func(error) bool
+		requests int
+	}{
+		{"sent again after a server error", []func(http.ResponseWriter, *http.Request){status(500), created}, func(err error) bool { return err == nil }, 2},
+		{"made by the lost attempt", []func(http.ResponseWriter, *http.Request){status(500), conflict, secret(`{"owner":"helm"}`)}, func(err error) bool { return err == nil }, 3},
+		{"someone else's", []func(http.ResponseWriter, *http.Request){status(500), conflict, secret(`{"owner":"other"}`)}, apierrors.IsAlreadyExists, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &server{answers: tc.answers}
+			srv := httptest.NewServer(s)
+			defer srv.Close()
+			cfg := &rest.Config{Host: srv.URL}
+			Wrap(cfg, fast, nil)
+			cs, err := kubernetes.NewForConfig(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = cs.CoreV1().Secrets("ns").Create(context.Background(), &corev1.Secret{
+				ObjectMeta: metav1.ObjectMeta{Name: "rec", Labels: map[string]string{"owner": "helm"}},
+				Data:       map[string][]byte{"release": []byte("body")},
+			}, metav1.CreateOptions{})
+			if !tc.wantErr(err) || len(s.seen) != tc.requests {
+				t.Fatalf("err %v after %d requests %v", err, len(s.seen), s.seen)
+			}
+		})
 	}
 }

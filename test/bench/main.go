@@ -15,7 +15,15 @@
 //   - the operator's peak RSS (VmHWM) and peak Go heap in use;
 //   - upgrade wave (-wave 200): N resources installed from a loopback chart
 //     repository, then a patch version published; wall time until every one
-//     is Ready on it, and the peak number upgrading at once.
+//     is Ready on it, and the peak number upgrading at once;
+//   - crash matrix (-crashes 200 -kills 3): install, values upgrade and
+//     delete of N resources with the operator SIGKILLed at random moments
+//     during each; what each phase leaves behind (pending or failed
+//     revisions, revisions repeating the same inputs, objects and records
+//     left after the delete);
+//   - faults (-faults 0,5,10,20 -fault-n 100): the operator behind a proxy
+//     that faults that share of its requests; create and upgrade times and
+//     requests (audit log) relative to no faults.
 package main
 
 import (
@@ -57,7 +65,8 @@ func main() {
 	idle := flag.Duration("idle", 30*time.Second, "idle period measured after convergence")
 	wave := flag.String("wave", "200", "comma-separated numbers of resources for the upgrade wave (empty: none)")
 	bound := flag.Int("max-upgrades", 5, "maxConcurrentUpgrades of the upgrade wave's watch")
-	kills := flag.Int("kills", 3, "also run each upgrade wave with the operator SIGKILLed this many times during it (0: skip)")
+	kills := flag.Int("kills", 3, "SIGKILLs of the operator during each phase (install, upgrade, delete) of the crash matrix")
+	crashes := flag.Int("crashes", 200, "resources in the crash matrix (0: skip it)")
 	faults := flag.String("faults", "0,5,10,20", "comma-separated percentages of the operator's requests faulted in the faults table (empty: none)")
 	faultN := flag.Int("fault-n", 100, "resources in the faults table")
 	flag.StringVar(&profileDir, "profile", "", "write the operator's heap profile after install and after upgrade into this directory (go tool pprof reads them)")
@@ -90,16 +99,17 @@ func main() {
 		if err != nil || n <= 0 {
 			fail(fmt.Errorf("-wave: %q is not a positive number", f))
 		}
-		ks := []int{0}
-		if *kills > 0 {
-			ks = append(ks, *kills)
+		w, err := runWave(root, n, *bound, *concurrency, 0)
+		if err != nil {
+			fail(fmt.Errorf("upgrade wave with %d resources: %w", n, err))
 		}
-		for _, k := range ks {
-			w, err := runWave(root, n, *bound, *concurrency, k)
-			if err != nil {
-				fail(fmt.Errorf("upgrade wave with %d resources and %d kills: %w", n, k, err))
-			}
-			waves = append(waves, w)
+		waves = append(waves, w)
+	}
+	var crashRows []crashRow
+	if *crashes > 0 && *kills > 0 {
+		var err error
+		if crashRows, err = runCrashes(root, *crashes, *bound, *concurrency, *kills); err != nil {
+			fail(fmt.Errorf("crash matrix: %w", err))
 		}
 	}
 	var rates []float64
@@ -122,6 +132,7 @@ func main() {
 	}
 	printTable(rows, *concurrency)
 	printWave(waves)
+	printCrashes(crashRows)
 	printFaults(*faultN, faultRows)
 }
 

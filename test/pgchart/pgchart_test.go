@@ -1,0 +1,501 @@
+// Package pgchart runs what charts/postgresql renders with real PostgreSQL
+// server binaries (Debian's packages; .ci/run installs them): the local
+// cluster's pods are simulated, so this is where the chart's configuration,
+// authentication and replication are proven.
+//
+// Each pod of the StatefulSet becomes a directory per volume and processes
+// run as an unprivileged user, with these stand-ins for what a node gives a
+// pod, and nothing else changed:
+//   - a pod's volume mount paths are its directories;
+//   - pod 0's DNS name is 127.0.0.1, and each pod's own port (the chart's
+//     port, which every pod listens on at its own IP) is a free loopback
+//     port: pod 0 keeps the chart's, pod 1 gets another one (set with -c,
+//     and in its probes' commands);
+//   - the socket directory compiled into Debian's server (/var/run/postgresql,
+//     which the chart mounts) is given with -c unix_socket_directories;
+//   - the image's entrypoint, on an empty data directory, runs initdb with
+//     POSTGRES_USER and POSTGRES_PASSWORD and then postgres with the
+//     container's args: the test does the same;
+//   - a client in another pod connects from a non-loopback address: the
+//     test connects to this machine's own non-loopback address, so the
+//     connection comes from it (not from 127.0.0.1, which the chart trusts
+//     as the pod's own).
+package pgchart
+
+import (
+	"bytes"
+	"encoding/base64"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/chartpilot/chartpilot/internal/helm"
+)
+
+// pgBin is the directory of the PostgreSQL server binaries.
+func pgBin(t *testing.T) string {
+	t.Helper()
+	if d := os.Getenv("PG_BIN"); d != "" {
+		return d
+	}
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sort.Slice(dirs, func(i, j int) bool {
+		a, _ := strconv.Atoi(filepath.Base(filepath.Dir(dirs[i])))
+		b, _ := strconv.Atoi(filepath.Base(filepath.Dir(dirs[j])))
+		return a < b
+	})
+	for i := len(dirs) - 1; i >= 0; i-- {
+		if _, err := os.Stat(filepath.Join(dirs[i], "postgres")); err == nil {
+			return dirs[i]
+		}
+	}
+	t.Fatal("no PostgreSQL server under /usr/lib/postgresql/*/bin: install Debian's postgresql-15 (.ci/run does) or set PG_BIN")
+	return ""
+}
+
+// runner runs commands as the user the servers run as: the current one, or
+// "postgres" when the test runs as root (the server refuses root).
+type runner struct {
+	cred     *syscall.Credential
+	uid, gid int
+	path     string
+}
+
+func newRunner(t *testing.T, bin string) *runner {
+	r := &runner{uid: os.Getuid(), gid: os.Getgid(), path: bin + ":/usr/bin:/bin"}
+	if os.Geteuid() != 0 {
+		return r
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		t.Fatalf("running as root, the servers need an unprivileged user and there is no postgres user (Debian's postgresql package makes one): %v", err)
+	}
+	r.uid, _ = strconv.Atoi(u.Uid)
+	r.gid, _ = strconv.Atoi(u.Gid)
+	r.cred = &syscall.Credential{Uid: uint32(r.uid), Gid: uint32(r.gid)}
+	return r
+}
+
+func (r *runner) command(env map[string]string, name string, args ...string) *exec.Cmd {
+	cmd := exec.Command(name, args...)
+	cmd.Env = []string{"PATH=" + r.path, "LANG=C.UTF-8"}
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: r.cred, Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	return cmd
+}
+
+func (r *runner) mkdir(t *testing.T, path string) {
+	t.Helper()
+	if err := os.MkdirAll(path, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(path, r.uid, r.gid); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// rendered is what the test reads from the chart's manifest.
+type rendered struct {
+	fullname string
+	config   map[string]string // ConfigMap data: file name -> content
+	username string
+	password string
+	sts      *appsv1.StatefulSet
+	testPod  *corev1.Pod
+}
+
+func render(t *testing.T, vals map[string]any) rendered {
+	t.Helper()
+	ch, err := helm.LoadChart(filepath.Join("..", "..", "charts", "postgresql"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	manifest, err := helm.Template(ch, "db", "default", vals, "")
+	if err != nil {
+		t.Fatalf("rendering charts/postgresql: %v", err)
+	}
+	objs, err := helm.ParseManifest(manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out rendered
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "ConfigMap":
+			var cm corev1.ConfigMap
+			must(t, runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &cm))
+			out.config = cm.Data
+		case "Secret":
+			var s corev1.Secret
+			must(t, runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &s))
+			out.username, out.password = string(s.Data["username"]), string(s.Data["password"])
+			if out.username == "" {
+				// Rendered as data (base64) by the template; the converter keeps it encoded.
+				u, _ := base64.StdEncoding.DecodeString(fmt.Sprint(o.Object["data"].(map[string]any)["username"]))
+				p, _ := base64.StdEncoding.DecodeString(fmt.Sprint(o.Object["data"].(map[string]any)["password"]))
+				out.username, out.password = string(u), string(p)
+			}
+		case "StatefulSet":
+			out.sts = &appsv1.StatefulSet{}
+			must(t, runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, out.sts))
+			out.fullname = o.GetName()
+		case "Pod":
+			out.testPod = &corev1.Pod{}
+			must(t, runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, out.testPod))
+		}
+	}
+	if out.config == nil || out.password == "" || out.sts == nil || out.testPod == nil {
+		t.Fatalf("the manifest lacks a ConfigMap, a Secret with a password, the StatefulSet or the test Pod")
+	}
+	return out
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// pod is one pod of the StatefulSet, run locally.
+type pod struct {
+	t       *testing.T
+	r       *runner
+	ordinal int
+	port    int
+	dir     string
+	mounts  map[string]string // mount path -> local directory
+	subst   []string          // old, new pairs applied to commands
+	env     map[string]string
+	server  *exec.Cmd
+	logPath string
+}
+
+func newPod(t *testing.T, r *runner, rd rendered, root string, ordinal, port int) *pod {
+	p := &pod{t: t, r: r, ordinal: ordinal, port: port, dir: filepath.Join(root, fmt.Sprintf("%s-%d", rd.fullname, ordinal)), mounts: map[string]string{}}
+	r.mkdir(t, p.dir)
+	c := rd.sts.Spec.Template.Spec.Containers[0]
+	var paths []string
+	for _, m := range c.VolumeMounts {
+		local := filepath.Join(p.dir, m.Name)
+		r.mkdir(t, local)
+		p.mounts[m.MountPath] = local
+		paths = append(paths, m.MountPath)
+	}
+	// Longest first, so that a path under another mount maps to its own.
+	sort.Slice(paths, func(i, j int) bool { return len(paths[i]) > len(paths[j]) })
+	for _, mp := range paths {
+		p.subst = append(p.subst, mp, p.mounts[mp])
+	}
+	p.subst = append(p.subst, fmt.Sprintf("%s-0.%s-headless", rd.fullname, rd.fullname), "127.0.0.1")
+	// The ConfigMap volume's files.
+	for _, v := range rd.sts.Spec.Template.Spec.Volumes {
+		if v.ConfigMap == nil {
+			continue
+		}
+		for _, m := range c.VolumeMounts {
+			if m.Name != v.Name {
+				continue
+			}
+			for name, content := range rd.config {
+				f := filepath.Join(p.mounts[m.MountPath], name)
+				must(t, os.WriteFile(f, []byte(content), 0o644))
+				must(t, os.Chown(f, r.uid, r.gid))
+			}
+		}
+	}
+	p.env = map[string]string{"HOSTNAME": fmt.Sprintf("%s-%d", rd.fullname, ordinal), "HOME": p.dir}
+	for _, e := range c.Env {
+		v := e.Value
+		if ref := e.ValueFrom; ref != nil && ref.SecretKeyRef != nil {
+			switch ref.SecretKeyRef.Key {
+			case "username":
+				v = rd.username
+			case "password":
+				v = rd.password
+			}
+		}
+		p.env[e.Name] = p.apply(v)
+	}
+	return p
+}
+
+// apply makes a command of the chart run here (see the package comment).
+func (p *pod) apply(s string) string {
+	return strings.NewReplacer(p.subst...).Replace(s)
+}
+
+// sh runs a shell command of the chart (a probe, a script) in the pod.
+func (p *pod) sh(script string, extraEnv map[string]string) (string, error) {
+	env := map[string]string{}
+	for k, v := range p.env {
+		env[k] = v
+	}
+	for k, v := range extraEnv {
+		env[k] = v
+	}
+	cmd := p.r.command(env, "sh", "-c", p.apply(script))
+	cmd.Dir = p.dir
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// start runs the server as the image would: initdb on an empty data
+// directory (the entrypoint's first start), then postgres with the
+// container's args.
+func (p *pod) start(rd rendered) {
+	t := p.t
+	c := rd.sts.Spec.Template.Spec.Containers[0]
+	pgdata := p.env["PGDATA"]
+	if _, err := os.Stat(filepath.Join(pgdata, "PG_VERSION")); err != nil {
+		p.r.mkdir(t, pgdata)
+		pw := filepath.Join(p.dir, "pwfile")
+		must(t, os.WriteFile(pw, []byte(p.env["POSTGRES_PASSWORD"]+"\n"), 0o600))
+		must(t, os.Chown(pw, p.r.uid, p.r.gid))
+		out, err := p.r.command(p.env, "initdb", "-D", pgdata, "--username="+p.env["POSTGRES_USER"], "--pwfile="+pw).CombinedOutput()
+		if err != nil {
+			t.Fatalf("pod %d: initdb: %v\n%s", p.ordinal, err, out)
+		}
+		must(t, os.Remove(pw))
+	}
+	args := make([]string, 0, len(c.Args)+4)
+	for _, a := range c.Args {
+		args = append(args, p.apply(a))
+	}
+	args = append(args, "-c", "unix_socket_directories="+p.mounts["/var/run/postgresql"], "-c", fmt.Sprintf("port=%d", p.port))
+	p.logPath = filepath.Join(p.dir, "server.log")
+	logFile, err := os.Create(p.logPath)
+	must(t, err)
+	p.server = p.r.command(p.env, "postgres", args...)
+	p.server.Stdout, p.server.Stderr = logFile, logFile
+	if err := p.server.Start(); err != nil {
+		t.Fatalf("pod %d: starting postgres: %v", p.ordinal, err)
+	}
+	t.Cleanup(func() {
+		_ = p.server.Process.Signal(syscall.SIGINT) // fast shutdown
+		done := make(chan struct{})
+		go func() { _ = p.server.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			_ = syscall.Kill(-p.server.Process.Pid, syscall.SIGKILL)
+		}
+		logFile.Close()
+		if t.Failed() {
+			log, _ := os.ReadFile(p.logPath)
+			t.Logf("pod %d server log:\n%s", p.ordinal, log)
+		}
+	})
+}
+
+// probe runs the container's probe command; the pod's own port stands in
+// for the chart's.
+func (p *pod) probe(pr *corev1.Probe, chartPort int) error {
+	cmd := strings.Join(pr.Exec.Command[2:], " ")
+	if pr.Exec.Command[0] != "sh" || pr.Exec.Command[1] != "-c" {
+		return fmt.Errorf("probe is not a shell command: %q", pr.Exec.Command)
+	}
+	cmd = strings.ReplaceAll(cmd, fmt.Sprintf("-p %d", chartPort), fmt.Sprintf("-p %d", p.port))
+	out, err := p.sh(cmd, nil)
+	if err != nil {
+		return fmt.Errorf("%s: %v: %s", cmd, err, out)
+	}
+	return nil
+}
+
+// waitProbe waits until the startup probe passes (its own budget:
+// periodSeconds × failureThreshold).
+func (p *pod) waitProbe(pr *corev1.Probe, chartPort int) {
+	budget := time.Duration(pr.PeriodSeconds*pr.FailureThreshold) * time.Second
+	deadline := time.Now().Add(budget)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = p.probe(pr, chartPort); err == nil {
+			return
+		}
+		if p.server.ProcessState != nil {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	log, _ := os.ReadFile(p.logPath)
+	p.t.Fatalf("pod %d: startup probe did not pass within %s: %v\n%s", p.ordinal, budget, err, log)
+}
+
+// psql runs a query as a client would, from host:port, with password.
+func psql(r *runner, host string, port int, userName, password, query string) (string, error) {
+	cmd := r.command(map[string]string{"PGPASSWORD": password, "PGCONNECT_TIMEOUT": "10"}, "psql", "-h", host, "-p", strconv.Itoa(port), "-U", userName, "-d", "postgres", "-XAtc", query)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	if err != nil {
+		return "", fmt.Errorf("%v: %s", err, strings.TrimSpace(errb.String()))
+	}
+	return strings.TrimSpace(out.String()), nil
+}
+
+// outsideAddress is an address of this machine that is not loopback: a
+// connection to it comes from it, as a client in another pod would.
+func outsideAddress(t *testing.T) string {
+	addrs, err := net.InterfaceAddrs()
+	must(t, err)
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil && !ipn.IP.IsLoopback() {
+			return ipn.IP.String()
+		}
+	}
+	t.Fatal("this machine has no non-loopback IPv4 address: the test cannot connect as a client from another pod would")
+	return ""
+}
+
+func freePorts(t *testing.T, n int) []int {
+	var ports []int
+	var ls []net.Listener
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		must(t, err)
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	for _, l := range ls {
+		l.Close()
+	}
+	return ports
+}
+
+// k8sEnv expands $(NAME) references of a container command, as the kubelet does.
+func k8sEnv(s string, env map[string]string) string {
+	return regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`).ReplaceAllStringFunc(s, func(m string) string {
+		if v, ok := env[m[2:len(m)-1]]; ok {
+			return v
+		}
+		return m
+	})
+}
+
+// TestChartRunsRealPostgreSQL renders charts/postgresql as a primary and one
+// streaming replica with tuned parameters and runs it: the replica is
+// cloned by the chart's init script over the replication line of its
+// pg_hba.conf with the generated password, a row written on the primary is
+// read on the replica, the parameters are live, every probe passes, the
+// helm test command connects, and a wrong password is refused.
+func TestChartRunsRealPostgreSQL(t *testing.T) {
+	bin := pgBin(t)
+	r := newRunner(t, bin)
+	ports := freePorts(t, 2)
+	chartPort := ports[0]
+	rd := render(t, map[string]any{
+		"replicas":   2,
+		"service":    map[string]any{"port": chartPort},
+		"parameters": map[string]any{"shared_buffers": "48MB", "max_connections": "40", "work_mem": "8MB"},
+	})
+	root, err := os.MkdirTemp("", "chartpilot-pgchart-")
+	must(t, err)
+	t.Cleanup(func() { _ = os.RemoveAll(root) })
+	must(t, os.Chmod(root, 0o755))
+	init := rd.sts.Spec.Template.Spec.InitContainers[0]
+	main := rd.sts.Spec.Template.Spec.Containers[0]
+
+	primary := newPod(t, r, rd, root, 0, ports[0])
+	if out, err := primary.sh(init.Command[2], nil); err != nil {
+		t.Fatalf("pod 0: init script: %v\n%s", err, out)
+	}
+	primary.start(rd)
+	primary.waitProbe(main.StartupProbe, chartPort)
+
+	replica := newPod(t, r, rd, root, 1, ports[1])
+	if out, err := replica.sh(init.Command[2], nil); err != nil {
+		t.Fatalf("pod 1: init script (clone from pod 0): %v\n%s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(replica.env["PGDATA"], "standby.signal")); err != nil {
+		t.Fatalf("pod 1: the init script did not make a standby: %v", err)
+	}
+	replica.start(rd)
+	replica.waitProbe(main.StartupProbe, chartPort)
+
+	for _, p := range []*pod{primary, replica} {
+		for name, pr := range map[string]*corev1.Probe{"startup": main.StartupProbe, "readiness": main.ReadinessProbe, "liveness": main.LivenessProbe} {
+			if err := p.probe(pr, chartPort); err != nil {
+				t.Errorf("pod %d: %s probe: %v", p.ordinal, name, err)
+			}
+		}
+	}
+
+	outside := outsideAddress(t)
+	q := func(p *pod, query string) string {
+		t.Helper()
+		out, err := psql(r, outside, p.port, rd.username, rd.password, query)
+		if err != nil {
+			t.Fatalf("pod %d: %s: %v", p.ordinal, query, err)
+		}
+		return out
+	}
+	if got := q(replica, "select pg_is_in_recovery()"); got != "t" {
+		t.Fatalf("pod 1 is not a standby: pg_is_in_recovery() = %s", got)
+	}
+	q(primary, "create table probe (id int primary key, note text); insert into probe values (1, 'written on the primary')")
+	deadline := time.Now().Add(time.Minute)
+	for {
+		out, err := psql(r, outside, replica.port, rd.username, rd.password, "select note from probe where id = 1")
+		if err == nil && out == "written on the primary" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the row written on the primary is not on the replica after a minute: %q %v", out, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	for _, p := range []*pod{primary, replica} {
+		for name, want := range map[string]string{"shared_buffers": "48MB", "max_connections": "40", "work_mem": "8MB"} {
+			if got := q(p, "show "+name); got != want {
+				t.Errorf("pod %d: SHOW %s = %s, want %s (from parameters)", p.ordinal, name, got, want)
+			}
+		}
+	}
+
+	// helm test: the test Pod's command, against the primary's Service.
+	tc := rd.testPod.Spec.Containers[0]
+	env := map[string]string{}
+	for _, e := range tc.Env {
+		switch e.ValueFrom.SecretKeyRef.Key {
+		case "username":
+			env[e.Name] = rd.username
+		case "password":
+			env[e.Name] = rd.password
+		}
+	}
+	args := make([]string, len(tc.Command))
+	for i, a := range tc.Command {
+		a = k8sEnv(a, env)
+		if a == rd.fullname { // the primary's Service
+			a = outside
+		}
+		args[i] = a
+	}
+	cmd := r.command(env, args[0], args[1:]...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("helm test command %q: %v\n%s", args, err, out)
+	}
+	env["PGPASSWORD"] = rd.password + "-wrong"
+	cmd = r.command(env, args[0], args[1:]...)
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "password authentication failed") {
+		t.Errorf("a wrong password was not refused: %v\n%s", err, out)
+	}
+}

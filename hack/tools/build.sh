@@ -33,6 +33,7 @@ declare -A targets=(
 	[kwok]="sigs.k8s.io/kwok/cmd/kwok=kwok"
 	[controller-gen]="sigs.k8s.io/controller-tools/cmd/controller-gen=controller-gen"
 	[golangci-lint]="github.com/golangci/golangci-lint/v2/cmd/golangci-lint=golangci-lint"
+	[versitygw]="github.com/versity/versitygw/cmd/versitygw=versitygw"
 )
 declare -A ldflags=(
 	[kubernetes]="${k8s_ldflags}"
@@ -40,6 +41,7 @@ declare -A ldflags=(
 	[kwok]="-s -w"
 	[controller-gen]="-s -w"
 	[golangci-lint]="-s -w"
+	[versitygw]="-s -w"
 )
 
 stamp_of() {

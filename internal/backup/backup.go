@@ -1,0 +1,274 @@
+package backup
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"filippo.io/age"
+	"github.com/klauspost/compress/zstd"
+	"gocloud.dev/blob"
+	"gocloud.dev/gcerrors"
+)
+
+// Format names the layout of a backup: <location>/data and
+// <location>/manifest.json.
+const Format = "chartpilot.dev/backup/v1"
+
+// Compression of the data.
+const (
+	CompressionZstd = "zstd"
+	CompressionNone = "none"
+)
+
+// Manifest describes a backup; it is stored beside the data, written last
+// (a location without one holds no complete backup).
+type Manifest struct {
+	Format  string    `json:"format"`
+	Created time.Time `json:"created"`
+	// Size and SHA256 are of the bytes stored (compressed, encrypted): a
+	// restore checks them before it reads anything else.
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+	// PlainSize is the size of the stream backed up.
+	PlainSize   int64  `json:"plainSize"`
+	Compression string `json:"compression"`
+	// Encryption is "age" (X25519, recipient named) or "" (none).
+	Encryption string `json:"encryption,omitempty"`
+	Recipient  string `json:"recipient,omitempty"`
+	// Labels are free facts: database version, chart version, source.
+	Labels map[string]string `json:"labels,omitempty"`
+}
+
+// Options of a backup.
+type Options struct {
+	// Compression: CompressionZstd (default) or CompressionNone.
+	Compression string
+	// Recipient, when set, encrypts the data on this side for it (an age
+	// X25519 public key, "age1…"); the store never sees plaintext.
+	Recipient string
+	Labels    map[string]string
+	// Now is the clock (tests).
+	Now func() time.Time
+}
+
+func dataKey(location string) string     { return strings.TrimSuffix(location, "/") + "/data" }
+func manifestKey(location string) string { return strings.TrimSuffix(location, "/") + "/manifest.json" }
+
+// ErrExists: a backup is already stored at the location; it is never
+// overwritten.
+var ErrExists = errors.New("a backup already exists at this location; backups are never overwritten")
+
+// Write backs src up to location in b and returns its manifest. Nothing
+// at the location is overwritten: a location that holds data or a manifest
+// already is refused (ErrExists). On an error the partial data is deleted.
+func Write(ctx context.Context, b *blob.Bucket, location string, src io.Reader, o Options) (*Manifest, error) {
+	if location == "" || strings.Contains(location, "..") {
+		return nil, fmt.Errorf("location %q: must be a non-empty key prefix without ..", location)
+	}
+	m := &Manifest{Format: Format, Compression: o.Compression, Labels: o.Labels}
+	if m.Compression == "" {
+		m.Compression = CompressionZstd
+	}
+	if m.Compression != CompressionZstd && m.Compression != CompressionNone {
+		return nil, fmt.Errorf("compression %q: must be %s or %s", m.Compression, CompressionZstd, CompressionNone)
+	}
+	var recipient age.Recipient
+	if o.Recipient != "" {
+		r, err := age.ParseX25519Recipient(strings.TrimSpace(o.Recipient))
+		if err != nil {
+			return nil, fmt.Errorf("encryption recipient: not an age X25519 public key (age1…): %w", err)
+		}
+		recipient, m.Encryption, m.Recipient = r, "age", r.String()
+	}
+	for _, k := range []string{dataKey(location), manifestKey(location)} {
+		exists, err := b.Exists(ctx, k)
+		if err != nil {
+			return nil, fmt.Errorf("checking %s: %w", k, err)
+		}
+		if exists {
+			return nil, fmt.Errorf("%s: %w", location, ErrExists)
+		}
+	}
+	now := time.Now
+	if o.Now != nil {
+		now = o.Now
+	}
+	m.Created = now().UTC().Truncate(time.Second)
+
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w, err := b.NewWriter(wctx, dataKey(location), &blob.WriterOptions{IfNotExist: true, ContentType: "application/octet-stream"})
+	if err != nil {
+		return nil, err
+	}
+	stored := &counter{h: sha256.New()}
+	sink := io.MultiWriter(w, stored)
+	var closers []io.Closer
+	var out io.Writer = sink
+	if recipient != nil {
+		ew, err := age.Encrypt(out, recipient)
+		if err != nil {
+			cancel()
+			_ = w.Close()
+			return nil, err
+		}
+		closers = append(closers, ew)
+		out = ew
+	}
+	if m.Compression == CompressionZstd {
+		zw, err := zstd.NewWriter(out, zstd.WithEncoderLevel(zstd.SpeedDefault))
+		if err != nil {
+			cancel()
+			_ = w.Close()
+			return nil, err
+		}
+		closers = append(closers, zw)
+		out = zw
+	}
+	plain := &counter{}
+	_, err = io.Copy(io.MultiWriter(out, plain), src)
+	for i := len(closers) - 1; i >= 0 && err == nil; i-- {
+		err = closers[i].Close()
+	}
+	if err != nil {
+		cancel() // a cancelled writer stores nothing
+		_ = w.Close()
+		return nil, fmt.Errorf("backing up to %s: %w", location, err)
+	}
+	if err := w.Close(); err != nil {
+		if gcerrors.Code(err) == gcerrors.FailedPrecondition {
+			return nil, fmt.Errorf("%s: %w", location, ErrExists)
+		}
+		return nil, fmt.Errorf("uploading %s: %w", dataKey(location), err)
+	}
+	m.Size, m.SHA256, m.PlainSize = stored.n, hex.EncodeToString(stored.h.Sum(nil)), plain.n
+	body, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	if err := b.WriteAll(ctx, manifestKey(location), body, &blob.WriterOptions{IfNotExist: true, ContentType: "application/json"}); err != nil {
+		return nil, fmt.Errorf("writing the manifest of %s (the data is stored, but without a manifest the backup is not complete): %w", location, err)
+	}
+	return m, nil
+}
+
+// ReadManifest reads the manifest of the backup at location.
+func ReadManifest(ctx context.Context, b *blob.Bucket, location string) (*Manifest, error) {
+	body, err := b.ReadAll(ctx, manifestKey(location))
+	if err != nil {
+		if gcerrors.Code(err) == gcerrors.NotFound {
+			return nil, fmt.Errorf("no backup at %s (no manifest.json): %w", location, err)
+		}
+		return nil, err
+	}
+	m := &Manifest{}
+	if err := json.Unmarshal(body, m); err != nil || m.Format != Format {
+		return nil, fmt.Errorf("the manifest of %s is not a %s manifest", location, Format)
+	}
+	return m, nil
+}
+
+// Open returns the backed-up stream of the backup at location, after it
+// has checked the stored data against the manifest's size and SHA-256 (the
+// data is downloaded to a file in tmpDir first, so nothing of a corrupted
+// backup reaches the caller). identity is the age X25519 secret key
+// ("AGE-SECRET-KEY-1…") of an encrypted backup. Close the reader to remove
+// the file.
+func Open(ctx context.Context, b *blob.Bucket, location, identity, tmpDir string) (io.ReadCloser, *Manifest, error) {
+	m, err := ReadManifest(ctx, b, location)
+	if err != nil {
+		return nil, nil, err
+	}
+	r, err := b.NewReader(ctx, dataKey(location), nil)
+	if err != nil {
+		return nil, m, fmt.Errorf("reading %s: %w", dataKey(location), err)
+	}
+	f, err := os.CreateTemp(tmpDir, "chartpilot-restore-*")
+	if err != nil {
+		r.Close()
+		return nil, m, err
+	}
+	cleanup := func() { f.Close(); os.Remove(f.Name()) }
+	got := &counter{h: sha256.New()}
+	_, err = io.Copy(io.MultiWriter(f, got), r)
+	r.Close()
+	if err != nil {
+		cleanup()
+		return nil, m, fmt.Errorf("downloading %s: %w", dataKey(location), err)
+	}
+	if sum := hex.EncodeToString(got.h.Sum(nil)); got.n != m.Size || sum != m.SHA256 {
+		cleanup()
+		return nil, m, fmt.Errorf("the data of %s is corrupted: %d bytes with SHA-256 %s, the manifest says %d bytes with %s; nothing was restored", location, got.n, sum, m.Size, m.SHA256)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		cleanup()
+		return nil, m, err
+	}
+	var in io.Reader = f
+	if m.Encryption == "age" {
+		if identity == "" {
+			cleanup()
+			return nil, m, fmt.Errorf("the backup at %s is encrypted (for %s) and no key was given", location, m.Recipient)
+		}
+		id, err := age.ParseX25519Identity(strings.TrimSpace(identity))
+		if err != nil {
+			cleanup()
+			return nil, m, errors.New("encryption key: not an age X25519 secret key (AGE-SECRET-KEY-1…)")
+		}
+		if id.Recipient().String() != m.Recipient {
+			cleanup()
+			return nil, m, fmt.Errorf("the backup at %s was encrypted for %s and the key given is for %s: use the key it was made with", location, m.Recipient, id.Recipient())
+		}
+		dr, err := age.Decrypt(in, id)
+		if err != nil {
+			cleanup()
+			return nil, m, fmt.Errorf("decrypting %s: %w", location, err)
+		}
+		in = dr
+	}
+	var closeFn func()
+	if m.Compression == CompressionZstd {
+		zr, err := zstd.NewReader(in)
+		if err != nil {
+			cleanup()
+			return nil, m, err
+		}
+		in, closeFn = zr, zr.Close
+	}
+	return &restoreReader{Reader: in, close: func() {
+		if closeFn != nil {
+			closeFn()
+		}
+		cleanup()
+	}}, m, nil
+}
+
+type restoreReader struct {
+	io.Reader
+	close func()
+}
+
+func (r *restoreReader) Close() error { r.close(); return nil }
+
+// counter counts bytes and, with h, hashes them.
+type counter struct {
+	n int64
+	h hash.Hash
+}
+
+func (c *counter) Write(p []byte) (int, error) {
+	c.n += int64(len(p))
+	if c.h != nil {
+		c.h.Write(p)
+	}
+	return len(p), nil
+}

@@ -18,9 +18,9 @@ build:
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN)/chartpilot ./cmd/chartpilot
 	$(GO) build -o $(BIN)/devcluster ./cmd/devcluster
 
-## tools: control-plane binaries (kube-apiserver, controller manager, scheduler, kubectl, etcd, kwok)
+## tools: control-plane binaries (kube-apiserver, controller manager, scheduler, kubectl, etcd, kwok) and the S3 server of the backup tests (versitygw)
 tools:
-	hack/tools/build.sh kubernetes etcd kwok
+	hack/tools/build.sh kubernetes etcd kwok versitygw
 
 ## tools-dev: controller-gen and golangci-lint (not needed by the tests)
 tools-dev:

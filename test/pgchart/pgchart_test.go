@@ -29,7 +29,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -44,71 +43,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/chartpilot/chartpilot/internal/helm"
+	"github.com/chartpilot/chartpilot/internal/testpg"
 )
-
-// pgBin is the directory of the PostgreSQL server binaries.
-func pgBin(t *testing.T) string {
-	t.Helper()
-	if d := os.Getenv("PG_BIN"); d != "" {
-		return d
-	}
-	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
-	sort.Slice(dirs, func(i, j int) bool {
-		a, _ := strconv.Atoi(filepath.Base(filepath.Dir(dirs[i])))
-		b, _ := strconv.Atoi(filepath.Base(filepath.Dir(dirs[j])))
-		return a < b
-	})
-	for i := len(dirs) - 1; i >= 0; i-- {
-		if _, err := os.Stat(filepath.Join(dirs[i], "postgres")); err == nil {
-			return dirs[i]
-		}
-	}
-	t.Fatal("no PostgreSQL server under /usr/lib/postgresql/*/bin: install Debian's postgresql-15 (.ci/run does) or set PG_BIN")
-	return ""
-}
-
-// runner runs commands as the user the servers run as: the current one, or
-// "postgres" when the test runs as root (the server refuses root).
-type runner struct {
-	cred     *syscall.Credential
-	uid, gid int
-	path     string
-}
-
-func newRunner(t *testing.T, bin string) *runner {
-	r := &runner{uid: os.Getuid(), gid: os.Getgid(), path: bin + ":/usr/bin:/bin"}
-	if os.Geteuid() != 0 {
-		return r
-	}
-	u, err := user.Lookup("postgres")
-	if err != nil {
-		t.Fatalf("running as root, the servers need an unprivileged user and there is no postgres user (Debian's postgresql package makes one): %v", err)
-	}
-	r.uid, _ = strconv.Atoi(u.Uid)
-	r.gid, _ = strconv.Atoi(u.Gid)
-	r.cred = &syscall.Credential{Uid: uint32(r.uid), Gid: uint32(r.gid)}
-	return r
-}
-
-func (r *runner) command(env map[string]string, name string, args ...string) *exec.Cmd {
-	cmd := exec.Command(name, args...)
-	cmd.Env = []string{"PATH=" + r.path, "LANG=C.UTF-8"}
-	for k, v := range env {
-		cmd.Env = append(cmd.Env, k+"="+v)
-	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: r.cred, Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	return cmd
-}
-
-func (r *runner) mkdir(t *testing.T, path string) {
-	t.Helper()
-	if err := os.MkdirAll(path, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chown(path, r.uid, r.gid); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // rendered is what the test reads from the chart's manifest.
 type rendered struct {
@@ -176,7 +112,7 @@ func must(t *testing.T, err error) {
 // pod is one pod of the StatefulSet, run locally.
 type pod struct {
 	t       *testing.T
-	r       *runner
+	r       *testpg.Runner
 	ordinal int
 	port    int
 	dir     string
@@ -187,14 +123,14 @@ type pod struct {
 	logPath string
 }
 
-func newPod(t *testing.T, r *runner, rd rendered, root string, ordinal, port int) *pod {
+func newPod(t *testing.T, r *testpg.Runner, rd rendered, root string, ordinal, port int) *pod {
 	p := &pod{t: t, r: r, ordinal: ordinal, port: port, dir: filepath.Join(root, fmt.Sprintf("%s-%d", rd.fullname, ordinal)), mounts: map[string]string{}}
-	r.mkdir(t, p.dir)
+	r.Mkdir(t, p.dir)
 	c := rd.sts.Spec.Template.Spec.Containers[0]
 	var paths []string
 	for _, m := range c.VolumeMounts {
 		local := filepath.Join(p.dir, m.Name)
-		r.mkdir(t, local)
+		r.Mkdir(t, local)
 		p.mounts[m.MountPath] = local
 		paths = append(paths, m.MountPath)
 	}
@@ -216,7 +152,7 @@ func newPod(t *testing.T, r *runner, rd rendered, root string, ordinal, port int
 			for name, content := range rd.config {
 				f := filepath.Join(p.mounts[m.MountPath], name)
 				must(t, os.WriteFile(f, []byte(content), 0o644))
-				must(t, os.Chown(f, r.uid, r.gid))
+				must(t, os.Chown(f, r.UID, r.GID))
 			}
 		}
 	}
@@ -250,7 +186,7 @@ func (p *pod) sh(script string, extraEnv map[string]string) (string, error) {
 	for k, v := range extraEnv {
 		env[k] = v
 	}
-	cmd := p.r.command(env, "sh", "-c", p.apply(script))
+	cmd := p.r.Command(env, "sh", "-c", p.apply(script))
 	cmd.Dir = p.dir
 	out, err := cmd.CombinedOutput()
 	return string(out), err
@@ -264,11 +200,11 @@ func (p *pod) start(rd rendered) {
 	c := rd.sts.Spec.Template.Spec.Containers[0]
 	pgdata := p.env["PGDATA"]
 	if _, err := os.Stat(filepath.Join(pgdata, "PG_VERSION")); err != nil {
-		p.r.mkdir(t, pgdata)
+		p.r.Mkdir(t, pgdata)
 		pw := filepath.Join(p.dir, "pwfile")
 		must(t, os.WriteFile(pw, []byte(p.env["POSTGRES_PASSWORD"]+"\n"), 0o600))
-		must(t, os.Chown(pw, p.r.uid, p.r.gid))
-		out, err := p.r.command(p.env, "initdb", "-D", pgdata, "--username="+p.env["POSTGRES_USER"], "--pwfile="+pw).CombinedOutput()
+		must(t, os.Chown(pw, p.r.UID, p.r.GID))
+		out, err := p.r.Command(p.env, "initdb", "-D", pgdata, "--username="+p.env["POSTGRES_USER"], "--pwfile="+pw).CombinedOutput()
 		if err != nil {
 			t.Fatalf("pod %d: initdb: %v\n%s", p.ordinal, err, out)
 		}
@@ -282,7 +218,7 @@ func (p *pod) start(rd rendered) {
 	p.logPath = filepath.Join(p.dir, "server.log")
 	logFile, err := os.Create(p.logPath)
 	must(t, err)
-	p.server = p.r.command(p.env, "postgres", args...)
+	p.server = p.r.Command(p.env, "postgres", args...)
 	p.server.Stdout, p.server.Stderr = logFile, logFile
 	if err := p.server.Start(); err != nil {
 		t.Fatalf("pod %d: starting postgres: %v", p.ordinal, err)
@@ -339,8 +275,8 @@ func (p *pod) waitProbe(pr *corev1.Probe, chartPort int) {
 }
 
 // psql runs a query as a client would, from host:port, with password.
-func psql(r *runner, host string, port int, userName, password, query string) (string, error) {
-	cmd := r.command(map[string]string{"PGPASSWORD": password, "PGCONNECT_TIMEOUT": "10"}, "psql", "-h", host, "-p", strconv.Itoa(port), "-U", userName, "-d", "postgres", "-XAtc", query)
+func psql(r *testpg.Runner, host string, port int, userName, password, query string) (string, error) {
+	cmd := r.Command(map[string]string{"PGPASSWORD": password, "PGCONNECT_TIMEOUT": "10"}, "psql", "-h", host, "-p", strconv.Itoa(port), "-U", userName, "-d", "postgres", "-XAtc", query)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -364,21 +300,6 @@ func outsideAddress(t *testing.T) string {
 	return ""
 }
 
-func freePorts(t *testing.T, n int) []int {
-	var ports []int
-	var ls []net.Listener
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		must(t, err)
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls {
-		l.Close()
-	}
-	return ports
-}
-
 // k8sEnv expands $(NAME) references of a container command, as the kubelet does.
 func k8sEnv(s string, env map[string]string) string {
 	return regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`).ReplaceAllStringFunc(s, func(m string) string {
@@ -396,19 +317,18 @@ func k8sEnv(s string, env map[string]string) string {
 // read on the replica, the parameters are live, every probe passes, the
 // helm test command connects, and a wrong password is refused.
 func TestChartRunsRealPostgreSQL(t *testing.T) {
-	bin := pgBin(t)
-	r := newRunner(t, bin)
-	ports := freePorts(t, 2)
+	r := testpg.NewRunner(t, testpg.Bin(t))
+	ports := []int{testpg.FreePort(t), testpg.FreePort(t)}
+	for ports[1] == ports[0] {
+		ports[1] = testpg.FreePort(t)
+	}
 	chartPort := ports[0]
 	rd := render(t, map[string]any{
 		"replicas":   2,
 		"service":    map[string]any{"port": chartPort},
 		"parameters": map[string]any{"shared_buffers": "48MB", "max_connections": "40", "work_mem": "8MB"},
 	})
-	root, err := os.MkdirTemp("", "chartpilot-pgchart-")
-	must(t, err)
-	t.Cleanup(func() { _ = os.RemoveAll(root) })
-	must(t, os.Chmod(root, 0o755))
+	root := r.TempDir(t)
 	init := rd.sts.Spec.Template.Spec.InitContainers[0]
 	main := rd.sts.Spec.Template.Spec.Containers[0]
 
@@ -488,12 +408,12 @@ func TestChartRunsRealPostgreSQL(t *testing.T) {
 		}
 		args[i] = a
 	}
-	cmd := r.command(env, args[0], args[1:]...)
+	cmd := r.Command(env, args[0], args[1:]...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Errorf("helm test command %q: %v\n%s", args, err, out)
 	}
 	env["PGPASSWORD"] = rd.password + "-wrong"
-	cmd = r.command(env, args[0], args[1:]...)
+	cmd = r.Command(env, args[0], args[1:]...)
 	out, err := cmd.CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "password authentication failed") {
 		t.Errorf("a wrong password was not refused: %v\n%s", err, out)

@@ -2,6 +2,7 @@
 //
 //	chartpilot run      the manager: reconciles the kinds listed in watches.yaml
 //	chartpilot rbac     prints the manager's ClusterRole, derived from watches.yaml
+//	chartpilot backup   backs a stream up to a store, or restores one (a backup Job's command)
 //	chartpilot version  prints the version
 package main
 
@@ -20,6 +21,7 @@ const usage = `chartpilot turns custom resources into healthy Helm releases.
 Usage:
   chartpilot run [flags]     run the operator (chartpilot run --help for flags)
   chartpilot rbac [flags]    print the manager's ClusterRole for watches.yaml and its charts
+  chartpilot backup run|restore [flags] -- COMMAND   back up COMMAND's output, or restore into its input
   chartpilot version         print the version
 `
 
@@ -37,6 +39,11 @@ func main() {
 	case "rbac":
 		if err := rbacCommand(os.Args[2:], os.Stdout); err != nil {
 			fmt.Fprintf(os.Stderr, "chartpilot rbac: %v\n", err)
+			os.Exit(1)
+		}
+	case "backup":
+		if err := backupCommand(ctrl.SetupSignalHandler(), os.Args[2:], os.Stdout, os.Stderr); err != nil {
+			fmt.Fprintf(os.Stderr, "chartpilot backup: %v\n", err)
 			os.Exit(1)
 		}
 	case "version", "--version":

@@ -1,0 +1,171 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+
+	"gocloud.dev/blob"
+
+	"github.com/chartpilot/chartpilot/internal/backup"
+)
+
+const backupUsage = `Usage:
+  chartpilot backup run     [flags] -- COMMAND [ARGS...]   back up COMMAND's standard output (pg_dump -Fc, say)
+  chartpilot backup restore [flags] -- COMMAND [ARGS...]   restore into COMMAND's standard input (pg_restore -d DB, say)
+
+The stream is compressed (zstd), encrypted on this side when a recipient is
+given (age X25519), checksummed (SHA-256) and stored at --location with a
+manifest beside it; a restore checks the checksum before COMMAND starts.
+The manifest is printed on standard output as JSON.
+
+S3 credentials come from the environment, never from flags:
+CHARTPILOT_S3_ACCESS_KEY_ID and CHARTPILOT_S3_SECRET_ACCESS_KEY.
+
+Flags:
+`
+
+// backupCommand is `chartpilot backup run|restore`.
+func backupCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || (args[0] != "run" && args[0] != "restore") {
+		fmt.Fprint(stderr, backupUsage)
+		return errors.New("a subcommand is required: run or restore")
+	}
+	sub := args[0]
+	fs := flag.NewFlagSet("chartpilot backup "+sub, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, backupUsage); fs.PrintDefaults() }
+	location := fs.String("location", "", "key prefix of the backup in the store, e.g. orders/2026-11-30T120000Z (required)")
+	store := fs.String("store", "", "kind of store: s3 or volume (required)")
+	var s3 backup.S3
+	fs.StringVar(&s3.Endpoint, "s3-endpoint", "", "URL of an S3-compatible server (empty: AWS)")
+	fs.StringVar(&s3.Bucket, "s3-bucket", "", "bucket")
+	fs.StringVar(&s3.Prefix, "s3-prefix", "", "key prefix inside the bucket")
+	fs.StringVar(&s3.Region, "s3-region", "us-east-1", "region")
+	fs.BoolVar(&s3.ForcePathStyle, "s3-force-path-style", false, "address the bucket in the path, not the host name")
+	caFile := fs.String("s3-ca-file", "", "PEM file of the CAs the endpoint's certificate is checked against")
+	volumePath := fs.String("volume-path", "", "directory of the volume store")
+	recipient := fs.String("recipient", "", "run: age X25519 public key (age1…) to encrypt for; empty: not encrypted")
+	compression := fs.String("compression", backup.CompressionZstd, "run: zstd or none")
+	identityFile := fs.String("identity-file", "", "restore: file holding the age X25519 secret key of an encrypted backup")
+	labels := map[string]string{}
+	fs.Func("label", "run: key=value stored in the manifest (repeatable)", func(v string) error {
+		k, val, ok := strings.Cut(v, "=")
+		if !ok || k == "" {
+			return fmt.Errorf("%q is not key=value", v)
+		}
+		labels[k] = val
+		return nil
+	})
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	command := fs.Args()
+	switch {
+	case *location == "":
+		return errors.New("--location is required")
+	case len(command) == 0:
+		return fmt.Errorf("the command to %s is required after --", map[string]string{"run": "back up", "restore": "restore into"}[sub])
+	}
+	b, err := openStore(ctx, *store, s3, *caFile, *volumePath)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	var m *backup.Manifest
+	if sub == "run" {
+		m, err = backupRun(ctx, b, *location, command, backup.Options{Compression: *compression, Recipient: *recipient, Labels: labels}, stderr)
+	} else {
+		identity := ""
+		if *identityFile != "" {
+			data, err := os.ReadFile(*identityFile)
+			if err != nil {
+				return fmt.Errorf("--identity-file: %w", err)
+			}
+			identity = strings.TrimSpace(string(data))
+		}
+		m, err = backupRestore(ctx, b, *location, identity, command, stderr)
+	}
+	if err != nil {
+		return err
+	}
+	return json.NewEncoder(stdout).Encode(m)
+}
+
+func openStore(ctx context.Context, kind string, s3 backup.S3, caFile, volumePath string) (*blob.Bucket, error) {
+	switch kind {
+	case "s3":
+		s3.AccessKeyID = os.Getenv("CHARTPILOT_S3_ACCESS_KEY_ID")
+		s3.SecretAccessKey = os.Getenv("CHARTPILOT_S3_SECRET_ACCESS_KEY")
+		if caFile != "" {
+			ca, err := os.ReadFile(caFile)
+			if err != nil {
+				return nil, fmt.Errorf("--s3-ca-file: %w", err)
+			}
+			s3.CABundle = ca
+		}
+		return backup.OpenS3(ctx, s3)
+	case "volume":
+		if volumePath == "" {
+			return nil, errors.New("--volume-path is required with --store volume")
+		}
+		return backup.OpenDir(volumePath)
+	}
+	return nil, fmt.Errorf("--store %q: must be s3 or volume", kind)
+}
+
+// backupRun stores command's standard output. A command that fails, even
+// after writing, stores nothing: its failure reaches the upload as an
+// error, which aborts it.
+func backupRun(ctx context.Context, b *blob.Bucket, location string, command []string, o backup.Options, stderr io.Writer) (*backup.Manifest, error) {
+	cmd := exec.CommandContext(ctx, command[0], command[1:]...)
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, stderr
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s: %w", command[0], err)
+	}
+	waited := make(chan error, 1)
+	go func() {
+		err := cmd.Wait()
+		if err != nil {
+			err = fmt.Errorf("%s failed: %w", command[0], err)
+		}
+		_ = pw.CloseWithError(err) // nil: end of stream
+		waited <- err
+	}()
+	m, err := backup.Write(ctx, b, location, pr, o)
+	if err != nil {
+		_ = pr.CloseWithError(err)
+		_ = cmd.Process.Kill()
+		if cerr := <-waited; cerr != nil && !errors.Is(err, cerr) {
+			return nil, fmt.Errorf("%w (%s stopped: %v)", err, command[0], cerr)
+		}
+		return nil, err
+	}
+	if err := <-waited; err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// backupRestore feeds the verified stream to command's standard input;
+// command does not start when the backup does not open.
+func backupRestore(ctx context.Context, b *blob.Bucket, location, identity string, command []string, stderr io.Writer) (*backup.Manifest, error) {
+	r, m, err := backup.Open(ctx, b, location, identity, "")
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	cmd := exec.CommandContext(ctx, command[0], command[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = r, stderr, stderr
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("%s failed: %w", command[0], err)
+	}
+	return m, nil
+}

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"filippo.io/age"
+
+	"github.com/chartpilot/chartpilot/internal/backup"
+	"github.com/chartpilot/chartpilot/internal/testpg"
+)
+
+// TestBackupCommand: `chartpilot backup run -- pg_dump` of a real database
+// to a volume store, then `chartpilot backup restore -- pg_restore` into a
+// fresh one, with encryption; a dump command that fails midway stores
+// nothing.
+func TestBackupCommand(t *testing.T) {
+	pg := testpg.Start(t)
+	pg.Query(t, "postgres", "create database shop")
+	pg.Query(t, "shop", "create table items (id int primary key, name text); insert into items select i, 'item ' || i from generate_series(1, 5000) i")
+	id, err := age.GenerateX25519Identity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyFile := filepath.Join(t.TempDir(), "key")
+	if err := os.WriteFile(keyFile, []byte(id.String()+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	store := t.TempDir()
+	conn := []string{"-h", "127.0.0.1", "-p", strconv.Itoa(pg.Port), "-U", "postgres"}
+	run := func(args ...string) (string, string, error) {
+		var out, errb bytes.Buffer
+		err := backupCommand(context.Background(), args, &out, &errb)
+		return out.String(), errb.String(), err
+	}
+
+	out, stderr, err := run(append([]string{"run", "--store", "volume", "--volume-path", store, "--location", "shop/1", "--recipient", id.Recipient().String(), "--label", "database=shop", "--", "pg_dump", "-Fc"}, append(conn, "shop")...)...)
+	if err != nil {
+		t.Fatalf("backup run: %v\n%s", err, stderr)
+	}
+	var m backup.Manifest
+	if err := json.Unmarshal([]byte(out), &m); err != nil || m.Encryption != "age" || m.Labels["database"] != "shop" || m.Size == 0 {
+		t.Fatalf("manifest printed: %s (%v)", out, err)
+	}
+	pg.Query(t, "postgres", "create database restored")
+	if _, stderr, err := run(append([]string{"restore", "--store", "volume", "--volume-path", store, "--location", "shop/1", "--identity-file", keyFile, "--", "pg_restore", "--exit-on-error", "-d", "restored"}, conn...)...); err != nil {
+		t.Fatalf("backup restore: %v\n%s", err, stderr)
+	}
+	if got := pg.Query(t, "restored", "select count(*) || ' ' || md5(string_agg(name, ',' order by id)) from items"); got != pg.Query(t, "shop", "select count(*) || ' ' || md5(string_agg(name, ',' order by id)) from items") {
+		t.Errorf("restored items differ: %s", got)
+	}
+
+	_, _, err = run("run", "--store", "volume", "--volume-path", store, "--location", "shop/2", "--", "sh", "-c", "head -c 100000 /dev/zero; exit 3")
+	if err == nil || !strings.Contains(err.Error(), "sh failed") {
+		t.Errorf("a failing dump command: %v", err)
+	}
+	if entries, _ := os.ReadDir(filepath.Join(store, "shop", "2")); len(entries) != 0 {
+		t.Errorf("a failed dump left %d files in the store", len(entries))
+	}
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "--store", "volume", "--volume-path", store, "--", "true"}, "--location is required"},
+		{[]string{"run", "--store", "ftp", "--location", "x", "--", "true"}, `--store "ftp": must be s3 or volume`},
+		{[]string{"run", "--store", "s3", "--s3-bucket", "b", "--location", "x", "--", "true"}, "an access key ID and a secret access key are required"},
+		{[]string{"restore", "--store", "volume", "--volume-path", store, "--location", "shop/1"}, "the command to restore into is required after --"},
+		{[]string{"prune"}, "a subcommand is required"},
+	} {
+		if _, _, err := run(tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want %q", tc.args, err, tc.want)
+		}
+	}
+}

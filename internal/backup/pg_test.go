@@ -5,71 +5,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"filippo.io/age"
 	"gocloud.dev/blob"
 
 	"github.com/chartpilot/chartpilot/internal/backup"
-	"github.com/chartpilot/chartpilot/internal/testcluster"
+	"github.com/chartpilot/chartpilot/internal/backup/backuptest"
 	"github.com/chartpilot/chartpilot/internal/testpg"
 )
-
-// s3Server starts versitygw (bin/versitygw, built by make tools) on a
-// loopback port over a directory, with one bucket, and returns its store
-// settings. The credentials reach it through its environment.
-func s3Server(t *testing.T) backup.S3 {
-	t.Helper()
-	root, err := testcluster.ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(root, "bin", "versitygw")
-	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("%s: run make tools (it builds the S3 server the backup tests store to)", bin)
-	}
-	dir := t.TempDir()
-	for _, d := range []string{"data/backups", "meta"} {
-		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	port := testpg.FreePort(t)
-	s := backup.S3{Endpoint: fmt.Sprintf("http://127.0.0.1:%d", port), Bucket: "backups", Prefix: "tenant-a", ForcePathStyle: true,
-		AccessKeyID: "chartpilot-test", SecretAccessKey: "s3-secret-never-shown-0123456789"}
-	log, err := os.Create(filepath.Join(dir, "versitygw.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "--port", fmt.Sprintf("127.0.0.1:%d", port), "--quiet", "posix", "--sidecar", filepath.Join(dir, "meta"), filepath.Join(dir, "data"))
-	cmd.Env = append(os.Environ(), "ROOT_ACCESS_KEY_ID="+s.AccessKeyID, "ROOT_SECRET_ACCESS_KEY="+s.SecretAccessKey)
-	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); log.Close() })
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := http.Get(s.Endpoint)
-		if err == nil {
-			resp.Body.Close()
-			return s
-		}
-		if time.Now().After(deadline) {
-			b, _ := os.ReadFile(filepath.Join(dir, "versitygw.log"))
-			t.Fatalf("versitygw not answering: %v\n%s", err, b)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
 
 // seed makes database db with tables of several types and rows.
 func seed(t *testing.T, pg *testpg.Server, db string, rows int) {
@@ -151,7 +96,7 @@ func TestPostgresRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s3cfg := s3Server(t)
+	s3cfg := backuptest.StartS3(t, t.TempDir())
 	s3b, err := backup.OpenS3(context.Background(), s3cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -15,13 +15,21 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"testing"
 	"time"
 )
 
+// T is what the helpers need of a test (T has it; the benchmark
+// harness has its own).
+type T interface {
+	Helper()
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+	Cleanup(func())
+}
+
 // Bin is the directory of the newest PostgreSQL server binaries under
 // /usr/lib/postgresql (or $PG_BIN).
-func Bin(t testing.TB) string {
+func Bin(t T) string {
 	t.Helper()
 	if d := os.Getenv("PG_BIN"); d != "" {
 		return d
@@ -50,7 +58,7 @@ type Runner struct {
 }
 
 // NewRunner is a Runner whose commands find the binaries of bin first.
-func NewRunner(t testing.TB, bin string) *Runner {
+func NewRunner(t T, bin string) *Runner {
 	t.Helper()
 	r := &Runner{UID: os.Getuid(), GID: os.Getgid(), path: bin + ":/usr/bin:/bin"}
 	if os.Geteuid() != 0 {
@@ -79,7 +87,7 @@ func (r *Runner) Command(env map[string]string, name string, args ...string) *ex
 }
 
 // Mkdir makes path (and parents) owned by the Runner's user.
-func (r *Runner) Mkdir(t testing.TB, path string) {
+func (r *Runner) Mkdir(t T, path string) {
 	t.Helper()
 	if err := os.MkdirAll(path, 0o700); err != nil {
 		t.Fatal(err)
@@ -90,7 +98,7 @@ func (r *Runner) Mkdir(t testing.TB, path string) {
 }
 
 // TempDir is a directory the Runner's user can use, removed after the test.
-func (r *Runner) TempDir(t testing.TB) string {
+func (r *Runner) TempDir(t T) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "chartpilot-pg-")
 	if err != nil {
@@ -107,7 +115,7 @@ func (r *Runner) TempDir(t testing.TB) string {
 }
 
 // FreePort is a loopback TCP port that was free a moment ago.
-func FreePort(t testing.TB) int {
+func FreePort(t T) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -128,7 +136,7 @@ type Server struct {
 
 // Start initialises a data directory and starts a server on it; it stops
 // when the test ends.
-func Start(t testing.TB) *Server {
+func Start(t T) *Server {
 	t.Helper()
 	bin := Bin(t)
 	r := NewRunner(t, bin)
@@ -178,7 +186,7 @@ func (s *Server) Env(db string) map[string]string {
 }
 
 // Query runs SQL in db and returns the unaligned, tuples-only output.
-func (s *Server) Query(t testing.TB, db, sql string) string {
+func (s *Server) Query(t T, db, sql string) string {
 	t.Helper()
 	cmd := s.Command(s.Env(db), "psql", "-XAtq", "-v", "ON_ERROR_STOP=1", "-c", sql)
 	var out, errb bytes.Buffer

@@ -23,7 +23,10 @@
 //     left after the delete);
 //   - faults (-faults 0,5,10,20 -fault-n 100): the operator behind a proxy
 //     that faults that share of its requests; create and upgrade times and
-//     requests (audit log) relative to no faults.
+//     requests (audit log) relative to no faults;
+//   - backup (-backup-mb 1024): a database of that size backed up and
+//     restored through chartpilot's data path to a local S3 server, beside
+//     plain pg_dump | zstd to a file, in the same run.
 package main
 
 import (
@@ -69,6 +72,7 @@ func main() {
 	crashes := flag.Int("crashes", 200, "resources in the crash matrix (0: skip it)")
 	faults := flag.String("faults", "0,5,10,20", "comma-separated percentages of the operator's requests faulted in the faults table (empty: none)")
 	faultN := flag.Int("fault-n", 100, "resources in the faults table")
+	backupMB := flag.Int("backup-mb", 1024, "MiB of the database backed up and restored in the backup table (0: skip)")
 	flag.StringVar(&profileDir, "profile", "", "write the operator's heap profile after install and after upgrade into this directory (go tool pprof reads them)")
 	flag.Parse()
 	root, err := testcluster.ModuleRoot()
@@ -130,10 +134,18 @@ func main() {
 			fail(fmt.Errorf("faults table: %w", err))
 		}
 	}
+	var backupRows []backupRow
+	if *backupMB > 0 {
+		var err error
+		if backupRows, err = runBackupBench(*backupMB); err != nil {
+			fail(fmt.Errorf("backup table: %w", err))
+		}
+	}
 	printTable(rows, *concurrency)
 	printWave(waves)
 	printCrashes(crashRows)
 	printFaults(*faultN, faultRows)
+	printBackup(backupRows)
 }
 
 func fail(err error) {

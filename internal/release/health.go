@@ -6,10 +6,13 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/helm"
@@ -150,4 +153,71 @@ func unhealthyFailure(history []*helm.Release, digest, requested string) (*helm.
 		}
 	}
 	return nil, false
+}
+
+// workloadsToFollow: a workload's availability changed, or the release is
+// shown with workloads unavailable: the pass looks at them.
+func (r *Reconciler) workloadsToFollow(p *pass) bool {
+	c := apimeta.FindStatusCondition(p.status.Conditions, v1alpha1.ConditionWorkloadsAvailable)
+	return r.mem.get(p.key).workloadsDue || (c != nil && c.Status == metav1.ConditionFalse)
+}
+
+// followWorkloads keeps Ready true to the workloads of a release that was
+// seen healthy: from the object cache (no request), a workload that is no
+// longer available (kstatus not Current, or missing) sets
+// WorkloadsAvailable=False naming it, which makes Ready False; when all are
+// available again it turns True. No Helm action, no rollback: only a fresh
+// upgrade is judged by the health gate.
+func (r *Reconciler) followWorkloads(ctx context.Context, p *pass, d *desired, rel *helm.Release) {
+	if rel == nil || !r.workloadsToFollow(p) {
+		return
+	}
+	r.mem.with(p.key, func(m *memo) {
+		m.workloadsDue = false
+		m.statusSettled = false // the kind's status (ready replicas) follows
+	})
+	var names []string
+	err := r.eachLiveObject(ctx, d.identity, p.key.Namespace, rel.Manifest, func(want, live *unstructured.Unstructured) {
+		if live == nil {
+			names = append(names, want.GetKind()+"/"+want.GetName()+" is missing")
+			return
+		}
+		if res, err := status.Compute(live); err == nil && res.Status != status.CurrentStatus {
+			names = append(names, fmt.Sprintf("%s/%s is %s: %s", want.GetKind(), want.GetName(), res.Status, res.Message))
+		}
+	})
+	if err != nil {
+		p.log.V(1).Info("Workloads not looked at", "error", err.Error())
+		return
+	}
+	prev := apimeta.FindStatusCondition(p.status.Conditions, v1alpha1.ConditionWorkloadsAvailable)
+	switch {
+	case len(names) > 0:
+		msg := "not available: " + strings.Join(names, "; ")
+		if len(names) > 10 {
+			msg = fmt.Sprintf("not available: %s and %d more", strings.Join(names[:10], "; "), len(names)-10)
+		}
+		if prev == nil || prev.Status != metav1.ConditionFalse {
+			r.Recorder.Event(p.obj, corev1.EventTypeWarning, "WorkloadsUnavailable", msg)
+		}
+		setCondition(p.status, p.obj, v1alpha1.ConditionWorkloadsAvailable, metav1.ConditionFalse, "WorkloadsUnavailable", msg)
+	case prev != nil && prev.Status == metav1.ConditionFalse:
+		msg := "every workload of the release is available again"
+		r.Recorder.Event(p.obj, corev1.EventTypeNormal, "WorkloadsAvailable", msg)
+		setCondition(p.status, p.obj, v1alpha1.ConditionWorkloadsAvailable, metav1.ConditionTrue, "WorkloadsAvailable", msg)
+	}
+}
+
+// availabilityChanged reports whether an object went from available
+// (kstatus Current) to not, or back.
+func availabilityChanged(o, n client.Object) bool {
+	current := func(obj client.Object) bool {
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok {
+			return true
+		}
+		res, err := status.Compute(u)
+		return err != nil || res.Status == status.CurrentStatus
+	}
+	return current(o) != current(n)
 }

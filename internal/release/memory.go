@@ -47,6 +47,9 @@ type memo struct {
 	// row, for the short delay before the next try.
 	brokenOff  int
 	transients int
+	// workloadsDue: a workload of the release changed between available
+	// and not (its status), to be looked at by the next pass.
+	workloadsDue bool
 	// retries counts the failures in a row of actions retried on their own
 	// (rollback, uninstall), for their back-off.
 	retries map[string]int

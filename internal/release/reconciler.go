@@ -234,7 +234,7 @@ func (r *Reconciler) fromCaches(ctx context.Context, p *pass, d *desired, driftD
 	// (possibly older) status names: a fresh upgrade must pass the health
 	// gate, which also gives its upgrade slot back.
 	if rev, ok := r.inSyncFromCache(ctx, p, d); ok && rev > 0 {
-		if m.healthyRev == rev && !driftDue {
+		if m.healthyRev == rev && !driftDue && !r.workloadsToFollow(p) {
 			rendersSkipped.WithLabelValues(r.Watch.GVK.Kind).Inc()
 			r.markInSync(p, d, nil)
 			return ctrl.Result{RequeueAfter: r.Watch.ReconcilePeriod}, true
@@ -296,6 +296,7 @@ func (r *Reconciler) settledFromCaches(ctx context.Context, p *pass, d *desired,
 		}
 	}
 	if healthy {
+		r.followWorkloads(ctx, p, d, rel)
 		r.markInSync(p, d, rel)
 		return ctrl.Result{RequeueAfter: r.Watch.ReconcilePeriod}, true
 	}
@@ -308,6 +309,7 @@ func (r *Reconciler) settledFromCaches(ctx context.Context, p *pass, d *desired,
 	}
 	if len(pending) == 0 {
 		r.seenHealthy(p, rel.Revision)
+		r.followWorkloads(ctx, p, d, rel)
 		r.markInSync(p, d, rel)
 		return ctrl.Result{RequeueAfter: r.Watch.ReconcilePeriod}, true
 	}
@@ -352,6 +354,7 @@ func (r *Reconciler) run(ctx context.Context, p *pass, d *desired, o Observation
 	case actCorrectDrift:
 		return r.correctDrift(ctx, p, d, o)
 	case actNone:
+		r.followWorkloads(ctx, p, d, o.Latest)
 		r.markInSync(p, d, o.Latest)
 		return ctrl.Result{RequeueAfter: r.Watch.ReconcilePeriod}, nil
 	default:

@@ -354,8 +354,9 @@ func (r *Reconciler) ownerOf(o client.Object) (types.NamespacedName, bool) {
 // dependentHandler turns events of a release's objects into reconciles:
 // changes that may be drift (deletions, spec/generation changes, label
 // changes, any change of objects without a generation) flag a drift check;
-// status-only updates wake only an owner whose health gate is waiting, so
-// that a settled fleet ignores them. Creations (the initial list and
+// status-only updates wake an owner whose health gate is waiting, or one
+// whose workload became available or stopped being so (kstatus Current or
+// not), so that a settled fleet ignores the rest. Creations (the initial list and
 // chartpilot's own creates) are ignored.
 func (r *Reconciler) dependentHandler() handler.TypedEventHandler[client.Object, reconcile.Request] {
 	return handler.TypedFuncs[client.Object, reconcile.Request]{
@@ -372,6 +373,11 @@ func (r *Reconciler) dependentHandler() handler.TypedEventHandler[client.Object,
 				return
 			}
 			if r.mem.get(key).awaiting {
+				q.Add(reconcile.Request{NamespacedName: key})
+				return
+			}
+			if availabilityChanged(o, n) {
+				r.mem.with(key, func(m *memo) { m.workloadsDue = true })
 				q.Add(reconcile.Request{NamespacedName: key})
 			}
 		},

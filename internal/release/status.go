@@ -181,6 +181,7 @@ func readyFrom(st *v1alpha1.ReleaseStatus) metav1.Condition {
 		return metav1.Condition{Status: metav1.ConditionFalse, Reason: c.Reason, Message: c.Message}
 	}
 	stalled, released, reconciling, drifted := get(v1alpha1.ConditionStalled), get(v1alpha1.ConditionReleased), get(v1alpha1.ConditionReconciling), get(v1alpha1.ConditionDrifted)
+	workloads := get(v1alpha1.ConditionWorkloadsAvailable)
 	switch {
 	case is(stalled, metav1.ConditionTrue):
 		return notReady(stalled)
@@ -196,6 +197,8 @@ func readyFrom(st *v1alpha1.ReleaseStatus) metav1.Condition {
 		return notReady(blockingHookCondition(st))
 	case is(drifted, metav1.ConditionTrue):
 		return notReady(drifted)
+	case is(workloads, metav1.ConditionFalse) && !is(reconciling, metav1.ConditionTrue):
+		return notReady(workloads)
 	case is(reconciling, metav1.ConditionTrue):
 		return notReady(reconciling)
 	}
@@ -209,7 +212,7 @@ func blockingHookCondition(st *v1alpha1.ReleaseStatus) *metav1.Condition {
 		c := &st.Conditions[i]
 		switch c.Type {
 		case v1alpha1.ConditionReady, v1alpha1.ConditionReleased, v1alpha1.ConditionReconciling, v1alpha1.ConditionStalled, v1alpha1.ConditionDrifted,
-			v1alpha1.ConditionUpgradeBlocked, v1alpha1.ConditionSourceAvailable:
+			v1alpha1.ConditionUpgradeBlocked, v1alpha1.ConditionSourceAvailable, v1alpha1.ConditionWorkloadsAvailable:
 			continue
 		}
 		if c.Status == metav1.ConditionFalse {

@@ -24,6 +24,10 @@ const (
 	// ConditionSourceAvailable is False when the chart's repository or
 	// registry cannot be read; releases stay on what they have.
 	ConditionSourceAvailable = "SourceAvailable"
+	// ConditionWorkloadsAvailable is False when workloads of a release that
+	// was seen healthy stop being available (named in the message), and
+	// True again once they are; absent until that first happens.
+	ConditionWorkloadsAvailable = "WorkloadsAvailable"
 )
 
 // Annotations on a managed custom resource.

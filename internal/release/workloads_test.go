@@ -1,0 +1,76 @@
+package release_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
+	"github.com/chartpilot/chartpilot/internal/testcluster"
+	"github.com/chartpilot/chartpilot/internal/watches"
+)
+
+// TestReadyFollowsWorkloads: a release seen healthy whose Deployment loses
+// its pods (every node cordoned, the pods deleted) turns Ready=False,
+// reason WorkloadsUnavailable, naming the Deployment, with no Helm action;
+// once the pods are back it is Ready again by itself, and then the
+// operator sends no request while idle.
+func TestReadyFollowsWorkloads(t *testing.T) {
+	e := newEnv(t)
+	startOperator(t, cluster.Config, []watches.Watch{webappWatch(t)})
+	e.create("wl", map[string]any{"message": "v1"}, nil, nil)
+	e.waitCondition("wl", v1alpha1.ConditionReady, metav1.ConditionTrue, "")
+	revisions := len(e.history("wl"))
+
+	ctx := context.Background()
+	nodes, err := e.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cordon := func(on bool) {
+		for _, n := range nodes.Items {
+			if _, err := e.cs.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, []byte(fmt.Sprintf(`{"spec":{"unschedulable":%v}}`, on)), metav1.PatchOptions{}); err != nil {
+				t.Errorf("cordon %s=%v: %v", n.Name, on, err)
+			}
+		}
+	}
+	cordon(true)
+	t.Cleanup(func() { cordon(false) })
+	if err := e.cs.CoreV1().Pods(e.ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=wl"}); err != nil {
+		t.Fatal(err)
+	}
+	u := e.waitCondition("wl", v1alpha1.ConditionReady, metav1.ConditionFalse, "WorkloadsUnavailable")
+	if c := condition(u, v1alpha1.ConditionReady); !strings.Contains(c.Message, "Deployment/wl is InProgress") {
+		t.Errorf("Ready message %q does not name the Deployment and its state", c.Message)
+	}
+	e.waitEvent("wl", "WorkloadsUnavailable", "Deployment/wl")
+
+	cordon(false)
+	u = e.waitCondition("wl", v1alpha1.ConditionReady, metav1.ConditionTrue, "")
+	if c := condition(u, v1alpha1.ConditionWorkloadsAvailable); c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("WorkloadsAvailable = %v, want True once the pods are back", c)
+	}
+	e.waitEvent("wl", "WorkloadsAvailable", "available again")
+	if n := len(e.history("wl")); n != revisions {
+		t.Errorf("%d revisions after the outage, %d before: a Helm action ran", n, revisions)
+	}
+
+	audit := &testcluster.AuditLog{Path: cluster.AuditLogPath}
+	time.Sleep(5 * time.Second)
+	if _, err := audit.Take(managerUser); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Second)
+	r, err := audit.Take(managerUser)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Total != 0 {
+		t.Errorf("%d requests while idle after the recovery: %s", r.Total, r.Top(5))
+	}
+}

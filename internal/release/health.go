@@ -10,6 +10,7 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -201,11 +202,32 @@ func (r *Reconciler) followWorkloads(ctx context.Context, p *pass, d *desired, r
 			r.Recorder.Event(p.obj, corev1.EventTypeWarning, "WorkloadsUnavailable", msg)
 		}
 		setCondition(p.status, p.obj, v1alpha1.ConditionWorkloadsAvailable, metav1.ConditionFalse, "WorkloadsUnavailable", msg)
+		r.setUnavailable(p.key, true)
 	case prev != nil && prev.Status == metav1.ConditionFalse:
 		msg := "every workload of the release is available again"
 		r.Recorder.Event(p.obj, corev1.EventTypeNormal, "WorkloadsAvailable", msg)
 		setCondition(p.status, p.obj, v1alpha1.ConditionWorkloadsAvailable, metav1.ConditionTrue, "WorkloadsAvailable", msg)
+		r.setUnavailable(p.key, false)
 	}
+}
+
+// setUnavailable records whether key's workloads are unavailable, for the
+// chartpilot_workloads_unavailable gauge.
+func (r *Reconciler) setUnavailable(key types.NamespacedName, on bool) {
+	r.unavailableMu.Lock()
+	defer r.unavailableMu.Unlock()
+	if on == r.unavailable[key] {
+		return
+	}
+	if r.unavailable == nil {
+		r.unavailable = map[types.NamespacedName]bool{}
+	}
+	if on {
+		r.unavailable[key] = true
+	} else {
+		delete(r.unavailable, key)
+	}
+	workloadsUnavailable.WithLabelValues(r.Watch.GVK.Kind).Set(float64(len(r.unavailable)))
 }
 
 // availabilityChanged reports whether an object went from available

@@ -46,6 +46,10 @@ var (
 		Name: "chartpilot_rollout_upgrades_total",
 		Help: "Chart version upgrades by target version and result (deployed, rolled_back).",
 	}, []string{"kind", "version", "result"})
+	workloadsUnavailable = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "chartpilot_workloads_unavailable",
+		Help: "Resources whose workloads, seen healthy before, are not available now (WorkloadsAvailable=False).",
+	}, []string{"kind"})
 	driftChecks = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "chartpilot_drift_checks_total",
 		Help: "Drift checks by kind and outcome (none, corrected, failed).",
@@ -53,5 +57,5 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(releaseInfo, reconcileTotal, reconcileDuration, helmActionDuration, rendersSkipped, driftChecks, upgradesInProgress, rolloutWaiting, rolloutHalted, rolloutUpgrades)
+	metrics.Registry.MustRegister(releaseInfo, reconcileTotal, reconcileDuration, helmActionDuration, rendersSkipped, driftChecks, upgradesInProgress, rolloutWaiting, rolloutHalted, rolloutUpgrades, workloadsUnavailable)
 }

@@ -77,7 +77,11 @@ type Reconciler struct {
 	keyOnce  sync.Once
 	secrets  secretReads
 	mem      memory
-	slots    slots
+	// unavailable holds the resources whose workloads are unavailable
+	// (WorkloadsAvailable=False), for the gauge.
+	unavailableMu sync.Mutex
+	unavailable   map[types.NamespacedName]bool
+	slots         slots
 	// sourceRefresh rate-limits refreshes of the source asked for by resources.
 	sourceRefresh refreshLimiter
 	// kick wakes every resource of the kind (a source's versions changed);
@@ -400,6 +404,7 @@ func (r *Reconciler) finish(ctx context.Context, p *pass, start time.Time, res c
 func (r *Reconciler) forget(key types.NamespacedName) {
 	r.mem.forget(key)
 	r.slots.forget(key)
+	r.setUnavailable(key, false)
 	r.sourceRefresh.forget(key)
 	releaseInfo.DeletePartialMatch(map[string]string{"kind": r.Watch.GVK.Kind, "namespace": key.Namespace, "name": key.Name})
 }

@@ -40,6 +40,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -170,6 +171,9 @@ type result struct {
 	phases   []phase
 	peakRSS  float64 // MiB
 	peakHeap float64 // MiB
+	// series counts the operator's own metric series (chartpilot_*) by
+	// name, after the upgrade.
+	series map[string]int
 }
 
 func runOne(root string, n, concurrency int, idle time.Duration) (result, error) {
@@ -270,6 +274,14 @@ func runOne(root string, n, concurrency int, idle time.Duration) (result, error)
 	}
 	res.phases = append(res.phases, upgrade)
 	heapProfile(metricsAddr, fmt.Sprintf("heap-%d-upgrade.pb.gz", n))
+	if m, err := scrape("http://" + metricsAddr + "/metrics"); err == nil {
+		res.series = map[string]int{}
+		for name, samples := range m {
+			if strings.HasPrefix(name, "chartpilot_") {
+				res.series[name] = len(samples)
+			}
+		}
+	}
 	for _, ph := range []struct {
 		name  string
 		patch func(int) string
@@ -568,6 +580,22 @@ func printTable(rows []result, concurrency int) {
 			fmt.Printf("| %d | %s | %.1f | %.1f | %.0f | %.0f | %.0f | %d | %.1f | %s |\n", r.n, p.name, p.wall.Seconds(), p.cpu, p.helm, p.skipped, p.drift,
 				p.req.Total, perResource(p.req, r.n), strings.Join(cells, " | "))
 		}
+	}
+	for _, r := range rows {
+		total := 0
+		names := make([]string, 0, len(r.series))
+		for name, k := range r.series {
+			total += k
+			names = append(names, name)
+		}
+		sort.Slice(names, func(i, j int) bool {
+			return r.series[names[i]] > r.series[names[j]] || (r.series[names[i]] == r.series[names[j]] && names[i] < names[j])
+		})
+		parts := make([]string, 0, len(names))
+		for _, name := range names {
+			parts = append(parts, fmt.Sprintf("%s %d", name, r.series[name]))
+		}
+		fmt.Printf("\nN=%d: the operator's own metric series (chartpilot_*): %d in all, %.2f per resource: %s\n", r.n, total, float64(total)/float64(r.n), strings.Join(parts, ", "))
 	}
 	fmt.Println("\nRequests are counted from the API server's audit log (every request of the operator's user, each once); the largest by resource:")
 	for _, r := range rows {

@@ -157,14 +157,7 @@ func Start(t T) *Server {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = s.cmd.Process.Signal(syscall.SIGINT)
-		done := make(chan struct{})
-		go func() { _ = s.cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
-		}
+		StopServer(s.cmd)
 		log.Close()
 	})
 	deadline := time.Now().Add(time.Minute)
@@ -177,6 +170,20 @@ func Start(t T) *Server {
 			t.Fatalf("server not ready within a minute:\n%s", b)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// StopServer stops a postgres process with a fast shutdown (SIGINT), and
+// kills its process group if it has not ended within 30 s.
+func StopServer(cmd *exec.Cmd) {
+	_ = cmd.Process.Signal(syscall.SIGINT)
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-done
 	}
 }
 

@@ -35,16 +35,11 @@ type crashRow struct {
 func runCrashes(root string, n, bound, concurrency, kills int) ([]crashRow, error) {
 	ctx := context.Background()
 	logf("crashes N=%d: starting the full local cluster", n)
-	c, dyn, cs, err := startCluster(ctx, root)
+	c, dyn, cs, stopCluster, err := startKeptCluster(ctx, root, "crashes")
 	if err != nil {
 		return nil, err
 	}
-	defer func() { _ = c.Stop() }()
-	defer func() {
-		if data, err := os.ReadFile(filepath.Join(c.LogDir, "chartpilot.log")); err == nil {
-			_ = os.WriteFile(filepath.Join(os.TempDir(), "chartpilot-bench-crashes.log"), data, 0o644)
-		}
-	}()
+	defer stopCluster()
 	watchesFile := filepath.Join(c.Dir, "watches.yaml")
 	if err := os.WriteFile(watchesFile, []byte(fmt.Sprintf(
 		"- {group: test.chartpilot.dev, version: v1alpha1, kind: Webapp, chart: %s, maxConcurrentReconciles: %d, maxConcurrentUpgrades: %d}\n",
@@ -134,63 +129,51 @@ func runCrashes(root string, n, bound, concurrency, kills int) ([]crashRow, erro
 	}
 	nsOf := func(int) string { return ns }
 	var rows []crashRow
-
-	row := crashRow{phase: "install", n: n}
-	start := time.Now()
-	row.kills, err = during(func() error {
-		if err := createWebapps(ctx, dyn, n, nsOf); err != nil {
-			return err
+	for _, ph := range []struct {
+		name string
+		work func() error
+	}{
+		{"install", func() error {
+			if err := createWebapps(ctx, dyn, n, nsOf); err != nil {
+				return err
+			}
+			return waitAllOn(ctx, dyn, n, "", 30*time.Minute)
+		}},
+		{"values upgrade", func() error {
+			if err := parallel(n, 16, func(i int) error {
+				_, err := dyn.Resource(gvr).Namespace(ns).Patch(ctx, fmt.Sprintf("app-%04d", i),
+					types.MergePatchType, []byte(fmt.Sprintf(`{"spec":{"message":"crash-upgraded %d"}}`, i)), metav1.PatchOptions{})
+				return err
+			}); err != nil {
+				return err
+			}
+			return waitAllOn(ctx, dyn, n, "", 30*time.Minute)
+		}},
+		{"delete", func() error {
+			if err := parallel(n, 16, func(i int) error {
+				return dyn.Resource(gvr).Namespace(ns).Delete(ctx, fmt.Sprintf("app-%04d", i), metav1.DeleteOptions{})
+			}); err != nil {
+				return err
+			}
+			return waitGone(ctx, dyn, 30*time.Minute)
+		}},
+	} {
+		row := crashRow{phase: ph.name, n: n}
+		start := time.Now()
+		if row.kills, err = during(ph.work); err != nil {
+			return nil, fmt.Errorf("%s with kills: %w", ph.name, err)
 		}
-		return waitAllOn(ctx, dyn, n, "", 30*time.Minute)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("install with kills: %w", err)
-	}
-	row.wall = time.Since(start)
-	if err := check(&row); err != nil {
-		return nil, err
-	}
-	rows = append(rows, row)
-
-	row = crashRow{phase: "values upgrade", n: n}
-	start = time.Now()
-	row.kills, err = during(func() error {
-		if err := parallel(n, 16, func(i int) error {
-			_, err := dyn.Resource(gvr).Namespace(ns).Patch(ctx, fmt.Sprintf("app-%04d", i),
-				types.MergePatchType, []byte(fmt.Sprintf(`{"spec":{"message":"crash-upgraded %d"}}`, i)), metav1.PatchOptions{})
-			return err
-		}); err != nil {
-			return err
+		row.wall = time.Since(start)
+		if ph.name == "delete" {
+			row.orphans, row.records, err = leftovers(ctx, cs, ns)
+		} else {
+			err = check(&row)
 		}
-		return waitAllOn(ctx, dyn, n, "", 30*time.Minute)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("upgrade with kills: %w", err)
-	}
-	row.wall = time.Since(start)
-	if err := check(&row); err != nil {
-		return nil, err
-	}
-	rows = append(rows, row)
-
-	row = crashRow{phase: "delete", n: n}
-	start = time.Now()
-	row.kills, err = during(func() error {
-		if err := parallel(n, 16, func(i int) error {
-			return dyn.Resource(gvr).Namespace(ns).Delete(ctx, fmt.Sprintf("app-%04d", i), metav1.DeleteOptions{})
-		}); err != nil {
-			return err
+		if err != nil {
+			return nil, err
 		}
-		return waitGone(ctx, dyn, 30*time.Minute)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("delete with kills: %w", err)
+		rows = append(rows, row)
 	}
-	row.wall = time.Since(start)
-	if row.orphans, row.records, err = leftovers(ctx, cs, ns); err != nil {
-		return nil, err
-	}
-	rows = append(rows, row)
 	return rows, nil
 }
 

@@ -35,16 +35,11 @@ type faultRow struct {
 func runFaults(root string, n, concurrency int, rates []float64) ([]faultRow, error) {
 	ctx := context.Background()
 	logf("faults N=%d: starting the full local cluster", n)
-	c, dyn, cs, err := startCluster(ctx, root)
+	c, dyn, cs, stopCluster, err := startKeptCluster(ctx, root, "faults")
 	if err != nil {
 		return nil, err
 	}
-	defer func() { _ = c.Stop() }()
-	defer func() {
-		if data, err := os.ReadFile(filepath.Join(c.LogDir, "chartpilot.log")); err == nil {
-			_ = os.WriteFile(filepath.Join(os.TempDir(), "chartpilot-bench-faults.log"), data, 0o644)
-		}
-	}()
+	defer stopCluster()
 	audit := &testcluster.AuditLog{Path: c.AuditLogPath}
 	watchesFile := filepath.Join(c.Dir, "watches.yaml")
 	if err := os.WriteFile(watchesFile, []byte(fmt.Sprintf(

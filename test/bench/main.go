@@ -369,6 +369,23 @@ func waitGone(ctx context.Context, dyn dynamic.Interface, timeout time.Duration)
 	return fmt.Errorf("%d resources left after %s", left, timeout)
 }
 
+// startKeptCluster starts a cluster for a part of the bench; stop stops
+// it, first copying the operator's log to /tmp/chartpilot-bench-<part>.log
+// for a look afterwards.
+func startKeptCluster(ctx context.Context, root, part string) (*testcluster.Cluster, dynamic.Interface, kubernetes.Interface, func(), error) {
+	c, dyn, cs, err := startCluster(ctx, root)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	stop := func() {
+		if data, err := os.ReadFile(filepath.Join(c.LogDir, "chartpilot.log")); err == nil {
+			_ = os.WriteFile(filepath.Join(os.TempDir(), "chartpilot-bench-"+part+".log"), data, 0o644)
+		}
+		_ = c.Stop()
+	}
+	return c, dyn, cs, stop, nil
+}
+
 // startCluster starts a full-tier local cluster with the test CRDs.
 func startCluster(ctx context.Context, root string) (*testcluster.Cluster, dynamic.Interface, kubernetes.Interface, error) {
 	c, err := testcluster.Start(ctx, testcluster.Options{Tier: testcluster.TierFull, CRDDirs: []string{filepath.Join(root, "test", "crds")}, AuditUsers: []string{operatorUser}})

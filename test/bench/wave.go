@@ -45,17 +45,11 @@ func runWave(root string, n, bound, concurrency, kills int) (waveResult, error) 
 	res := waveResult{n: n, bound: bound, kills: kills}
 	ctx := context.Background()
 	logf("wave N=%d: starting the full local cluster", n)
-	c, dyn, cs, err := startCluster(ctx, root)
+	c, dyn, cs, stopCluster, err := startKeptCluster(ctx, root, "wave")
 	if err != nil {
 		return res, err
 	}
-	defer func() { _ = c.Stop() }()
-	defer func() {
-		// Keep the operator's log of the last wave for a look afterwards.
-		if data, err := os.ReadFile(filepath.Join(c.LogDir, "chartpilot.log")); err == nil {
-			_ = os.WriteFile(filepath.Join(os.TempDir(), "chartpilot-bench-wave.log"), data, 0o644)
-		}
-	}()
+	defer stopCluster()
 	repoDir := filepath.Join(c.Dir, "repo")
 	repo := httptest.NewServer(http.FileServer(http.Dir(repoDir)))
 	defer repo.Close()

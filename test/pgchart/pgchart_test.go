@@ -34,7 +34,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -224,14 +223,7 @@ func (p *pod) start(rd rendered) {
 		t.Fatalf("pod %d: starting postgres: %v", p.ordinal, err)
 	}
 	t.Cleanup(func() {
-		_ = p.server.Process.Signal(syscall.SIGINT) // fast shutdown
-		done := make(chan struct{})
-		go func() { _ = p.server.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			_ = syscall.Kill(-p.server.Process.Pid, syscall.SIGKILL)
-		}
+		testpg.StopServer(p.server)
 		logFile.Close()
 		if t.Failed() {
 			log, _ := os.ReadFile(p.logPath)

@@ -9,7 +9,9 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path"
 	"strings"
+	"time"
 
 	"gocloud.dev/blob"
 
@@ -54,6 +56,9 @@ func backupCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	recipient := fs.String("recipient", "", "run: age X25519 public key (age1…) to encrypt for; empty: not encrypted")
 	compression := fs.String("compression", backup.CompressionZstd, "run: zstd or none")
 	identityFile := fs.String("identity-file", "", "restore: file holding the age X25519 secret key of an encrypted backup")
+	var keep backup.Retention
+	fs.IntVar(&keep.Count, "keep-count", 0, "run: after the backup, prune the series (the location's parent) to this many backups (0: no count rule)")
+	fs.DurationVar(&keep.MaxAge, "keep-max-age", 0, "run: after the backup, prune backups of the series older than this (0: no age rule); the newest is always kept")
 	labels := map[string]string{}
 	fs.Func("label", "run: key=value stored in the manifest (repeatable)", func(v string) error {
 		k, val, ok := strings.Cut(v, "=")
@@ -81,6 +86,16 @@ func backupCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	var m *backup.Manifest
 	if sub == "run" {
 		m, err = backupRun(ctx, b, *location, command, backup.Options{Compression: *compression, Recipient: *recipient, Labels: labels}, stderr)
+		if err == nil && (keep.Count != 0 || keep.MaxAge != 0) {
+			// Only after a success: a failed backup never costs a good one.
+			pruned, perr := backup.Prune(ctx, b, path.Dir(strings.TrimSuffix(*location, "/")), keep, time.Now())
+			for _, p := range pruned {
+				fmt.Fprintf(stderr, "pruned %s\n", p)
+			}
+			if perr != nil {
+				fmt.Fprintf(stderr, "pruning: %v (the backup is stored)\n", perr)
+			}
+		}
 	} else {
 		identity := ""
 		if *identityFile != "" {

@@ -56,12 +56,30 @@ func TestBackupCommand(t *testing.T) {
 		t.Errorf("restored items differ: %s", got)
 	}
 
-	_, _, err = run("run", "--store", "volume", "--volume-path", store, "--location", "shop/2", "--", "sh", "-c", "head -c 100000 /dev/zero; exit 3")
+	// Two more backups with --keep-count 2: the first one is pruned.
+	for _, loc := range []string{"shop/3", "shop/4"} {
+		if _, stderr, err := run("run", "--store", "volume", "--volume-path", store, "--location", loc, "--keep-count", "2", "--", "printf", loc); err != nil {
+			t.Fatalf("backup run %s: %v\n%s", loc, err, stderr)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(store, "shop", "1", "manifest.json")); !os.IsNotExist(err) {
+		t.Errorf("shop/1 not pruned with --keep-count 2 after two newer backups: %v", err)
+	}
+	for _, loc := range []string{"3", "4"} {
+		if _, err := os.Stat(filepath.Join(store, "shop", loc, "manifest.json")); err != nil {
+			t.Errorf("shop/%s: %v", loc, err)
+		}
+	}
+
+	_, _, err = run("run", "--store", "volume", "--volume-path", store, "--location", "shop/2", "--keep-count", "1", "--", "sh", "-c", "head -c 100000 /dev/zero; exit 3")
 	if err == nil || !strings.Contains(err.Error(), "sh failed") {
 		t.Errorf("a failing dump command: %v", err)
 	}
 	if entries, _ := os.ReadDir(filepath.Join(store, "shop", "2")); len(entries) != 0 {
 		t.Errorf("a failed dump left %d files in the store", len(entries))
+	}
+	if _, err := os.Stat(filepath.Join(store, "shop", "3", "manifest.json")); err != nil {
+		t.Errorf("a failed backup pruned a good one: %v", err)
 	}
 
 	for _, tc := range []struct {

@@ -161,11 +161,13 @@ func Write(ctx context.Context, b *blob.Bucket, location string, src io.Reader, 
 	return m, nil
 }
 
+func isNotFound(err error) bool { return gcerrors.Code(err) == gcerrors.NotFound }
+
 // ReadManifest reads the manifest of the backup at location.
 func ReadManifest(ctx context.Context, b *blob.Bucket, location string) (*Manifest, error) {
 	body, err := b.ReadAll(ctx, manifestKey(location))
 	if err != nil {
-		if gcerrors.Code(err) == gcerrors.NotFound {
+		if isNotFound(err) {
 			return nil, fmt.Errorf("no backup at %s (no manifest.json): %w", location, err)
 		}
 		return nil, err

@@ -46,6 +46,7 @@ type runOptions struct {
 	webhookService          string
 	webhookConfig           string
 	chartCacheDir           string
+	backupStoreEndpoints    []string
 	defaultServiceAccount   string
 	recordKeySecret         string
 	maxRecordSize           int64
@@ -84,6 +85,19 @@ func parseRunFlags(args []string) (*runOptions, error) {
 	fs.StringVar(&o.webhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "directory of the webhook's tls.crt and tls.key")
 	fs.StringVar(&o.webhookCerts, "webhook-certs", "self-signed", "self-signed: chartpilot makes, shares (Secret <service>-certs) and rotates a CA and certificate; files: use --webhook-cert-dir as mounted (e.g. from cert-manager)")
 	fs.StringVar(&o.webhookService, "webhook-service", "chartpilot-system/chartpilot-webhook", "namespace/name of the webhook's Service (names in the self-signed certificate)")
+	fs.Func("backup-store-endpoints", "comma-separated URL prefixes a namespaced BackupStore's S3 endpoint may start with (the operator connects to it); empty: namespaced stores may use AWS only", func(v string) error {
+		for _, p := range strings.Split(v, ",") {
+			p = strings.TrimSpace(p)
+			if p == "" {
+				continue
+			}
+			if !strings.HasPrefix(p, "https://") && !strings.HasPrefix(p, "http://") {
+				return fmt.Errorf("%q is not an http(s) URL prefix", p)
+			}
+			o.backupStoreEndpoints = append(o.backupStoreEndpoints, p)
+		}
+		return nil
+	})
 	fs.StringVar(&o.webhookConfig, "webhook-configuration", "chartpilot-validating", "ValidatingWebhookConfiguration whose caBundle the self-signed mode keeps")
 	fs.Float64Var(&o.qps, "kube-api-qps", 100, "client-side limit of requests per second to the API server (the server's priority and fairness still applies)")
 	fs.IntVar(&o.burst, "kube-api-burst", 200, "client-side burst of requests to the API server")
@@ -206,6 +220,7 @@ func run(ctx context.Context, args []string) error {
 		RetryPeriod:             o.retryPeriod,
 		Log:                     ctrl.Log,
 		ChartCacheDir:           o.chartCacheDir,
+		BackupStoreEndpoints:    o.backupStoreEndpoints,
 		DefaultServiceAccount:   o.defaultServiceAccount,
 		RecordKeySecret:         recordKeySecret(o.recordKeySecret),
 		MaxRecordSize:           o.maxRecordSize,

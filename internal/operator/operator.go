@@ -69,6 +69,9 @@ type Options struct {
 	Hooks []*hooks.Hook
 	// Webhook serves the validating admission webhook when set.
 	Webhook *WebhookOptions
+	// BackupStoreEndpoints are the URL prefixes a namespaced BackupStore's
+	// S3 endpoint may start with (the operator connects to it).
+	BackupStoreEndpoints []string
 	// ChartCacheDir holds remote charts and version lists (default: the
 	// user cache directory).
 	ChartCacheDir string
@@ -136,6 +139,9 @@ func New(o Options) (manager.Manager, error) {
 		if err := addWebhook(o, mgr, scheme, admitted); err != nil {
 			return nil, err
 		}
+	}
+	if err := addBackupStores(o, mgr); err != nil {
+		return nil, err
 	}
 	return mgr, nil
 }

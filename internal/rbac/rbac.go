@@ -87,6 +87,9 @@ func ownRules(o Options, tenancyUsed bool) []rbacv1.PolicyRule {
 		// Secure metrics (--metrics-secure): the API server judges each caller.
 		{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
 		{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
+		// Backup stores: checked, their status written; a volume store's claim read.
+		{APIGroups: []string{"chartpilot.dev"}, Resources: []string{"backupstores", "backupstores/status", "clusterbackupstores", "clusterbackupstores/status"}, Verbs: []string{"get", "list", "watch", "update", "patch"}},
+		{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims"}, Verbs: []string{"get"}},
 	}
 	if len(o.Impersonate) > 0 {
 		names := slices.Clone(o.Impersonate)

@@ -1,0 +1,247 @@
+// Package backup holds the controllers of backups. StoreReconciler checks
+// BackupStores and ClusterBackupStores: a probe object written, read back
+// and deleted for S3, the claim bound for a volume, and Ready says so.
+package backup
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+
+	"gocloud.dev/blob"
+
+	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
+	"github.com/chartpilot/chartpilot/internal/backup"
+	"github.com/chartpilot/chartpilot/internal/redact"
+)
+
+// Recheck is how often a store is checked again.
+const Recheck = 10 * time.Minute
+
+// probeTimeout bounds one check of a store.
+const probeTimeout = 30 * time.Second
+
+// StoreReconciler checks the stores of one kind (BackupStore, or
+// ClusterBackupStore when Cluster is set).
+type StoreReconciler struct {
+	Client client.Client
+	// Reader reads Secrets and claims from the API server (they are not
+	// cached: a store's Secret is read once per check).
+	Reader   client.Reader
+	Recorder record.EventRecorder
+	Cluster  bool
+	// Endpoints are the URL prefixes a namespaced BackupStore's S3
+	// endpoint must start with (the operator's --backup-store-endpoints):
+	// the operator connects to the endpoint, so a tenant may only point it
+	// where the admin allows. A ClusterBackupStore is the admin's own and
+	// may name any endpoint; an empty endpoint (AWS) is always allowed.
+	Endpoints []string
+	// SkipNameValidation allows several managers in one process (tests).
+	SkipNameValidation bool
+}
+
+// SetupWithManager builds the controller.
+func (r *StoreReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	var obj client.Object = &v1alpha1.BackupStore{}
+	name := "backupstore"
+	if r.Cluster {
+		obj, name = &v1alpha1.ClusterBackupStore{}, "clusterbackupstore"
+	}
+	skip := r.SkipNameValidation
+	return ctrl.NewControllerManagedBy(mgr).Named(name).For(obj).
+		WithOptions(controller.Options{SkipNameValidation: &skip}).Complete(r)
+}
+
+// Reconcile checks one store and writes its Ready condition.
+func (r *StoreReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var (
+		obj      client.Object
+		spec     v1alpha1.BackupStoreSpec
+		status   *v1alpha1.BackupStoreStatus
+		secretNS = req.Namespace
+	)
+	if r.Cluster {
+		s := &v1alpha1.ClusterBackupStore{}
+		if err := r.Client.Get(ctx, req.NamespacedName, s); err != nil {
+			return ctrl.Result{}, client.IgnoreNotFound(err)
+		}
+		obj, status = s, &s.Status
+		spec = v1alpha1.BackupStoreSpec{S3: s.Spec.S3, Volume: s.Spec.Volume}
+		secretNS = ""
+	} else {
+		s := &v1alpha1.BackupStore{}
+		if err := r.Client.Get(ctx, req.NamespacedName, s); err != nil {
+			return ctrl.Result{}, client.IgnoreNotFound(err)
+		}
+		obj, status, spec = s, &s.Status, s.Spec
+	}
+	before := status.DeepCopy()
+	reason, msg := r.check(ctx, obj, spec, secretNS)
+	cond := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: reason, Message: msg, ObservedGeneration: obj.GetGeneration()}
+	if reason != "Checked" {
+		cond.Status = metav1.ConditionFalse
+	}
+	prev := apimeta.FindStatusCondition(status.Conditions, v1alpha1.ConditionReady)
+	if prev == nil || prev.Status != cond.Status || prev.Reason != cond.Reason || prev.Message != cond.Message {
+		kind := corev1.EventTypeNormal
+		if cond.Status != metav1.ConditionTrue {
+			kind = corev1.EventTypeWarning
+		}
+		r.Recorder.Event(obj, kind, "Store"+reason, msg)
+	}
+	apimeta.SetStatusCondition(&status.Conditions, cond)
+	status.ObservedGeneration = obj.GetGeneration()
+	now := metav1.NewTime(time.Now().Truncate(time.Second))
+	status.LastChecked = &now
+	patch := client.MergeFrom(withStatus(obj, before))
+	if err := r.Client.Status().Patch(ctx, obj, patch); err != nil {
+		return ctrl.Result{}, fmt.Errorf("writing status: %w", err)
+	}
+	return ctrl.Result{RequeueAfter: Recheck}, nil
+}
+
+// withStatus is a copy of obj with status st (the patch's base).
+func withStatus(obj client.Object, st *v1alpha1.BackupStoreStatus) client.Object {
+	switch o := obj.(type) {
+	case *v1alpha1.BackupStore:
+		c := o.DeepCopy()
+		c.Status = *st
+		return c
+	case *v1alpha1.ClusterBackupStore:
+		c := o.DeepCopy()
+		c.Status = *st
+		return c
+	}
+	return obj
+}
+
+// check returns "Checked" and what was done, or the reason the store
+// cannot be used and how to fix it. Messages never hold credentials.
+func (r *StoreReconciler) check(ctx context.Context, obj client.Object, spec v1alpha1.BackupStoreSpec, secretNS string) (string, string) {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	if spec.Volume != nil {
+		ns := obj.GetNamespace()
+		if r.Cluster {
+			return "Checked", "a volume store is checked by each backup Job, which mounts claim " + spec.Volume.ClaimName + " in its own namespace"
+		}
+		pvc := &corev1.PersistentVolumeClaim{}
+		if err := r.Reader.Get(ctx, types.NamespacedName{Namespace: ns, Name: spec.Volume.ClaimName}, pvc); err != nil {
+			if apierrors.IsNotFound(err) {
+				return "ClaimNotFound", fmt.Sprintf("spec.volume.claimName: PersistentVolumeClaim %s/%s does not exist: create it or name another", ns, spec.Volume.ClaimName)
+			}
+			return "ClaimUnreadable", "reading the claim: " + redact.Error(err).Error()
+		}
+		if pvc.Status.Phase != corev1.ClaimBound {
+			return "ClaimNotBound", fmt.Sprintf("spec.volume.claimName: PersistentVolumeClaim %s/%s is %s, not Bound", ns, spec.Volume.ClaimName, pvc.Status.Phase)
+		}
+		return "Checked", fmt.Sprintf("PersistentVolumeClaim %s is bound", spec.Volume.ClaimName)
+	}
+	s3 := spec.S3
+	if s3 == nil {
+		return "Invalid", "set exactly one of spec.s3 or spec.volume"
+	}
+	if !r.Cluster && s3.Endpoint != "" && !allowed(s3.Endpoint, r.Endpoints) {
+		return "EndpointNotAllowed", fmt.Sprintf("spec.s3.endpoint %q does not start with one of the endpoints the operator allows namespaced stores (--backup-store-endpoints: %s): use an allowed endpoint, or ask an admin for a ClusterBackupStore", s3.Endpoint, strings.Join(orNone(r.Endpoints), ", "))
+	}
+	ref := s3.CredentialsSecretRef
+	ns := obj.GetNamespace()
+	if r.Cluster {
+		ns = ref.Namespace
+	}
+	cfg := backup.S3{Endpoint: s3.Endpoint, Bucket: s3.Bucket, Prefix: s3.Prefix, Region: s3.Region, ForcePathStyle: s3.ForcePathStyle}
+	sec := &corev1.Secret{}
+	if err := r.Reader.Get(ctx, types.NamespacedName{Namespace: ns, Name: ref.Name}, sec); err != nil {
+		if apierrors.IsNotFound(err) {
+			return "CredentialsNotFound", fmt.Sprintf("spec.s3.credentialsSecretRef: Secret %s/%s does not exist: create it with keys accessKeyID and secretAccessKey", ns, ref.Name)
+		}
+		return "CredentialsUnreadable", "reading the credentials Secret: " + redact.Error(err).Error()
+	}
+	cfg.AccessKeyID, cfg.SecretAccessKey = string(sec.Data["accessKeyID"]), string(sec.Data["secretAccessKey"])
+	if cfg.AccessKeyID == "" || cfg.SecretAccessKey == "" {
+		return "CredentialsIncomplete", fmt.Sprintf("spec.s3.credentialsSecretRef: Secret %s/%s needs both keys accessKeyID and secretAccessKey", ns, ref.Name)
+	}
+	if ca := s3.CASecretRef; ca != nil {
+		cns := obj.GetNamespace()
+		if r.Cluster {
+			cns = ca.Namespace
+		}
+		cs := &corev1.Secret{}
+		if err := r.Reader.Get(ctx, types.NamespacedName{Namespace: cns, Name: ca.Name}, cs); err != nil || len(cs.Data[ca.Key]) == 0 {
+			return "CANotFound", fmt.Sprintf("spec.s3.caSecretRef: Secret %s/%s has no key %s", cns, ca.Name, ca.Key)
+		}
+		cfg.CABundle = cs.Data[ca.Key]
+	}
+	b, err := backup.OpenS3(ctx, cfg)
+	if err != nil {
+		return "Invalid", scrub(err, cfg)
+	}
+	defer b.Close()
+	if err := probe(ctx, b); err != nil {
+		return "ProbeFailed", "writing, reading and deleting a probe object failed: " + scrub(err, cfg)
+	}
+	return "Checked", fmt.Sprintf("a probe object was written to bucket %s, read back and deleted", s3.Bucket)
+}
+
+// probe writes a random object, reads it back and deletes it.
+func probe(ctx context.Context, b *blob.Bucket) error {
+	token := make([]byte, 16)
+	_, _ = rand.Read(token)
+	key := ".chartpilot-probe/" + hex.EncodeToString(token)
+	if err := b.WriteAll(ctx, key, token, nil); err != nil {
+		return fmt.Errorf("write: %w", err)
+	}
+	got, err := b.ReadAll(ctx, key)
+	if err != nil {
+		return fmt.Errorf("read: %w", err)
+	}
+	if !bytes.Equal(got, token) {
+		return errors.New("read: the object read back differs from the one written")
+	}
+	if err := b.Delete(ctx, key); err != nil {
+		return fmt.Errorf("delete: %w", err)
+	}
+	return nil
+}
+
+// scrub makes err a message without the store's credentials.
+func scrub(err error, s backup.S3) string {
+	msg := redact.Error(err).Error()
+	for _, secret := range []string{s.SecretAccessKey, s.AccessKeyID} {
+		if len(secret) >= 4 {
+			msg = strings.ReplaceAll(msg, secret, "[redacted]")
+		}
+	}
+	return msg
+}
+
+func allowed(endpoint string, prefixes []string) bool {
+	for _, p := range prefixes {
+		if p != "" && strings.HasPrefix(endpoint, p) {
+			return true
+		}
+	}
+	return false
+}
+
+func orNone(s []string) []string {
+	if len(s) == 0 {
+		return []string{"none"}
+	}
+	return s
+}

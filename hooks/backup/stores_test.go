@@ -1,0 +1,141 @@
+package backup_test
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/chartpilot/chartpilot/hooks/backup"
+	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
+	"github.com/chartpilot/chartpilot/internal/backup/backuptest"
+	"github.com/chartpilot/chartpilot/internal/testcluster"
+)
+
+var cluster *testcluster.Cluster
+
+func TestMain(m *testing.M) {
+	os.Exit(testcluster.RunMain(m, testcluster.Options{Tier: testcluster.TierAPI}, &cluster))
+}
+
+// TestStoresChecked: BackupStores and ClusterBackupStores against a real
+// S3 server (versitygw): Ready when a probe object is written, read back
+// and deleted; a wrong secret, a missing Secret, an endpoint the operator
+// does not allow namespaced stores, and a missing claim each say what is
+// wrong (never the secret); admission refuses both kinds of store at once
+// and a namespaced store reading another namespace's Secret.
+func TestStoresChecked(t *testing.T) {
+	cluster.Skip(t)
+	s3 := backuptest.StartS3(t, t.TempDir())
+	ns := cluster.Namespace(t)
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = v1alpha1.AddToScheme(scheme)
+	mgr, err := ctrl.NewManager(cluster.Config, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []bool{false, true} {
+		r := &backup.StoreReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"),
+			Cluster: c, Endpoints: []string{"http://127.0.0.1:"}, SkipNameValidation: true}
+		if err := r.SetupWithManager(mgr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = mgr.Start(ctx) }()
+	c, err := client.New(cluster.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustCreate := func(o client.Object) {
+		t.Helper()
+		if err := c.Create(ctx, o); err != nil {
+			t.Fatalf("creating %s: %v", o.GetName(), err)
+		}
+	}
+	secret := func(name, key, secretKey string) {
+		mustCreate(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Data: map[string][]byte{"accessKeyID": []byte(key), "secretAccessKey": []byte(secretKey)}})
+	}
+	secret("good", s3.AccessKeyID, s3.SecretAccessKey)
+	secret("bad", s3.AccessKeyID, "wrong-secret-key-never-shown")
+	store := func(name, endpoint, secretName string) *v1alpha1.BackupStore {
+		return &v1alpha1.BackupStore{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: v1alpha1.BackupStoreSpec{S3: &v1alpha1.S3Store{
+			Endpoint: endpoint, Bucket: s3.Bucket, Prefix: "probe-test", ForcePathStyle: true, CredentialsSecretRef: v1alpha1.SecretRef{Name: secretName}}}}
+	}
+	mustCreate(store("good", s3.Endpoint, "good"))
+	mustCreate(store("wrong-secret", s3.Endpoint, "bad"))
+	mustCreate(store("no-secret", s3.Endpoint, "absent"))
+	mustCreate(store("not-allowed", "https://169.254.169.254", "good"))
+	mustCreate(&v1alpha1.BackupStore{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "no-claim"}, Spec: v1alpha1.BackupStoreSpec{Volume: &v1alpha1.VolumeStore{ClaimName: "backups"}}})
+	cs := &v1alpha1.ClusterBackupStore{ObjectMeta: metav1.ObjectMeta{Name: ns + "-shared"}, Spec: v1alpha1.ClusterBackupStoreSpec{S3: &v1alpha1.S3Store{
+		Endpoint: s3.Endpoint, Bucket: s3.Bucket, ForcePathStyle: true, CredentialsSecretRef: v1alpha1.SecretRef{Name: "good", Namespace: ns}}}}
+	mustCreate(cs)
+	t.Cleanup(func() { _ = c.Delete(context.Background(), cs) })
+
+	wait := func(obj client.Object, conds func() []metav1.Condition, status metav1.ConditionStatus, reason string) string {
+		t.Helper()
+		deadline := time.Now().Add(2 * time.Minute)
+		var last *metav1.Condition
+		for time.Now().Before(deadline) {
+			if err := c.Get(ctx, client.ObjectKeyFromObject(obj), obj); err == nil {
+				if last = apimeta.FindStatusCondition(conds(), v1alpha1.ConditionReady); last != nil && last.Status == status && last.Reason == reason {
+					return last.Message
+				}
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		t.Fatalf("%s: Ready never %s/%s; last %+v", obj.GetName(), status, reason, last)
+		return ""
+	}
+	for _, tc := range []struct {
+		name, reason, want string
+		status             metav1.ConditionStatus
+	}{
+		{"good", "Checked", "read back and deleted", metav1.ConditionTrue},
+		{"wrong-secret", "ProbeFailed", "write", metav1.ConditionFalse},
+		{"no-secret", "CredentialsNotFound", "spec.s3.credentialsSecretRef: Secret " + ns + "/absent does not exist", metav1.ConditionFalse},
+		{"not-allowed", "EndpointNotAllowed", "--backup-store-endpoints: http://127.0.0.1:", metav1.ConditionFalse},
+		{"no-claim", "ClaimNotFound", "spec.volume.claimName", metav1.ConditionFalse},
+	} {
+		s := &v1alpha1.BackupStore{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: tc.name}}
+		msg := wait(s, func() []metav1.Condition { return s.Status.Conditions }, tc.status, tc.reason)
+		if !strings.Contains(msg, tc.want) {
+			t.Errorf("%s: message %q does not say %q", tc.name, msg, tc.want)
+		}
+		for _, secret := range []string{s3.SecretAccessKey, "wrong-secret-key-never-shown"} {
+			if strings.Contains(msg, secret) {
+				t.Errorf("%s: the message shows a secret", tc.name)
+			}
+		}
+	}
+	wait(cs, func() []metav1.Condition { return cs.Status.Conditions }, metav1.ConditionTrue, "Checked")
+
+	// Refused at admission.
+	both := store("both", s3.Endpoint, "good")
+	both.Spec.Volume = &v1alpha1.VolumeStore{ClaimName: "x"}
+	if err := c.Create(ctx, both); err == nil || !strings.Contains(err.Error(), "set exactly one of s3 or volume") {
+		t.Errorf("a store with s3 and volume: %v", err)
+	}
+	other := store("other-namespace", s3.Endpoint, "good")
+	other.Spec.S3.CredentialsSecretRef.Namespace = "kube-system"
+	if err := c.Create(ctx, other); err == nil || !strings.Contains(err.Error(), "reads Secrets of its own namespace only") {
+		t.Errorf("a namespaced store naming another namespace's Secret: %v", err)
+	}
+	noNS := &v1alpha1.ClusterBackupStore{ObjectMeta: metav1.ObjectMeta{Name: ns + "-nons"}, Spec: v1alpha1.ClusterBackupStoreSpec{S3: &v1alpha1.S3Store{
+		Bucket: s3.Bucket, CredentialsSecretRef: v1alpha1.SecretRef{Name: "good"}}}}
+	if err := c.Create(ctx, noNS); err == nil || !strings.Contains(err.Error(), "names the namespace of its Secrets") {
+		t.Errorf("a cluster store without the Secret's namespace: %v", err)
+	}
+}

@@ -1,0 +1,32 @@
+package operator
+
+import (
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/chartpilot/chartpilot/hooks/backup"
+	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
+)
+
+// addBackupStores adds the controllers that check BackupStores and
+// ClusterBackupStores, when their CRDs are installed (config/crd).
+func addBackupStores(o Options, mgr manager.Manager) error {
+	for _, cluster := range []bool{false, true} {
+		kind := "BackupStore"
+		if cluster {
+			kind = "ClusterBackupStore"
+		}
+		if _, err := mgr.GetRESTMapper().RESTMapping(schema.GroupKind{Group: v1alpha1.GroupVersion.Group, Kind: kind}, v1alpha1.GroupVersion.Version); err != nil {
+			o.Log.WithName("setup").Info("CRD not installed: no backup stores of this kind are checked", "kind", kind)
+			continue
+		}
+		r := &backup.StoreReconciler{
+			Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("chartpilot-backupstore"),
+			Cluster: cluster, Endpoints: o.BackupStoreEndpoints, SkipNameValidation: o.SeveralInProcess,
+		}
+		if err := r.SetupWithManager(mgr); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -3,12 +3,15 @@
 //	chartpilot run      the manager: reconciles the kinds listed in watches.yaml
 //	chartpilot rbac     prints the manager's ClusterRole, derived from watches.yaml
 //	chartpilot backup   backs a stream up to a store, or restores one (a backup Job's command)
+//	chartpilot get      lists the resources chartpilot manages, one line each
 //	chartpilot version  prints the version
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 )
@@ -22,6 +25,7 @@ Usage:
   chartpilot run [flags]     run the operator (chartpilot run --help for flags)
   chartpilot rbac [flags]    print the manager's ClusterRole for watches.yaml and its charts
   chartpilot backup run|restore [flags] -- COMMAND   back up COMMAND's output, or restore into its input
+  chartpilot get [KIND] [-n NS | -A] [-o wide|json]  list the resources chartpilot manages
   chartpilot version         print the version
 `
 
@@ -44,6 +48,11 @@ func main() {
 	case "backup":
 		if err := backupCommand(ctrl.SetupSignalHandler(), os.Args[2:], os.Stdout, os.Stderr); err != nil {
 			fmt.Fprintf(os.Stderr, "chartpilot backup: %v\n", err)
+			os.Exit(1)
+		}
+	case "get":
+		if err := getCommand(context.Background(), os.Args[2:], os.Stdout, os.Stderr, time.Now()); err != nil {
+			fmt.Fprintf(os.Stderr, "chartpilot get: %v\n", err)
 			os.Exit(1)
 		}
 	case "version", "--version":

@@ -1,0 +1,288 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// notReleases are chartpilot kinds of the "chartpilot" category that are
+// not releases.
+var notReleases = []string{"tenants", "backupstores", "clusterbackupstores"}
+
+// getRow is one resource as `chartpilot get` shows it.
+type getRow struct {
+	Kind      string `json:"kind"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Ready     string `json:"ready"`
+	Reason    string `json:"reason,omitempty"`
+	Chart     string `json:"chart,omitempty"`
+	Deployed  string `json:"deployedVersion,omitempty"`
+	Desired   string `json:"desiredVersion,omitempty"`
+	Revision  int64  `json:"revision,omitempty"`
+	Upgrade   string `json:"upgrade,omitempty"`
+	Message   string `json:"message,omitempty"`
+	Created   string `json:"created"`
+}
+
+const getUsage = `Usage:
+  chartpilot get [KIND] [-n NAMESPACE | -A] [-o wide|json]
+
+One line per resource of a kind chartpilot manages: Ready (and why not),
+chart deployed (→ desired), revision, upgrade state, age. Without KIND,
+every kind of the "chartpilot" category (add it to your CRD's
+spec.names.categories to have it listed). Reads through the API server
+with your kubeconfig: one list per kind.
+
+Flags:
+`
+
+// getCommand is `chartpilot get`.
+func getCommand(ctx context.Context, args []string, stdout, stderr io.Writer, now time.Time) error {
+	fs := flag.NewFlagSet("chartpilot get", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, getUsage); fs.PrintDefaults() }
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+	kubeContext := fs.String("context", "", "kubeconfig context")
+	namespace := fs.String("n", "", "namespace (default: the context's)")
+	all := fs.Bool("A", false, "every namespace")
+	output := fs.String("o", "", "output: wide or json")
+	// KIND may come before the flags, as with kubectl.
+	var kind string
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		kind, args = args[0], args[1:]
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 1 || (kind != "" && fs.NArg() > 0) {
+		return fmt.Errorf("at most one KIND: got %q", append([]string{kind}, fs.Args()...))
+	}
+	if kind == "" && fs.NArg() == 1 {
+		kind = fs.Arg(0)
+	}
+	if *output != "" && *output != "wide" && *output != "json" {
+		return fmt.Errorf("-o %q: must be wide or json", *output)
+	}
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = *kubeconfig
+	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: *kubeContext})
+	cfg, err := cc.ClientConfig()
+	if err != nil {
+		return fmt.Errorf("no usable kubeconfig: %w", err)
+	}
+	ns := *namespace
+	if ns == "" && !*all {
+		if ns, _, err = cc.Namespace(); err != nil || ns == "" {
+			ns = "default"
+		}
+	}
+	if *all {
+		ns = ""
+	}
+	rows, err := listReleases(ctx, cfg, kind, ns)
+	if err != nil {
+		return err
+	}
+	return printRows(stdout, rows, *output, now)
+}
+
+// listReleases lists the resources of kind (or of every release kind of
+// the chartpilot category) in namespace ("" for all).
+func listReleases(ctx context.Context, cfg *rest.Config, kind, namespace string) ([]getRow, error) {
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	lists, err := dc.ServerPreferredNamespacedResources()
+	if err != nil && len(lists) == 0 {
+		return nil, fmt.Errorf("reading the API server's kinds: %w", err)
+	}
+	type target struct {
+		gvr  schema.GroupVersionResource
+		kind string
+	}
+	var targets []target
+	for _, l := range lists {
+		gv, err := schema.ParseGroupVersion(l.GroupVersion)
+		if err != nil {
+			continue
+		}
+		for _, r := range l.APIResources {
+			if strings.Contains(r.Name, "/") || !slices.Contains(r.Verbs, "list") {
+				continue
+			}
+			match := false
+			if kind == "" {
+				match = slices.Contains(r.Categories, "chartpilot") && !slices.Contains(notReleases, r.Name)
+			} else {
+				k := strings.ToLower(kind)
+				names := append([]string{r.Name, r.SingularName, strings.ToLower(r.Kind), r.Name + "." + gv.Group}, r.ShortNames...)
+				match = slices.Contains(names, k)
+			}
+			if match {
+				targets = append(targets, target{gv.WithResource(r.Name), r.Kind})
+			}
+		}
+	}
+	if len(targets) == 0 {
+		if kind != "" {
+			return nil, fmt.Errorf("the API server serves no namespaced kind %q", kind)
+		}
+		return nil, errors.New("the API server serves no kind of the chartpilot category: install chartpilot's CRDs")
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	var rows []getRow
+	for _, t := range targets {
+		opts := metav1.ListOptions{Limit: 500}
+		for {
+			list, err := dyn.Resource(t.gvr).Namespace(namespace).List(ctx, opts)
+			if err != nil {
+				return nil, fmt.Errorf("listing %s: %w", t.gvr.Resource, err)
+			}
+			for i := range list.Items {
+				rows = append(rows, rowOf(t.kind, &list.Items[i]))
+			}
+			if opts.Continue = list.GetContinue(); opts.Continue == "" {
+				break
+			}
+		}
+	}
+	sort.SliceStable(rows, func(i, j int) bool {
+		a, b := rows[i], rows[j]
+		if a.Kind != b.Kind {
+			return a.Kind < b.Kind
+		}
+		if a.Namespace != b.Namespace {
+			return a.Namespace < b.Namespace
+		}
+		return a.Name < b.Name
+	})
+	return rows, nil
+}
+
+// rowOf reads a resource's status as the reconciler writes it.
+func rowOf(kind string, u *unstructured.Unstructured) getRow {
+	r := getRow{Kind: kind, Namespace: u.GetNamespace(), Name: u.GetName(), Ready: "Unknown", Created: u.GetCreationTimestamp().UTC().Format(time.RFC3339)}
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	cond := func(typ string) map[string]any {
+		for _, c := range conds {
+			if m, ok := c.(map[string]any); ok && m["type"] == typ {
+				return m
+			}
+		}
+		return nil
+	}
+	if c := cond("Ready"); c != nil {
+		r.Ready, _ = c["status"].(string)
+		if gen, _ := c["observedGeneration"].(int64); gen != 0 && gen != u.GetGeneration() && r.Ready == "True" {
+			r.Ready = "Unknown" // judged for an older spec
+		}
+		if r.Ready != "True" {
+			r.Reason, _ = c["reason"].(string)
+			r.Message, _ = c["message"].(string)
+		}
+	}
+	r.Chart, _, _ = unstructured.NestedString(u.Object, "status", "chart", "name")
+	r.Deployed, _, _ = unstructured.NestedString(u.Object, "status", "chart", "deployedVersion")
+	r.Desired, _, _ = unstructured.NestedString(u.Object, "status", "chart", "desiredVersion")
+	if r.Chart == "" {
+		r.Chart, _, _ = unstructured.NestedString(u.Object, "status", "release", "chartName")
+		r.Deployed, _, _ = unstructured.NestedString(u.Object, "status", "release", "chartVersion")
+	}
+	r.Revision, _, _ = unstructured.NestedInt64(u.Object, "status", "release", "revision")
+	if c := cond("UpgradeBlocked"); c != nil && c["status"] == "True" {
+		r.Upgrade, _ = c["reason"].(string)
+	} else if c := cond("Reconciling"); c != nil && c["status"] == "True" {
+		r.Upgrade, _ = c["reason"].(string)
+	}
+	return r
+}
+
+func printRows(w io.Writer, rows []getRow, output string, now time.Time) error {
+	if output == "json" {
+		if rows == nil {
+			rows = []getRow{}
+		}
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rows)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	header := "KIND\tNAMESPACE\tNAME\tREADY\tCHART\tREVISION\tUPGRADE\tAGE"
+	if output == "wide" {
+		header += "\tMESSAGE"
+	}
+	fmt.Fprintln(tw, header)
+	for _, r := range rows {
+		ready := r.Ready
+		if r.Reason != "" {
+			ready += " (" + r.Reason + ")"
+		}
+		chart := "-"
+		if r.Chart != "" || r.Deployed != "" {
+			chart = strings.TrimPrefix(r.Chart+" "+r.Deployed, " ")
+			if r.Desired != "" && r.Desired != r.Deployed {
+				chart += " → " + r.Desired
+			}
+		}
+		rev := "-"
+		if r.Revision > 0 {
+			rev = fmt.Sprint(r.Revision)
+		}
+		upgrade := r.Upgrade
+		if upgrade == "" {
+			upgrade = "-"
+		}
+		created, _ := time.Parse(time.RFC3339, r.Created)
+		line := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", r.Kind, r.Namespace, r.Name, ready, chart, rev, upgrade, shortAge(now.Sub(created)))
+		if output == "wide" {
+			line += "\t" + oneLineMsg(r.Message)
+		}
+		fmt.Fprintln(tw, line)
+	}
+	return tw.Flush()
+}
+
+func oneLineMsg(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > 120 {
+		s = s[:117] + "..."
+	}
+	return s
+}
+
+// shortAge is a duration as kubectl shows it (2d, 5h, 3m, 40s).
+func shortAge(d time.Duration) string {
+	switch {
+	case d >= 48*time.Hour:
+		return fmt.Sprintf("%dd", int(d.Hours()/24))
+	case d >= 2*time.Hour:
+		return fmt.Sprintf("%dh", int(d.Hours()))
+	case d >= 2*time.Minute:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 0:
+		return "0s"
+	}
+	return fmt.Sprintf("%ds", int(d.Seconds()))
+}

@@ -1,0 +1,102 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+)
+
+// TestGet lists the resources of chartpilot's kinds from a real API
+// server: Ready with the reason when not, chart deployed → desired,
+// revision, the upgrade state; kinds that are not releases (backup stores)
+// are left out; -o json carries the same.
+func TestGet(t *testing.T) {
+	cluster.Skip(t)
+	ns := cluster.Namespace(t)
+	ctx := context.Background()
+	dyn, err := dynamic.NewForConfig(cluster.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgGVR := schema.GroupVersionResource{Group: "chartpilot.dev", Version: "v1alpha1", Resource: "postgres"}
+	redisGVR := schema.GroupVersionResource{Group: "chartpilot.dev", Version: "v1alpha1", Resource: "redis"}
+	create := func(gvr schema.GroupVersionResource, kind, name string, spec map[string]any, st map[string]any) {
+		t.Helper()
+		u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "chartpilot.dev/v1alpha1", "kind": kind, "metadata": map[string]any{"name": name, "namespace": ns}, "spec": spec}}
+		made, err := dyn.Resource(gvr).Namespace(ns).Create(ctx, u, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("creating %s: %v", name, err)
+		}
+		if st != nil {
+			made.Object["status"] = st
+			if _, err := dyn.Resource(gvr).Namespace(ns).UpdateStatus(ctx, made, metav1.UpdateOptions{}); err != nil {
+				t.Fatalf("status of %s: %v", name, err)
+			}
+		}
+	}
+	pgSpec := map[string]any{"version": "17", "replicas": int64(1), "storage": map[string]any{"size": "1Gi"}}
+	cond := func(typ, status, reason string) map[string]any {
+		return map[string]any{"type": typ, "status": status, "reason": reason, "message": reason + " message", "lastTransitionTime": "2026-11-30T00:00:00Z", "observedGeneration": int64(1)}
+	}
+	create(pgGVR, "Postgres", "orders", pgSpec, map[string]any{
+		"conditions": []any{cond("Ready", "True", "UpgradeSucceeded"), cond("Released", "True", "UpgradeSucceeded")},
+		"chart":      map[string]any{"name": "postgresql", "deployedVersion": "0.1.0", "desiredVersion": "0.1.0"},
+		"release":    map[string]any{"name": "orders", "revision": int64(3), "chartName": "postgresql", "chartVersion": "0.1.0"},
+	})
+	create(pgGVR, "Postgres", "billing", pgSpec, map[string]any{
+		"conditions": []any{cond("Ready", "False", "UpgradeQueued"), cond("Reconciling", "True", "UpgradeQueued")},
+		"chart":      map[string]any{"name": "postgresql", "deployedVersion": "0.1.0", "desiredVersion": "0.2.0"},
+		"release":    map[string]any{"name": "billing", "revision": int64(1)},
+	})
+	create(redisGVR, "Redis", "sessions", map[string]any{}, nil)
+	bs := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "chartpilot.dev/v1alpha1", "kind": "BackupStore", "metadata": map[string]any{"name": "store", "namespace": ns},
+		"spec": map[string]any{"volume": map[string]any{"claimName": "x"}}}}
+	if _, err := dyn.Resource(schema.GroupVersionResource{Group: "chartpilot.dev", Version: "v1alpha1", Resource: "backupstores"}).Namespace(ns).Create(ctx, bs, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	run := func(args ...string) string {
+		t.Helper()
+		var out, errb bytes.Buffer
+		if err := getCommand(ctx, append(args, "--kubeconfig", cluster.KubeconfigPath), &out, &errb, time.Now().Add(3*time.Hour)); err != nil {
+			t.Fatalf("get %v: %v\n%s", args, err, errb.String())
+		}
+		return out.String()
+	}
+	out := run("-n", ns)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("want a header and 3 resources (not the backup store):\n%s", out)
+	}
+	for _, want := range []string{
+		"Postgres  " + ns + "  billing   False (UpgradeQueued)  postgresql 0.1.0 → 0.2.0  1         UpgradeQueued  3h",
+		"Postgres  " + ns + "  orders    True                   postgresql 0.1.0          3         -              3h",
+		"Redis     " + ns + "  sessions  Unknown                -                         -         -              3h",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing line %q in:\n%s", want, out)
+		}
+	}
+	if out := run("pg", "-n", ns); strings.Contains(out, "sessions") || !strings.Contains(out, "orders") {
+		t.Errorf("get pg lists other kinds or misses postgres:\n%s", out)
+	}
+	var rows []getRow
+	if err := json.Unmarshal([]byte(run("postgres", "-n", ns, "-o", "json")), &rows); err != nil || len(rows) != 2 || rows[0].Name != "billing" || rows[0].Desired != "0.2.0" || rows[0].Reason != "UpgradeQueued" {
+		t.Errorf("json: %+v (%v)", rows, err)
+	}
+	if out := run("-A"); !strings.Contains(out, ns) {
+		t.Errorf("-A does not list %s", ns)
+	}
+	var errb bytes.Buffer
+	if err := getCommand(ctx, []string{"nosuchkind", "--kubeconfig", cluster.KubeconfigPath}, &bytes.Buffer{}, &errb, time.Now()); err == nil || !strings.Contains(err.Error(), `no namespaced kind "nosuchkind"`) {
+		t.Errorf("unknown kind: %v", err)
+	}
+}

@@ -104,9 +104,16 @@ func getCommand(ctx context.Context, args []string, stdout, stderr io.Writer, no
 	return printRows(stdout, rows, *output, now)
 }
 
-// listReleases lists the resources of kind (or of every release kind of
-// the chartpilot category) in namespace ("" for all).
-func listReleases(ctx context.Context, cfg *rest.Config, kind, namespace string) ([]getRow, error) {
+// kindTarget is a kind to list: its resource and its Kind.
+type kindTarget struct {
+	gvr  schema.GroupVersionResource
+	kind string
+}
+
+// kindTargets resolves kind (a resource name, singular, Kind or short
+// name; "" for every release kind of the chartpilot category) with the
+// API server's discovery.
+func kindTargets(cfg *rest.Config, kind string) ([]kindTarget, error) {
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
 		return nil, err
@@ -115,11 +122,7 @@ func listReleases(ctx context.Context, cfg *rest.Config, kind, namespace string)
 	if err != nil && len(lists) == 0 {
 		return nil, fmt.Errorf("reading the API server's kinds: %w", err)
 	}
-	type target struct {
-		gvr  schema.GroupVersionResource
-		kind string
-	}
-	var targets []target
+	var targets []kindTarget
 	for _, l := range lists {
 		gv, err := schema.ParseGroupVersion(l.GroupVersion)
 		if err != nil {
@@ -138,7 +141,7 @@ func listReleases(ctx context.Context, cfg *rest.Config, kind, namespace string)
 				match = slices.Contains(names, k)
 			}
 			if match {
-				targets = append(targets, target{gv.WithResource(r.Name), r.Kind})
+				targets = append(targets, kindTarget{gv.WithResource(r.Name), r.Kind})
 			}
 		}
 	}
@@ -147,6 +150,28 @@ func listReleases(ctx context.Context, cfg *rest.Config, kind, namespace string)
 			return nil, fmt.Errorf("the API server serves no namespaced kind %q", kind)
 		}
 		return nil, errors.New("the API server serves no kind of the chartpilot category: install chartpilot's CRDs")
+	}
+	return targets, nil
+}
+
+// findKind resolves one kind.
+func findKind(cfg *rest.Config, kind string) (kindTarget, error) {
+	ts, err := kindTargets(cfg, kind)
+	if err != nil {
+		return kindTarget{}, err
+	}
+	if len(ts) > 1 {
+		return kindTarget{}, fmt.Errorf("%q names %d kinds: use resource.group (e.g. %s.%s)", kind, len(ts), ts[0].gvr.Resource, ts[0].gvr.Group)
+	}
+	return ts[0], nil
+}
+
+// listReleases lists the resources of kind (or of every release kind of
+// the chartpilot category) in namespace ("" for all).
+func listReleases(ctx context.Context, cfg *rest.Config, kind, namespace string) ([]getRow, error) {
+	targets, err := kindTargets(cfg, kind)
+	if err != nil {
+		return nil, err
 	}
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {

@@ -8,10 +8,12 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 )
 
 // TestGet lists the resources of chartpilot's kinds from a real API
@@ -49,7 +51,11 @@ func TestGet(t *testing.T) {
 	create(pgGVR, "Postgres", "orders", pgSpec, map[string]any{
 		"conditions": []any{cond("Ready", "True", "UpgradeSucceeded"), cond("Released", "True", "UpgradeSucceeded")},
 		"chart":      map[string]any{"name": "postgresql", "deployedVersion": "0.1.0", "desiredVersion": "0.1.0"},
-		"release":    map[string]any{"name": "orders", "revision": int64(3), "chartName": "postgresql", "chartVersion": "0.1.0"},
+		"release":    map[string]any{"name": "orders", "revision": int64(3), "chartName": "postgresql", "chartVersion": "0.1.0", "status": "deployed"},
+		"history": []any{
+			map[string]any{"action": "Upgrade", "revision": int64(3), "chartVersion": "0.1.0", "succeeded": true, "time": "2026-11-30T01:00:00Z", "message": "upgraded to postgresql 0.1.0 as revision 3"},
+			map[string]any{"action": "Upgrade", "revision": int64(2), "chartVersion": "0.1.0", "succeeded": false, "time": "2026-11-30T00:30:00Z", "message": "Upgrade failed: timed out"},
+		},
 	})
 	create(pgGVR, "Postgres", "billing", pgSpec, map[string]any{
 		"conditions": []any{cond("Ready", "False", "UpgradeQueued"), cond("Reconciling", "True", "UpgradeQueued")},
@@ -95,8 +101,44 @@ func TestGet(t *testing.T) {
 	if out := run("-A"); !strings.Contains(out, ns) {
 		t.Errorf("-A does not list %s", ns)
 	}
-	var errb bytes.Buffer
-	if err := getCommand(ctx, []string{"nosuchkind", "--kubeconfig", cluster.KubeconfigPath}, &bytes.Buffer{}, &errb, time.Now()); err == nil || !strings.Contains(err.Error(), `no namespaced kind "nosuchkind"`) {
+	// describe: conditions, release, history and the resource's events.
+	pg, err := dyn.Resource(pgGVR).Namespace(ns).Get(ctx, "orders", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(cluster.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Events(ns).Create(ctx, &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Name: "orders.1", Namespace: ns},
+		InvolvedObject: corev1.ObjectReference{Kind: "Postgres", APIVersion: "chartpilot.dev/v1alpha1", Namespace: ns, Name: "orders", UID: pg.GetUID()},
+		Reason:         "UpgradeSucceeded", Message: "upgraded to postgresql 0.1.0 as revision 3", Type: corev1.EventTypeNormal, Count: 1,
+		LastTimestamp: metav1.Now(), FirstTimestamp: metav1.Now(),
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var desc, errb bytes.Buffer
+	if err := describeCommand(ctx, []string{"pg/orders", "-n", ns, "--kubeconfig", cluster.KubeconfigPath}, &desc, &errb, time.Now()); err != nil {
+		t.Fatalf("describe: %v\n%s", err, errb.String())
+	}
+	for _, want := range []string{
+		"Postgres " + ns + "/orders",
+		"Release:     orders revision 3, postgresql 0.1.0 (deployed)",
+		"Ready     True",
+		"Upgrade  2         0.1.0  failed",
+		"Upgrade  3         0.1.0  succeeded",
+		"Normal  UpgradeSucceeded",
+	} {
+		if !strings.Contains(desc.String(), want) {
+			t.Errorf("describe lacks %q:\n%s", want, desc.String())
+		}
+	}
+	if err := describeCommand(ctx, []string{"orders", "--kubeconfig", cluster.KubeconfigPath}, &bytes.Buffer{}, &bytes.Buffer{}, time.Now()); err == nil || !strings.Contains(err.Error(), "KIND/NAME") {
+		t.Errorf("describe without a kind: %v", err)
+	}
+
+	if err := getCommand(ctx, []string{"nosuchkind", "--kubeconfig", cluster.KubeconfigPath}, &bytes.Buffer{}, &bytes.Buffer{}, time.Now()); err == nil || !strings.Contains(err.Error(), `no namespaced kind "nosuchkind"`) {
 		t.Errorf("unknown kind: %v", err)
 	}
 }

@@ -4,6 +4,7 @@
 //	chartpilot rbac     prints the manager's ClusterRole, derived from watches.yaml
 //	chartpilot backup   backs a stream up to a store, or restores one (a backup Job's command)
 //	chartpilot get      lists the resources chartpilot manages, one line each
+//	chartpilot describe shows one resource: conditions, history, last failure, events
 //	chartpilot version  prints the version
 package main
 
@@ -26,6 +27,7 @@ Usage:
   chartpilot rbac [flags]    print the manager's ClusterRole for watches.yaml and its charts
   chartpilot backup run|restore [flags] -- COMMAND   back up COMMAND's output, or restore into its input
   chartpilot get [KIND] [-n NS | -A] [-o wide|json]  list the resources chartpilot manages
+  chartpilot describe KIND/NAME [-n NS]              conditions, history, last failure and events of one
   chartpilot version         print the version
 `
 
@@ -53,6 +55,11 @@ func main() {
 	case "get":
 		if err := getCommand(context.Background(), os.Args[2:], os.Stdout, os.Stderr, time.Now()); err != nil {
 			fmt.Fprintf(os.Stderr, "chartpilot get: %v\n", err)
+			os.Exit(1)
+		}
+	case "describe":
+		if err := describeCommand(context.Background(), os.Args[2:], os.Stdout, os.Stderr, time.Now()); err != nil {
+			fmt.Fprintf(os.Stderr, "chartpilot describe: %v\n", err)
 			os.Exit(1)
 		}
 	case "version", "--version":

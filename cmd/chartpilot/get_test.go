@@ -101,6 +101,21 @@ func TestGet(t *testing.T) {
 	if out := run("-A"); !strings.Contains(out, ns) {
 		t.Errorf("-A does not list %s", ns)
 	}
+	// rollout status: the fleet of a kind by version and state.
+	var ro bytes.Buffer
+	if err := rolloutCommand(ctx, []string{"status", "postgres", "-n", ns, "--kubeconfig", cluster.KubeconfigPath}, &ro, &bytes.Buffer{}); err != nil {
+		t.Fatalf("rollout status: %v", err)
+	}
+	for _, want := range []string{"Postgres: 0 of 2 on chart version 0.2.0 and Ready", "0.1.0             2", "queued (maxConcurrentUpgrades)  1          " + ns + "/billing", "Ready on another version        1          " + ns + "/orders"} {
+		if !strings.Contains(ro.String(), want) {
+			t.Errorf("rollout status lacks %q:\n%s", want, ro.String())
+		}
+	}
+	ro.Reset()
+	if err := rolloutCommand(ctx, []string{"status", "postgres", "-n", ns, "--version", "0.1.0", "--kubeconfig", cluster.KubeconfigPath}, &ro, &bytes.Buffer{}); err != nil || !strings.Contains(ro.String(), "1 of 2 on chart version 0.1.0") {
+		t.Errorf("rollout status --version 0.1.0: %v\n%s", err, ro.String())
+	}
+
 	// describe: conditions, release, history and the resource's events.
 	pg, err := dyn.Resource(pgGVR).Namespace(ns).Get(ctx, "orders", metav1.GetOptions{})
 	if err != nil {
@@ -140,5 +155,29 @@ func TestGet(t *testing.T) {
 
 	if err := getCommand(ctx, []string{"nosuchkind", "--kubeconfig", cluster.KubeconfigPath}, &bytes.Buffer{}, &bytes.Buffer{}, time.Now()); err == nil || !strings.Contains(err.Error(), `no namespaced kind "nosuchkind"`) {
 		t.Errorf("unknown kind: %v", err)
+	}
+}
+
+// TestRolloutStates: the state of a resource in a rollout, from its row.
+func TestRolloutStates(t *testing.T) {
+	for _, tc := range []struct {
+		row  getRow
+		want string
+	}{
+		{getRow{Ready: "True", Deployed: "1.1.0"}, stateOnTarget},
+		{getRow{Ready: "True", Deployed: "1.0.0"}, stateOtherReady},
+		{getRow{Ready: "False", Upgrade: "RolloutHalted"}, stateHalted},
+		{getRow{Ready: "False", Upgrade: "WaitingForCanaries"}, stateCanaries},
+		{getRow{Ready: "False", Upgrade: "Upgrading"}, stateUpgrading},
+		{getRow{Ready: "False", Upgrade: "MajorUpgradeBlocked"}, stateBlocked},
+		{getRow{Ready: "False", Reason: "UpgradeFailed"}, stateFailed},
+		{getRow{Ready: "False", Reason: "WorkloadsUnavailable", Deployed: "1.1.0"}, stateNotReady},
+	} {
+		if got := stateOfRow(tc.row, "1.1.0"); got != tc.want {
+			t.Errorf("%+v: %s, want %s", tc.row, got, tc.want)
+		}
+	}
+	if got := newestWanted([]getRow{{Desired: "1.9.0"}, {Desired: "1.10.0"}, {Deployed: "1.2.0"}}); got != "1.10.0" {
+		t.Errorf("newest wanted = %s, want 1.10.0", got)
 	}
 }

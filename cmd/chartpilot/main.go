@@ -5,6 +5,7 @@
 //	chartpilot backup   backs a stream up to a store, or restores one (a backup Job's command)
 //	chartpilot get      lists the resources chartpilot manages, one line each
 //	chartpilot describe shows one resource: conditions, history, last failure, events
+//	chartpilot rollout  shows where a kind's fleet stands on chart versions
 //	chartpilot version  prints the version
 package main
 
@@ -28,6 +29,7 @@ Usage:
   chartpilot backup run|restore [flags] -- COMMAND   back up COMMAND's output, or restore into its input
   chartpilot get [KIND] [-n NS | -A] [-o wide|json]  list the resources chartpilot manages
   chartpilot describe KIND/NAME [-n NS]              conditions, history, last failure and events of one
+  chartpilot rollout status KIND [--version V] [--watch]  the fleet by chart version and upgrade state
   chartpilot version         print the version
 `
 
@@ -60,6 +62,11 @@ func main() {
 	case "describe":
 		if err := describeCommand(context.Background(), os.Args[2:], os.Stdout, os.Stderr, time.Now()); err != nil {
 			fmt.Fprintf(os.Stderr, "chartpilot describe: %v\n", err)
+			os.Exit(1)
+		}
+	case "rollout":
+		if err := rolloutCommand(ctrl.SetupSignalHandler(), os.Args[2:], os.Stdout, os.Stderr); err != nil {
+			fmt.Fprintf(os.Stderr, "chartpilot rollout: %v\n", err)
 			os.Exit(1)
 		}
 	case "version", "--version":

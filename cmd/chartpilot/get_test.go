@@ -181,3 +181,36 @@ func TestRolloutStates(t *testing.T) {
 		t.Errorf("newest wanted = %s, want 1.10.0", got)
 	}
 }
+
+// TestTenants lists Tenants with their status as the tenancy controller
+// writes it.
+func TestTenants(t *testing.T) {
+	cluster.Skip(t)
+	ctx := context.Background()
+	dyn, err := dynamic.NewForConfig(cluster.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gvr := schema.GroupVersionResource{Group: "chartpilot.dev", Version: "v1alpha1", Resource: "tenants"}
+	u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "chartpilot.dev/v1alpha1", "kind": "Tenant", "metadata": map[string]any{"name": "team-cli"},
+		"spec": map[string]any{"namespaces": []any{"team-cli-a"}, "limits": map[string]any{"maxTotalStorage": "100Gi"}}}}
+	made, err := dyn.Resource(gvr).Create(ctx, u, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = dyn.Resource(gvr).Delete(context.Background(), "team-cli", metav1.DeleteOptions{}) })
+	made.Object["status"] = map[string]any{"namespaces": []any{"team-cli-a"}, "resources": int64(3), "storageUsed": "30Gi", "violations": []any{"team-cli-a/big: storage 200Gi above maxStorage 50Gi"},
+		"conditions": []any{map[string]any{"type": "Ready", "status": "True", "reason": "Claimed", "message": "ok", "lastTransitionTime": "2026-11-30T00:00:00Z"}}}
+	if _, err := dyn.Resource(gvr).UpdateStatus(ctx, made, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := tenantsCommand(ctx, []string{"--kubeconfig", cluster.KubeconfigPath}, &out, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"team-cli  True   team-cli-a  3          30Gi / 100Gi        1", "team-cli: team-cli-a/big: storage 200Gi above maxStorage 50Gi"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("tenants lacks %q:\n%s", want, out.String())
+		}
+	}
+}

@@ -6,6 +6,7 @@
 //	chartpilot get      lists the resources chartpilot manages, one line each
 //	chartpilot describe shows one resource: conditions, history, last failure, events
 //	chartpilot rollout  shows where a kind's fleet stands on chart versions
+//	chartpilot tenants  lists the tenants: namespaces, usage against limits, violations
 //	chartpilot version  prints the version
 package main
 
@@ -30,6 +31,7 @@ Usage:
   chartpilot get [KIND] [-n NS | -A] [-o wide|json]  list the resources chartpilot manages
   chartpilot describe KIND/NAME [-n NS]              conditions, history, last failure and events of one
   chartpilot rollout status KIND [--version V] [--watch]  the fleet by chart version and upgrade state
+  chartpilot tenants                                  tenants: namespaces, usage against limits, violations
   chartpilot version         print the version
 `
 
@@ -67,6 +69,11 @@ func main() {
 	case "rollout":
 		if err := rolloutCommand(ctrl.SetupSignalHandler(), os.Args[2:], os.Stdout, os.Stderr); err != nil {
 			fmt.Fprintf(os.Stderr, "chartpilot rollout: %v\n", err)
+			os.Exit(1)
+		}
+	case "tenants":
+		if err := tenantsCommand(context.Background(), os.Args[2:], os.Stdout, os.Stderr); err != nil {
+			fmt.Fprintf(os.Stderr, "chartpilot tenants: %v\n", err)
 			os.Exit(1)
 		}
 	case "version", "--version":

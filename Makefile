@@ -16,6 +16,7 @@ all: build
 ## build: chartpilot and devcluster into bin/
 build:
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN)/chartpilot ./cmd/chartpilot
+	ln -sf chartpilot $(BIN)/kubectl-chartpilot
 	$(GO) build -o $(BIN)/devcluster ./cmd/devcluster
 
 ## tools: control-plane binaries (kube-apiserver, controller manager, scheduler, kubectl, etcd, kwok) and the S3 server of the backup tests (versitygw)

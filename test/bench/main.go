@@ -174,6 +174,8 @@ type result struct {
 	// series counts the operator's own metric series (chartpilot_*) by
 	// name, after the upgrade.
 	series map[string]int
+	// get is how long `chartpilot get webapps -A` took over the fleet.
+	get time.Duration
 }
 
 func runOne(root string, n, concurrency int, idle time.Duration) (result, error) {
@@ -274,6 +276,13 @@ func runOne(root string, n, concurrency int, idle time.Duration) (result, error)
 	}
 	res.phases = append(res.phases, upgrade)
 	heapProfile(metricsAddr, fmt.Sprintf("heap-%d-upgrade.pb.gz", n))
+	getStart := time.Now()
+	if out, err := exec.Command(filepath.Join(root, "bin", "chartpilot"), "get", "webapps", "-A", "--kubeconfig", c.KubeconfigPath).Output(); err != nil {
+		return res, fmt.Errorf("chartpilot get: %w", err)
+	} else if lines := strings.Count(string(out), "\n"); lines != n+1 {
+		return res, fmt.Errorf("chartpilot get listed %d lines for %d resources", lines, n)
+	}
+	res.get = time.Since(getStart)
 	if m, err := scrape("http://" + metricsAddr + "/metrics"); err == nil {
 		res.series = map[string]int{}
 		for name, samples := range m {
@@ -613,6 +622,7 @@ func printTable(rows []result, concurrency int) {
 			parts = append(parts, fmt.Sprintf("%s %d", name, r.series[name]))
 		}
 		fmt.Printf("\nN=%d: the operator's own metric series (chartpilot_*): %d in all, %.2f per resource: %s\n", r.n, total, float64(total)/float64(r.n), strings.Join(parts, ", "))
+		fmt.Printf("N=%d: chartpilot get webapps -A (a process: discovery, one paged list): %.2f s\n", r.n, r.get.Seconds())
 	}
 	fmt.Println("\nRequests are counted from the API server's audit log (every request of the operator's user, each once); the largest by resource:")
 	for _, r := range rows {

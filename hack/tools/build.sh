@@ -34,6 +34,7 @@ declare -A targets=(
 	[controller-gen]="sigs.k8s.io/controller-tools/cmd/controller-gen=controller-gen"
 	[golangci-lint]="github.com/golangci/golangci-lint/v2/cmd/golangci-lint=golangci-lint"
 	[versitygw]="github.com/versity/versitygw/cmd/versitygw=versitygw"
+	[prometheus]="github.com/prometheus/prometheus/cmd/promtool=promtool"
 )
 declare -A ldflags=(
 	[kubernetes]="${k8s_ldflags}"
@@ -42,6 +43,7 @@ declare -A ldflags=(
 	[controller-gen]="-s -w"
 	[golangci-lint]="-s -w"
 	[versitygw]="-s -w"
+	[prometheus]="-s -w"
 )
 
 stamp_of() {

@@ -1,0 +1,142 @@
+// Package prometheus tests the alert rules of config/prometheus with
+// promtool (bin/promtool, built by make tools from the Prometheus module).
+package prometheus
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/chartpilot/chartpilot/internal/testcluster"
+)
+
+type ruleFile struct {
+	Spec struct {
+		Groups []struct {
+			Name  string `json:"name"`
+			Rules []struct {
+				Alert string `json:"alert"`
+				Expr  string `json:"expr"`
+			} `json:"rules"`
+		} `json:"groups"`
+	} `json:"spec"`
+}
+
+// TestOperatorRules: the PrometheusRule's groups pass `promtool check
+// rules` and the unit tests of rules_test.yaml (`promtool test rules`);
+// every alert has a test where it fires and one where it does not; every
+// chartpilot_* metric a rule reads is one the operator defines.
+func TestOperatorRules(t *testing.T) {
+	root, err := testcluster.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	promtool := filepath.Join(root, "bin", "promtool")
+	if _, err := os.Stat(promtool); err != nil {
+		t.Fatalf("%s: run make tools (it builds promtool)", promtool)
+	}
+	raw, err := os.ReadFile(filepath.Join(root, "config", "prometheus", "prometheusrule.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rf ruleFile
+	if err := yaml.Unmarshal(raw, &rf); err != nil {
+		t.Fatal(err)
+	}
+	var full map[string]any
+	if err := yaml.Unmarshal(raw, &full); err != nil {
+		t.Fatal(err)
+	}
+	groups, err := yaml.Marshal(map[string]any{"groups": full["spec"].(map[string]any)["groups"]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.WriteFile(filepath.Join(dir, "rules.yaml"), groups, 0o644))
+	tests, err := os.ReadFile("rules_test.yaml")
+	must(err)
+	must(os.WriteFile(filepath.Join(dir, "rules_test.yaml"), tests, 0o644))
+	for _, args := range [][]string{{"check", "rules", "rules.yaml"}, {"test", "rules", "rules_test.yaml"}} {
+		cmd := exec.Command(promtool, args...)
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+
+	// Each alert fires in one test and stays quiet in another.
+	var ut struct {
+		Tests []struct {
+			AlertRuleTest []struct {
+				Alertname string           `json:"alertname"`
+				ExpAlerts []map[string]any `json:"exp_alerts"`
+			} `json:"alert_rule_test"`
+		} `json:"tests"`
+	}
+	must(yaml.Unmarshal(tests, &ut))
+	fires, quiet := map[string]bool{}, map[string]bool{}
+	for _, tc := range ut.Tests {
+		for _, a := range tc.AlertRuleTest {
+			if len(a.ExpAlerts) > 0 {
+				fires[a.Alertname] = true
+			} else {
+				quiet[a.Alertname] = true
+			}
+		}
+	}
+	defined := definedMetrics(t, root)
+	metricName := regexp.MustCompile(`chartpilot_[a-z_]+`)
+	for _, g := range rf.Spec.Groups {
+		for _, r := range g.Rules {
+			if !fires[r.Alert] || !quiet[r.Alert] {
+				t.Errorf("alert %s: a test where it fires: %v, one where it does not: %v", r.Alert, fires[r.Alert], quiet[r.Alert])
+			}
+			for _, m := range metricName.FindAllString(r.Expr, -1) {
+				base := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(m, "_count"), "_sum"), "_bucket")
+				if !slices.Contains(defined, base) && !slices.Contains(defined, m) {
+					t.Errorf("alert %s reads %s, which the operator does not define", r.Alert, m)
+				}
+			}
+		}
+	}
+}
+
+// definedMetrics are the chartpilot_* metric names declared in the
+// operator's Go source.
+func definedMetrics(t *testing.T, root string) []string {
+	t.Helper()
+	re := regexp.MustCompile(`Name:\s*"(chartpilot_[a-z_]+)"`)
+	var out []string
+	err := filepath.WalkDir(filepath.Join(root, "internal"), func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, m := range re.FindAllStringSubmatch(string(b), -1) {
+			out = append(out, m[1])
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out) < 10 {
+		t.Fatalf("found only %d metric definitions: the search is broken", len(out))
+	}
+	return out
+}

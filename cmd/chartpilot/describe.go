@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 )
@@ -29,8 +28,8 @@ import (
 func describeCommand(ctx context.Context, args []string, stdout, stderr io.Writer, now time.Time) error {
 	fs := flag.NewFlagSet("chartpilot describe", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
-	kubeContext := fs.String("context", "", "kubeconfig context")
+	var conn connFlags
+	conn.register(fs)
 	namespace := fs.String("n", "", "namespace (default: the context's)")
 	var target string
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
@@ -46,18 +45,9 @@ func describeCommand(ctx context.Context, args []string, stdout, stderr io.Write
 	if !ok || kind == "" || name == "" {
 		return errors.New("usage: chartpilot describe KIND/NAME [-n NAMESPACE]")
 	}
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = *kubeconfig
-	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: *kubeContext})
-	cfg, err := cc.ClientConfig()
+	cfg, ns, err := conn.connect(*namespace)
 	if err != nil {
-		return fmt.Errorf("no usable kubeconfig: %w", err)
-	}
-	ns := *namespace
-	if ns == "" {
-		if ns, _, err = cc.Namespace(); err != nil || ns == "" {
-			ns = "default"
-		}
+		return err
 	}
 	t, err := findKind(cfg, kind)
 	if err != nil {

@@ -19,7 +19,6 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 )
 
 // notReleases are chartpilot kinds of the "chartpilot" category that are
@@ -59,8 +58,8 @@ func getCommand(ctx context.Context, args []string, stdout, stderr io.Writer, no
 	fs := flag.NewFlagSet("chartpilot get", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, getUsage); fs.PrintDefaults() }
-	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
-	kubeContext := fs.String("context", "", "kubeconfig context")
+	var conn connFlags
+	conn.register(fs)
 	namespace := fs.String("n", "", "namespace (default: the context's)")
 	all := fs.Bool("A", false, "every namespace")
 	output := fs.String("o", "", "output: wide or json")
@@ -81,18 +80,9 @@ func getCommand(ctx context.Context, args []string, stdout, stderr io.Writer, no
 	if *output != "" && *output != "wide" && *output != "json" {
 		return fmt.Errorf("-o %q: must be wide or json", *output)
 	}
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = *kubeconfig
-	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: *kubeContext})
-	cfg, err := cc.ClientConfig()
+	cfg, ns, err := conn.connect(*namespace)
 	if err != nil {
-		return fmt.Errorf("no usable kubeconfig: %w", err)
-	}
-	ns := *namespace
-	if ns == "" && !*all {
-		if ns, _, err = cc.Namespace(); err != nil || ns == "" {
-			ns = "default"
-		}
+		return err
 	}
 	if *all {
 		ns = ""

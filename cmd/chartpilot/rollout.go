@@ -10,8 +10,6 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
-
-	"k8s.io/client-go/tools/clientcmd"
 )
 
 // rolloutSummary is where a kind's fleet stands on chart versions.
@@ -44,19 +42,17 @@ func rolloutCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	kind := args[1]
 	fs := flag.NewFlagSet("chartpilot rollout status", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file")
-	kubeContext := fs.String("context", "", "kubeconfig context")
+	var conn connFlags
+	conn.register(fs)
 	namespace := fs.String("n", "", "namespace (default: every namespace)")
 	version := fs.String("version", "", "target chart version (default: the newest one any resource wants)")
 	watch := fs.Bool("watch", false, "redraw every 2 s until the rollout ends (exit 0) or halts (exit 1)")
 	if err := fs.Parse(args[2:]); err != nil {
 		return err
 	}
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = *kubeconfig
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: *kubeContext}).ClientConfig()
+	cfg, _, err := conn.connect("")
 	if err != nil {
-		return fmt.Errorf("no usable kubeconfig: %w", err)
+		return err
 	}
 	for {
 		rows, err := listReleases(ctx, cfg, kind, *namespace)

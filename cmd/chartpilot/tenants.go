@@ -12,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 )
@@ -23,16 +22,14 @@ import (
 func tenantsCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("chartpilot tenants", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file")
-	kubeContext := fs.String("context", "", "kubeconfig context")
+	var conn connFlags
+	conn.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = *kubeconfig
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: *kubeContext}).ClientConfig()
+	cfg, _, err := conn.connect("")
 	if err != nil {
-		return fmt.Errorf("no usable kubeconfig: %w", err)
+		return err
 	}
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {

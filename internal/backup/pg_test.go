@@ -16,6 +16,30 @@ import (
 	"github.com/chartpilot/chartpilot/internal/testpg"
 )
 
+// namedStore is a store a test runs on.
+type namedStore struct {
+	name string
+	b    *blob.Bucket
+}
+
+// testStores are a bucket of a real S3 server (versitygw) and a directory,
+// closed when the test ends, with the S3 server's settings.
+func testStores(t *testing.T) (backup.S3, []namedStore) {
+	t.Helper()
+	s3cfg := backuptest.StartS3(t, t.TempDir())
+	s3b, err := backup.OpenS3(context.Background(), s3cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s3b.Close() })
+	dirb, err := backup.OpenDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dirb.Close() })
+	return s3cfg, []namedStore{{"s3", s3b}, {"volume", dirb}}
+}
+
 // seed makes database db with tables of several types and rows.
 func seed(t *testing.T, pg *testpg.Server, db string, rows int) {
 	t.Helper()
@@ -96,21 +120,8 @@ func TestPostgresRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s3cfg := backuptest.StartS3(t, t.TempDir())
-	s3b, err := backup.OpenS3(context.Background(), s3cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s3b.Close()
-	dirb, err := backup.OpenDir(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dirb.Close()
-	for i, store := range []struct {
-		name string
-		b    *blob.Bucket
-	}{{"s3", s3b}, {"volume", dirb}} {
+	s3cfg, stores := testStores(t)
+	for i, store := range stores {
 		t.Run(store.name, func(t *testing.T) {
 			loc := "orders/2026-11-30T120000Z"
 			m, err := dump(t, pg, store.b, "orders", loc, backup.Options{Recipient: id.Recipient().String(), Labels: map[string]string{"databaseVersion": pg.Query(t, "postgres", "show server_version")}})

@@ -8,10 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"gocloud.dev/blob"
-
 	"github.com/chartpilot/chartpilot/internal/backup"
-	"github.com/chartpilot/chartpilot/internal/backup/backuptest"
 )
 
 // TestRetention on a real S3 server and on a directory: the newest Count
@@ -19,20 +16,8 @@ import (
 // stays, a backup without a manifest is left alone, and an unreadable
 // manifest stops the pruning before anything is deleted.
 func TestRetention(t *testing.T) {
-	s3b, err := backup.OpenS3(context.Background(), backuptest.StartS3(t, t.TempDir()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s3b.Close()
-	dirb, err := backup.OpenDir(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dirb.Close()
-	for _, store := range []struct {
-		name string
-		b    *blob.Bucket
-	}{{"s3", s3b}, {"volume", dirb}} {
+	_, stores := testStores(t)
+	for _, store := range stores {
 		t.Run(store.name, func(t *testing.T) {
 			ctx := context.Background()
 			b := store.b
@@ -109,7 +94,7 @@ func TestRetention(t *testing.T) {
 			}
 		})
 	}
-	if _, err := backup.Prune(context.Background(), dirb, "x", backup.Retention{Count: -1}, time.Now()); err == nil {
+	if _, err := backup.Prune(context.Background(), stores[1].b, "x", backup.Retention{Count: -1}, time.Now()); err == nil {
 		t.Errorf("a negative count was accepted")
 	}
 }

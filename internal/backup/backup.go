@@ -111,35 +111,8 @@ func Write(ctx context.Context, b *blob.Bucket, location string, src io.Reader, 
 		return nil, err
 	}
 	stored := &counter{h: sha256.New()}
-	sink := io.MultiWriter(w, stored)
-	var closers []io.Closer
-	var out io.Writer = sink
-	if recipient != nil {
-		ew, err := age.Encrypt(out, recipient)
-		if err != nil {
-			cancel()
-			_ = w.Close()
-			return nil, err
-		}
-		closers = append(closers, ew)
-		out = ew
-	}
-	if m.Compression == CompressionZstd {
-		zw, err := zstd.NewWriter(out, zstd.WithEncoderLevel(zstd.SpeedDefault))
-		if err != nil {
-			cancel()
-			_ = w.Close()
-			return nil, err
-		}
-		closers = append(closers, zw)
-		out = zw
-	}
 	plain := &counter{}
-	_, err = io.Copy(io.MultiWriter(out, plain), src)
-	for i := len(closers) - 1; i >= 0 && err == nil; i-- {
-		err = closers[i].Close()
-	}
-	if err != nil {
+	if err := encode(io.MultiWriter(w, stored), src, plain, m.Compression, recipient); err != nil {
 		cancel() // a cancelled writer stores nothing
 		_ = w.Close()
 		return nil, fmt.Errorf("backing up to %s: %w", location, err)
@@ -162,6 +135,38 @@ func Write(ctx context.Context, b *blob.Bucket, location string, src io.Reader, 
 }
 
 func isNotFound(err error) bool { return gcerrors.Code(err) == gcerrors.NotFound }
+
+// encode copies src (counted in plain) to dst, compressed and, with a
+// recipient, encrypted, and closes the encoders so that dst holds it all.
+func encode(dst io.Writer, src io.Reader, plain *counter, compression string, recipient age.Recipient) error {
+	var closers []io.Closer
+	out := dst
+	if recipient != nil {
+		ew, err := age.Encrypt(out, recipient)
+		if err != nil {
+			return err
+		}
+		closers = append(closers, ew)
+		out = ew
+	}
+	if compression == CompressionZstd {
+		zw, err := zstd.NewWriter(out, zstd.WithEncoderLevel(zstd.SpeedDefault))
+		if err != nil {
+			return err
+		}
+		closers = append(closers, zw)
+		out = zw
+	}
+	if _, err := io.Copy(io.MultiWriter(out, plain), src); err != nil {
+		return err
+	}
+	for i := len(closers) - 1; i >= 0; i-- {
+		if err := closers[i].Close(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // ReadManifest reads the manifest of the backup at location.
 func ReadManifest(ctx context.Context, b *blob.Bucket, location string) (*Manifest, error) {

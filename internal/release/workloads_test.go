@@ -15,15 +15,15 @@ import (
 	"github.com/chartpilot/chartpilot/internal/watches"
 )
 
-// TestReadyFollowsWorkloads: a release seen healthy whose Deployment loses
-// its pods (every node cordoned, the pods deleted) turns Ready=False,
-// reason WorkloadsUnavailable, naming the Deployment, with no Helm action;
+// TestReadyFollowsWorkloads: a release seen healthy whose Deployment and
+// StatefulSet lose their pods (every node cordoned, the pods deleted) turns
+// Ready=False, reason WorkloadsUnavailable, naming both, with no Helm action;
 // once the pods are back it is Ready again by itself, and then the
 // operator sends no request for it while idle.
 func TestReadyFollowsWorkloads(t *testing.T) {
 	e := newEnv(t)
 	startOperator(t, cluster.Config, []watches.Watch{webappWatch(t)})
-	e.create("wl", map[string]any{"message": "v1"}, nil, nil)
+	e.create("wl", map[string]any{"message": "v1", "statefulSet": true}, nil, nil)
 	e.waitCondition("wl", v1alpha1.ConditionReady, metav1.ConditionTrue, "")
 	revisions := len(e.history("wl"))
 
@@ -44,14 +44,15 @@ func TestReadyFollowsWorkloads(t *testing.T) {
 	if err := e.cs.CoreV1().Pods(e.ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=wl"}); err != nil {
 		t.Fatal(err)
 	}
-	u := e.waitCondition("wl", v1alpha1.ConditionReady, metav1.ConditionFalse, "WorkloadsUnavailable")
-	if c := condition(u, v1alpha1.ConditionReady); !strings.Contains(c.Message, "Deployment/wl is InProgress") {
-		t.Errorf("Ready message %q does not name the Deployment and its state", c.Message)
-	}
-	e.waitEvent("wl", "WorkloadsUnavailable", "Deployment/wl")
+	e.waitCondition("wl", v1alpha1.ConditionReady, metav1.ConditionFalse, "WorkloadsUnavailable")
+	e.waitFor("Ready to name the Deployment and the StatefulSet", func() (bool, string) {
+		c := condition(e.get("wl"), v1alpha1.ConditionReady)
+		return c.Reason == "WorkloadsUnavailable" && strings.Contains(c.Message, "Deployment/wl is InProgress") && strings.Contains(c.Message, "StatefulSet/wl-store is InProgress"), c.Message
+	})
+	e.waitEvent("wl", "WorkloadsUnavailable", "not available: ")
 
 	cordon(false)
-	u = e.waitCondition("wl", v1alpha1.ConditionReady, metav1.ConditionTrue, "")
+	u := e.waitCondition("wl", v1alpha1.ConditionReady, metav1.ConditionTrue, "")
 	if c := condition(u, v1alpha1.ConditionWorkloadsAvailable); c == nil || c.Status != metav1.ConditionTrue {
 		t.Errorf("WorkloadsAvailable = %v, want True once the pods are back", c)
 	}

@@ -81,6 +81,10 @@ kubectl -n "${ns}" wait postgres/orders redis/sessions --for=condition=Ready --t
 kubectl -n "${ns}" wait postgres/orders --for=jsonpath='{.status.readyReplicas}'=1 --timeout=180s
 kubectl -n "${ns}" get postgres,redis
 kubectl -n "${ns}" get statefulsets,services,pvc
+chartpilot() { "${bin}/chartpilot" "$@" --kubeconfig "${kubeconfig}"; }
+
+step "the fleet as chartpilot get shows it (one line per resource; also kubectl chartpilot get)"
+chartpilot get -n "${ns}"
 
 step "what the Postgres status says (endpoints, auto-tuned settings)"
 kubectl -n "${ns}" get postgres orders -o jsonpath='endpoints: {.status.endpoints}{"\n"}tuning:    {.status.tuning}{"\n"}'
@@ -100,6 +104,9 @@ kubectl -n "${ns}" delete svc orders-ro
 kubectl -n "${ns}" wait --for=create svc/orders-ro --timeout=60s >/dev/null
 kubectl -n "${ns}" get svc orders-ro
 kubectl -n "${ns}" get events --field-selector involvedObject.name=orders,reason=DriftCorrected -o custom-columns=REASON:.reason,MESSAGE:.message
+
+step "chartpilot describe postgres/orders: conditions, history, events"
+chartpilot describe postgres/orders -n "${ns}"
 
 step "delete the Postgres: the release is uninstalled, the data volumes and the password stay"
 kubectl -n "${ns}" delete postgres orders --timeout=120s

@@ -203,11 +203,15 @@ func (r *Reconciler) followWorkloads(ctx context.Context, p *pass, d *desired, r
 		}
 		setCondition(p.status, p.obj, v1alpha1.ConditionWorkloadsAvailable, metav1.ConditionFalse, "WorkloadsUnavailable", msg)
 		r.setUnavailable(p.key, true)
+		r.mem.with(p.key, func(m *memo) { m.unavailable = true })
 	case prev != nil && prev.Status == metav1.ConditionFalse:
 		msg := "every workload of the release is available again"
 		r.Recorder.Event(p.obj, corev1.EventTypeNormal, "WorkloadsAvailable", msg)
 		setCondition(p.status, p.obj, v1alpha1.ConditionWorkloadsAvailable, metav1.ConditionTrue, "WorkloadsAvailable", msg)
 		r.setUnavailable(p.key, false)
+	}
+	if len(names) == 0 {
+		r.mem.with(p.key, func(m *memo) { m.unavailable = false })
 	}
 }
 

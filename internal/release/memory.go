@@ -50,6 +50,10 @@ type memo struct {
 	// workloadsDue: a workload of the release changed between available
 	// and not (its status), to be looked at by the next pass.
 	workloadsDue bool
+	// unavailable: the last look found workloads unavailable; until they
+	// are back, every status change of them is looked at (so that the
+	// kind's status, such as ready replicas, follows).
+	unavailable bool
 	// retries counts the failures in a row of actions retried on their own
 	// (rollback, uninstall), for their back-off.
 	retries map[string]int

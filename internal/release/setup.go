@@ -376,7 +376,7 @@ func (r *Reconciler) dependentHandler() handler.TypedEventHandler[client.Object,
 				q.Add(reconcile.Request{NamespacedName: key})
 				return
 			}
-			if availabilityChanged(o, n) {
+			if availabilityChanged(o, n) || r.mem.get(key).unavailable {
 				r.mem.with(key, func(m *memo) { m.workloadsDue = true })
 				q.Add(reconcile.Request{NamespacedName: key})
 			}

@@ -253,6 +253,47 @@ func TestPostgresLifecycle(t *testing.T) {
 		t.Errorf("PVCs after scaling: %d, want 3", len(p))
 	}
 
+	// The pods go (every node cordoned, the pods deleted): Ready follows
+	// the StatefulSet, readyReplicas drops, and both come back with the
+	// pods, with no new revision.
+	revision := func() int64 {
+		r, _, _ := unstructured.NestedInt64(e.get(postgresGVR, "db").Object, "status", "release", "revision")
+		return r
+	}
+	before := revision()
+	nodes, err := e.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cordon := func(on bool) {
+		for _, n := range nodes.Items {
+			if _, err := e.cs.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, []byte(fmt.Sprintf(`{"spec":{"unschedulable":%v}}`, on)), metav1.PatchOptions{}); err != nil {
+				t.Errorf("cordon %s=%v: %v", n.Name, on, err)
+			}
+		}
+	}
+	cordon(true)
+	t.Cleanup(func() { cordon(false) })
+	if err := e.cs.CoreV1().Pods(e.ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=db"}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor("Ready=False naming the StatefulSet, readyReplicas below 3", 3*time.Minute, func() (bool, string) {
+		u := e.get(postgresGVR, "db")
+		ok, obs := ready(u)
+		rr, _, _ := unstructured.NestedInt64(u.Object, "status", "readyReplicas")
+		return !ok && strings.Contains(obs, "WorkloadsUnavailable") && strings.Contains(obs, "StatefulSet/db") && rr < 3, fmt.Sprintf("%s readyReplicas=%d", obs, rr)
+	})
+	cordon(false)
+	e.waitFor("Ready with 3 ready replicas again", 3*time.Minute, func() (bool, string) {
+		u := e.get(postgresGVR, "db")
+		ok, obs := ready(u)
+		rr, _, _ := unstructured.NestedInt64(u.Object, "status", "readyReplicas")
+		return ok && rr == 3, fmt.Sprintf("%s readyReplicas=%d", obs, rr)
+	})
+	if after := revision(); after != before {
+		t.Errorf("revision %d after the pods came back, %d before: a Helm action ran", after, before)
+	}
+
 	// Bad input is refused at admission with a message naming the field.
 	err = e.patch(postgresGVR, "db", `{"spec":{"storage":{"size":"500Mi"}}}`)
 	if err == nil || !strings.Contains(err.Error(), "never shrink") {

@@ -3,6 +3,7 @@
 package prometheus
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -139,4 +140,84 @@ func definedMetrics(t *testing.T, root string) []string {
 		t.Fatalf("found only %d metric definitions: the search is broken", len(out))
 	}
 	return out
+}
+
+// TestDashboards: every query of the Grafana dashboards in config/grafana
+// parses (promtool checks each as a recording rule, with the dashboard's
+// $kind variable as Grafana's "All" would set it) and reads only metrics
+// the operator defines; kustomize makes the ConfigMap Grafana's sidecar
+// loads.
+func TestDashboards(t *testing.T) {
+	root, err := testcluster.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	promtool := filepath.Join(root, "bin", "promtool")
+	if _, err := os.Stat(promtool); err != nil {
+		t.Fatalf("%s: run make tools (it builds promtool)", promtool)
+	}
+	files, err := filepath.Glob(filepath.Join(root, "config", "grafana", "*.json"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no dashboards in config/grafana: %v", err)
+	}
+	defined := definedMetrics(t, root)
+	metricName := regexp.MustCompile(`chartpilot_[a-z_]+`)
+	type rule struct {
+		Record string `json:"record"`
+		Expr   string `json:"expr"`
+	}
+	var rules []rule
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var d struct {
+			Panels []struct {
+				ID      int    `json:"id"`
+				Title   string `json:"title"`
+				Targets []struct {
+					RefID string `json:"refId"`
+					Expr  string `json:"expr"`
+				} `json:"targets"`
+			} `json:"panels"`
+		}
+		if err := yaml.Unmarshal(raw, &d); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		for _, p := range d.Panels {
+			if len(p.Targets) == 0 {
+				t.Errorf("%s: panel %q has no query", filepath.Base(f), p.Title)
+			}
+			for _, q := range p.Targets {
+				expr := strings.ReplaceAll(q.Expr, "$kind", ".*")
+				rules = append(rules, rule{Record: fmt.Sprintf("dashboard:panel_%d_%s", p.ID, strings.ToLower(q.RefID)), Expr: expr})
+				names := metricName.FindAllString(expr, -1)
+				if len(names) == 0 {
+					t.Errorf("panel %q: query %q reads no chartpilot metric", p.Title, q.Expr)
+				}
+				for _, m := range names {
+					base := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(m, "_count"), "_sum"), "_bucket")
+					if !slices.Contains(defined, base) && !slices.Contains(defined, m) {
+						t.Errorf("panel %q reads %s, which the operator does not define", p.Title, m)
+					}
+				}
+			}
+		}
+	}
+	body, err := yaml.Marshal(map[string]any{"groups": []any{map[string]any{"name": "dashboards", "rules": rules}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "dashboards.yaml")
+	if err := os.WriteFile(path, body, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(promtool, "check", "rules", path).CombinedOutput(); err != nil {
+		t.Errorf("the dashboards' queries do not parse: %v\n%s", err, out)
+	}
+	out, err := exec.Command(filepath.Join(root, "bin", "kubectl"), "kustomize", filepath.Join(root, "config", "grafana")).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), `grafana_dashboard: "1"`) || !strings.Contains(string(out), "chartpilot-fleet.json") {
+		t.Errorf("kubectl kustomize config/grafana: %v\n%s", err, out)
+	}
 }

@@ -2,13 +2,11 @@ package release_test
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/testcluster"
@@ -28,15 +26,9 @@ func TestReadyFollowsWorkloads(t *testing.T) {
 	revisions := len(e.history("wl"))
 
 	ctx := context.Background()
-	nodes, err := e.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	cordon := func(on bool) {
-		for _, n := range nodes.Items {
-			if _, err := e.cs.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, []byte(fmt.Sprintf(`{"spec":{"unschedulable":%v}}`, on)), metav1.PatchOptions{}); err != nil {
-				t.Errorf("cordon %s=%v: %v", n.Name, on, err)
-			}
+		if err := cluster.Cordon(ctx, on); err != nil {
+			t.Error(err)
 		}
 	}
 	cordon(true)

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 )
 
@@ -112,6 +114,25 @@ func stopPID(pid int, grace time.Duration) error {
 			deadline = time.Now().Add(grace)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+	return nil
+}
+
+// Cordon marks every node unschedulable (on) or schedulable again: with
+// pods deleted meanwhile, workloads lose their pods until it is undone.
+func (c *Cluster) Cordon(ctx context.Context, on bool) error {
+	cs, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		return err
+	}
+	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	for _, n := range nodes.Items {
+		if _, err := cs.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, []byte(fmt.Sprintf(`{"spec":{"unschedulable":%v}}`, on)), metav1.PatchOptions{}); err != nil {
+			return fmt.Errorf("cordon %s=%v: %w", n.Name, on, err)
+		}
 	}
 	return nil
 }

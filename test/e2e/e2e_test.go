@@ -261,15 +261,9 @@ func TestPostgresLifecycle(t *testing.T) {
 		return r
 	}
 	before := revision()
-	nodes, err := e.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	cordon := func(on bool) {
-		for _, n := range nodes.Items {
-			if _, err := e.cs.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, []byte(fmt.Sprintf(`{"spec":{"unschedulable":%v}}`, on)), metav1.PatchOptions{}); err != nil {
-				t.Errorf("cordon %s=%v: %v", n.Name, on, err)
-			}
+		if err := cluster.Cordon(ctx, on); err != nil {
+			t.Error(err)
 		}
 	}
 	cordon(true)

@@ -34,14 +34,7 @@ type ruleFile struct {
 // every alert has a test where it fires and one where it does not; every
 // chartpilot_* metric a rule reads is one the operator defines.
 func TestOperatorRules(t *testing.T) {
-	root, err := testcluster.ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	promtool := filepath.Join(root, "bin", "promtool")
-	if _, err := os.Stat(promtool); err != nil {
-		t.Fatalf("%s: run make tools (it builds promtool)", promtool)
-	}
+	root, promtool := tools(t)
 	raw, err := os.ReadFile(filepath.Join(root, "config", "prometheus", "prometheusrule.yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -114,6 +107,20 @@ func TestOperatorRules(t *testing.T) {
 	}
 }
 
+// tools returns the module root and bin/promtool (built by make tools).
+func tools(t *testing.T) (string, string) {
+	t.Helper()
+	root, err := testcluster.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	promtool := filepath.Join(root, "bin", "promtool")
+	if _, err := os.Stat(promtool); err != nil {
+		t.Fatalf("%s: run make tools (it builds promtool)", promtool)
+	}
+	return root, promtool
+}
+
 // definedMetrics are the chartpilot_* metric names declared in the
 // operator's Go source.
 func definedMetrics(t *testing.T, root string) []string {
@@ -148,14 +155,7 @@ func definedMetrics(t *testing.T, root string) []string {
 // the operator defines; kustomize makes the ConfigMap Grafana's sidecar
 // loads.
 func TestDashboards(t *testing.T) {
-	root, err := testcluster.ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	promtool := filepath.Join(root, "bin", "promtool")
-	if _, err := os.Stat(promtool); err != nil {
-		t.Fatalf("%s: run make tools (it builds promtool)", promtool)
-	}
+	root, promtool := tools(t)
 	files, err := filepath.Glob(filepath.Join(root, "config", "grafana", "*.json"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no dashboards in config/grafana: %v", err)

@@ -45,13 +45,32 @@ type storedRecord struct {
 	labels  map[string]string
 	data    []byte
 	deleted bool
+	written bool // this process wrote this version (not only read it)
 	at      time.Time
 }
 
-func (s *recordStore) remember(namespace string, sec *corev1.Secret) {
+func (s *recordStore) remember(namespace string, sec *corev1.Secret, written bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.m[namespace+"/"+sec.Name] = &storedRecord{rv: sec.ResourceVersion, labels: sec.Labels, data: sec.Data["release"], at: time.Now()}
+	s.m[namespace+"/"+sec.Name] = &storedRecord{rv: sec.ResourceVersion, labels: sec.Labels, data: sec.Data["release"], written: written, at: time.Now()}
+}
+
+// WroteRecord reports whether this process wrote record name of namespace
+// at resource version rv or later: a change of a record seen at such a
+// version is an echo of its own write, anything else was made elsewhere.
+func (c *Client) WroteRecord(namespace, name, rv string) bool {
+	root := c
+	if c.parent != nil {
+		root = c.parent
+	}
+	st := root.recordStore
+	if st == nil {
+		return false
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	e := st.m[namespace+"/"+name]
+	return e != nil && e.written && !e.deleted && (e.rv == rv || olderThan(rv, e.rv))
 }
 
 func (s *recordStore) forget(namespace, name string) {
@@ -192,6 +211,6 @@ func (d *recordDriver) body(ctx context.Context, name, rv string) (*corev1.Secre
 		}
 		return nil, fmt.Errorf("reading release record %s: %w", name, err)
 	}
-	st.remember(d.namespace, sec)
+	st.remember(d.namespace, sec, false)
 	return sec, nil
 }

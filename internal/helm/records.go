@@ -162,7 +162,7 @@ func parseRecordKey(key string) (name, rev string, ok bool) {
 // wrote remembers a record this process wrote.
 func (d *recordDriver) wrote(s *corev1.Secret) {
 	if d.store != nil && s != nil {
-		d.store.remember(d.namespace, s)
+		d.store.remember(d.namespace, s, true)
 	}
 }
 

@@ -206,7 +206,7 @@ func (r *Reconciler) useManager(mgr manager.Manager, sh *Shared) {
 func (r *Reconciler) watchRecordsAndCanaries(mgr manager.Manager, c controller.Controller, sh *Shared) error {
 	secret := &metav1.PartialObjectMetadata{}
 	secret.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
-	if err := c.Watch(source.Kind(sh.Releases, client.Object(secret), handler.EnqueueRequestsFromMapFunc(r.mapReleaseRecord), releaseRecordPredicate())); err != nil {
+	if err := c.Watch(source.Kind(sh.Releases, client.Object(secret), handler.EnqueueRequestsFromMapFunc(r.mapReleaseRecord), r.releaseRecordPredicate())); err != nil {
 		return err
 	}
 	canary := &unstructured.Unstructured{}
@@ -285,19 +285,28 @@ func deletionPredicate() predicate.Predicate {
 // mapReleaseRecord maps a release Secret to the resource that owns it.
 func (r *Reconciler) mapReleaseRecord(_ context.Context, o client.Object) []reconcile.Request {
 	l := o.GetLabels()
-	if l[LabelOwnerKind] != r.ownerKind() || l[helm.StorageLabelName] == "" {
+	if l[helm.StorageLabelName] == "" {
+		return nil
+	}
+	// A record that names no kind was made by hand or by another tool: the
+	// resource of this kind with the release's name, if any, looks at it.
+	if kind := l[LabelOwnerKind]; kind != "" && kind != r.ownerKind() {
 		return nil
 	}
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: l[helm.StorageLabelName]}}}
 }
 
-// releaseRecordPredicate passes deletions only: chartpilot's own actions
-// create and update records and need no echo; a record deleted by someone
-// else must be noticed.
-func releaseRecordPredicate() predicate.Predicate {
+// releaseRecordPredicate passes a record's deletion, and its creation or
+// change unless this process wrote that version: chartpilot's own actions
+// need no echo, but a record made, changed or deleted by someone else must
+// be looked at now, not at the next periodic pass.
+func (r *Reconciler) releaseRecordPredicate() predicate.Predicate {
+	foreign := func(o client.Object) bool {
+		return r.Helm == nil || !r.Helm.WroteRecord(o.GetNamespace(), o.GetName(), o.GetResourceVersion())
+	}
 	return predicate.Funcs{
-		CreateFunc:  func(event.CreateEvent) bool { return false },
-		UpdateFunc:  func(event.UpdateEvent) bool { return false },
+		CreateFunc:  func(e event.CreateEvent) bool { return foreign(e.Object) },
+		UpdateFunc:  func(e event.UpdateEvent) bool { return foreign(e.ObjectNew) },
 		DeleteFunc:  func(event.DeleteEvent) bool { return true },
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	}

@@ -59,6 +59,7 @@ func backupCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	var keep backup.Retention
 	fs.IntVar(&keep.Count, "keep-count", 0, "run: after the backup, prune the series (the location's parent) to this many backups (0: no count rule)")
 	fs.DurationVar(&keep.MaxAge, "keep-max-age", 0, "run: after the backup, prune backups of the series older than this (0: no age rule); the newest is always kept")
+	manifestFile := fs.String("manifest-file", "", "also write the manifest to this file (a Job's /dev/termination-log, which its pod's status shows)")
 	labels := map[string]string{}
 	fs.Func("label", "run: key=value stored in the manifest (repeatable)", func(v string) error {
 		k, val, ok := strings.Cut(v, "=")
@@ -109,6 +110,15 @@ func backupCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	if err != nil {
 		return err
+	}
+	if *manifestFile != "" {
+		data, err := json.Marshal(m)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(*manifestFile, data, 0o644); err != nil {
+			return fmt.Errorf("--manifest-file: %w", err)
+		}
 	}
 	return json.NewEncoder(stdout).Encode(m)
 }

@@ -159,43 +159,53 @@ func (r *StoreReconciler) check(ctx context.Context, obj client.Object, spec v1a
 	if !r.Cluster && s3.Endpoint != "" && !allowed(s3.Endpoint, r.Endpoints) {
 		return "EndpointNotAllowed", fmt.Sprintf("spec.s3.endpoint %q does not start with one of the endpoints the operator allows namespaced stores (--backup-store-endpoints: %s): use an allowed endpoint, or ask an admin for a ClusterBackupStore", s3.Endpoint, strings.Join(orNone(r.Endpoints), ", "))
 	}
-	ref := s3.CredentialsSecretRef
-	ns := obj.GetNamespace()
+	secretNS, caNS := obj.GetNamespace(), obj.GetNamespace()
 	if r.Cluster {
-		ns = ref.Namespace
-	}
-	cfg := backup.S3{Endpoint: s3.Endpoint, Bucket: s3.Bucket, Prefix: s3.Prefix, Region: s3.Region, ForcePathStyle: s3.ForcePathStyle}
-	sec := &corev1.Secret{}
-	if err := r.Reader.Get(ctx, types.NamespacedName{Namespace: ns, Name: ref.Name}, sec); err != nil {
-		if apierrors.IsNotFound(err) {
-			return "CredentialsNotFound", fmt.Sprintf("spec.s3.credentialsSecretRef: Secret %s/%s does not exist: create it with keys accessKeyID and secretAccessKey", ns, ref.Name)
+		secretNS = s3.CredentialsSecretRef.Namespace
+		if s3.CASecretRef != nil {
+			caNS = s3.CASecretRef.Namespace
 		}
-		return "CredentialsUnreadable", "reading the credentials Secret: " + redact.Error(err).Error()
 	}
-	cfg.AccessKeyID, cfg.SecretAccessKey = string(sec.Data["accessKeyID"]), string(sec.Data["secretAccessKey"])
-	if cfg.AccessKeyID == "" || cfg.SecretAccessKey == "" {
-		return "CredentialsIncomplete", fmt.Sprintf("spec.s3.credentialsSecretRef: Secret %s/%s needs both keys accessKeyID and secretAccessKey", ns, ref.Name)
-	}
-	if ca := s3.CASecretRef; ca != nil {
-		cns := obj.GetNamespace()
-		if r.Cluster {
-			cns = ca.Namespace
-		}
-		cs := &corev1.Secret{}
-		if err := r.Reader.Get(ctx, types.NamespacedName{Namespace: cns, Name: ca.Name}, cs); err != nil || len(cs.Data[ca.Key]) == 0 {
-			return "CANotFound", fmt.Sprintf("spec.s3.caSecretRef: Secret %s/%s has no key %s", cns, ca.Name, ca.Key)
-		}
-		cfg.CABundle = cs.Data[ca.Key]
-	}
-	b, err := backup.OpenS3(ctx, cfg)
-	if err != nil {
-		return "Invalid", scrub(err, cfg)
+	b, cfg, reason, msg := openS3(ctx, r.Reader, s3, secretNS, caNS)
+	if b == nil {
+		return reason, msg
 	}
 	defer b.Close()
 	if err := probe(ctx, b); err != nil {
 		return "ProbeFailed", "writing, reading and deleting a probe object failed: " + scrub(err, cfg)
 	}
 	return "Checked", fmt.Sprintf("a probe object was written to bucket %s, read back and deleted", s3.Bucket)
+}
+
+// openS3 opens the bucket of s3 with the credentials (and CAs) of its
+// Secrets in secretNS (caNS); nil and the reason and message (never a
+// secret) when it cannot.
+func openS3(ctx context.Context, reader client.Reader, s3 *v1alpha1.S3Store, secretNS, caNS string) (*blob.Bucket, backup.S3, string, string) {
+	ref := s3.CredentialsSecretRef
+	cfg := backup.S3{Endpoint: s3.Endpoint, Bucket: s3.Bucket, Prefix: s3.Prefix, Region: s3.Region, ForcePathStyle: s3.ForcePathStyle}
+	sec := &corev1.Secret{}
+	if err := reader.Get(ctx, types.NamespacedName{Namespace: secretNS, Name: ref.Name}, sec); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, cfg, "CredentialsNotFound", fmt.Sprintf("spec.s3.credentialsSecretRef: Secret %s/%s does not exist: create it with keys accessKeyID and secretAccessKey", secretNS, ref.Name)
+		}
+		return nil, cfg, "CredentialsUnreadable", "reading the credentials Secret: " + redact.Error(err).Error()
+	}
+	cfg.AccessKeyID, cfg.SecretAccessKey = string(sec.Data["accessKeyID"]), string(sec.Data["secretAccessKey"])
+	if cfg.AccessKeyID == "" || cfg.SecretAccessKey == "" {
+		return nil, cfg, "CredentialsIncomplete", fmt.Sprintf("spec.s3.credentialsSecretRef: Secret %s/%s needs both keys accessKeyID and secretAccessKey", secretNS, ref.Name)
+	}
+	if ca := s3.CASecretRef; ca != nil {
+		cs := &corev1.Secret{}
+		if err := reader.Get(ctx, types.NamespacedName{Namespace: caNS, Name: ca.Name}, cs); err != nil || len(cs.Data[ca.Key]) == 0 {
+			return nil, cfg, "CANotFound", fmt.Sprintf("spec.s3.caSecretRef: Secret %s/%s has no key %s", caNS, ca.Name, ca.Key)
+		}
+		cfg.CABundle = cs.Data[ca.Key]
+	}
+	b, err := backup.OpenS3(ctx, cfg)
+	if err != nil {
+		return nil, cfg, "Invalid", scrub(err, cfg)
+	}
+	return b, cfg, "", ""
 }
 
 // probe writes a random object, reads it back and deletes it.

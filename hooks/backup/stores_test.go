@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,7 +26,8 @@ import (
 var cluster *testcluster.Cluster
 
 func TestMain(m *testing.M) {
-	os.Exit(testcluster.RunMain(m, testcluster.Options{Tier: testcluster.TierAPI}, &cluster))
+	ctrl.SetLogger(logr.Discard())
+	os.Exit(testcluster.RunMain(m, testcluster.Options{Tier: testcluster.TierFull}, &cluster))
 }
 
 // TestStoresChecked: BackupStores and ClusterBackupStores against a real

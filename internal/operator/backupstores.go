@@ -9,7 +9,8 @@ import (
 )
 
 // addBackupStores adds the controllers that check BackupStores and
-// ClusterBackupStores, when their CRDs are installed (config/crd).
+// ClusterBackupStores and run Backups, when their CRDs are installed
+// (config/crd).
 func addBackupStores(o Options, mgr manager.Manager) error {
 	for _, cluster := range []bool{false, true} {
 		kind := "BackupStore"
@@ -28,5 +29,13 @@ func addBackupStores(o Options, mgr manager.Manager) error {
 			return err
 		}
 	}
-	return nil
+	if _, err := mgr.GetRESTMapper().RESTMapping(schema.GroupKind{Group: v1alpha1.GroupVersion.Group, Kind: "Backup"}, v1alpha1.GroupVersion.Version); err != nil {
+		o.Log.WithName("setup").Info("CRD not installed: no Backups are run", "kind", "Backup")
+		return nil
+	}
+	b := &backup.BackupReconciler{
+		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("chartpilot-backup"),
+		Image: o.BackupImage, SkipNameValidation: o.SeveralInProcess,
+	}
+	return b.SetupWithManager(mgr)
 }

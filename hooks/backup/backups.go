@@ -1,0 +1,486 @@
+package backup
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"path"
+	"strings"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
+	"github.com/chartpilot/chartpilot/internal/backup"
+	"github.com/chartpilot/chartpilot/internal/redact"
+)
+
+// Labels of a backup Job and its pod.
+const (
+	LabelBackup    = "chartpilot.dev/backup"
+	LabelComponent = "app.kubernetes.io/component"
+)
+
+// StartGrace is how long a Backup waits for its target to be Ready and its
+// store to be usable before it fails.
+const StartGrace = 10 * time.Minute
+
+// DefaultDeadline bounds a backup Job's run.
+const DefaultDeadline = 6 * time.Hour
+
+// BackupReconciler runs each Backup as a Job of the agent (`chartpilot
+// backup run -- pg_dump -Fc`) in the Backup's namespace and reports what
+// it stored. At most one backup of a target runs at a time; a Backup that
+// cannot start (target not Ready, store not Ready, store not offered to
+// the namespace) waits up to StartGrace, saying why, then fails. Nothing
+// here deletes data from a store.
+type BackupReconciler struct {
+	Client client.Client
+	// Reader reads Secrets, Namespaces and pods from the API server.
+	Reader   client.Reader
+	Recorder record.EventRecorder
+	// Image is the agent's image: chartpilot with the PostgreSQL client
+	// tools (pg_dump, pg_restore) of the servers it backs up.
+	Image string
+	// Deadline bounds a Job's run; DefaultDeadline when zero.
+	Deadline time.Duration
+	// SkipNameValidation allows several managers in one process (tests).
+	SkipNameValidation bool
+	// Now is the clock (tests).
+	Now func() time.Time
+}
+
+// SetupWithManager builds the controller: Backups and the Jobs they own.
+func (r *BackupReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Now == nil {
+		r.Now = time.Now
+	}
+	if r.Deadline == 0 {
+		r.Deadline = DefaultDeadline
+	}
+	skip := r.SkipNameValidation
+	return ctrl.NewControllerManagedBy(mgr).Named("backup").For(&v1alpha1.Backup{}).Owns(&batchv1.Job{}).
+		WithOptions(controller.Options{SkipNameValidation: &skip}).Complete(r)
+}
+
+// Reconcile moves one Backup on: Pending → Running (its Job created) →
+// Completed or Failed.
+func (r *BackupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	b := &v1alpha1.Backup{}
+	if err := r.Client.Get(ctx, req.NamespacedName, b); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	before := b.DeepCopy()
+	var res ctrl.Result
+	var err error
+	switch b.Status.Phase {
+	case v1alpha1.BackupCompleted, v1alpha1.BackupFailed:
+		return ctrl.Result{}, nil
+	case v1alpha1.BackupRunning:
+		res, err = r.follow(ctx, b)
+	default:
+		res, err = r.start(ctx, b)
+	}
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if !equalStatus(before.Status, b.Status) {
+		if err := r.Client.Status().Patch(ctx, b, client.MergeFrom(before)); err != nil {
+			return ctrl.Result{}, fmt.Errorf("writing status: %w", err)
+		}
+	}
+	return res, nil
+}
+
+func equalStatus(a, b v1alpha1.BackupStatus) bool {
+	x, _ := json.Marshal(a)
+	y, _ := json.Marshal(b)
+	return string(x) == string(y)
+}
+
+// wait keeps b Pending with why (an event when it changes), or fails it
+// once StartGrace has passed since it was created.
+func (r *BackupReconciler) wait(b *v1alpha1.Backup, why string) ctrl.Result {
+	if r.Now().Sub(b.CreationTimestamp.Time) >= StartGrace {
+		r.fail(b, fmt.Sprintf("%s (waited %s)", why, StartGrace))
+		return ctrl.Result{}
+	}
+	if b.Status.Phase != v1alpha1.BackupPending || b.Status.Message != why {
+		r.Recorder.Event(b, corev1.EventTypeNormal, "BackupWaiting", why)
+	}
+	b.Status.Phase, b.Status.Message = v1alpha1.BackupPending, why
+	return ctrl.Result{RequeueAfter: 15 * time.Second}
+}
+
+func (r *BackupReconciler) fail(b *v1alpha1.Backup, why string) {
+	now := metav1.NewTime(r.Now().Truncate(time.Second))
+	b.Status.Phase, b.Status.Message, b.Status.CompletedAt = v1alpha1.BackupFailed, why, &now
+	r.Recorder.Event(b, corev1.EventTypeWarning, "BackupFailed", why)
+	backupFailures.WithLabelValues(b.Namespace, b.Spec.Target.Kind, b.Spec.Target.Name, b.Spec.Store.Name).Inc()
+}
+
+// resolvedStore is a store a Backup may use, as its Job sees it.
+type resolvedStore struct {
+	spec v1alpha1.BackupStoreSpec
+	// secretNS is where the store's Secrets are.
+	secretNS string
+}
+
+// store resolves b's store: it exists, is Ready for its current spec, is
+// offered to b's namespace, and its Secrets are ones a Job of that
+// namespace can use. The string says why not.
+func (r *BackupReconciler) store(ctx context.Context, b *v1alpha1.Backup) (*resolvedStore, string, bool) {
+	ref := b.Spec.Store
+	if ref.Kind == "ClusterBackupStore" {
+		cs := &v1alpha1.ClusterBackupStore{}
+		if err := r.Client.Get(ctx, types.NamespacedName{Name: ref.Name}, cs); err != nil {
+			return nil, fmt.Sprintf("spec.store: ClusterBackupStore %s: %v", ref.Name, redact.Error(err)), apierrors.IsNotFound(err)
+		}
+		if why := r.offered(ctx, cs, b.Namespace); why != "" {
+			return nil, why, true
+		}
+		if why := notReady("ClusterBackupStore", cs.Name, cs.Generation, cs.Status.Conditions); why != "" {
+			return nil, why, true
+		}
+		if s3 := cs.Spec.S3; s3 != nil && (s3.CredentialsSecretRef.Namespace != b.Namespace || (s3.CASecretRef != nil && s3.CASecretRef.Namespace != b.Namespace)) {
+			return nil, fmt.Sprintf("spec.store: ClusterBackupStore %s keeps its S3 Secrets in namespace %s, which a backup Job of %s cannot read: use a BackupStore of %s, or a ClusterBackupStore whose Secrets are in %s", cs.Name, s3.CredentialsSecretRef.Namespace, b.Namespace, b.Namespace, b.Namespace), false
+		}
+		return &resolvedStore{spec: v1alpha1.BackupStoreSpec{S3: cs.Spec.S3, Volume: cs.Spec.Volume}, secretNS: b.Namespace}, "", true
+	}
+	s := &v1alpha1.BackupStore{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: b.Namespace, Name: ref.Name}, s); err != nil {
+		return nil, fmt.Sprintf("spec.store: BackupStore %s/%s: %v", b.Namespace, ref.Name, redact.Error(err)), apierrors.IsNotFound(err)
+	}
+	if why := notReady("BackupStore", s.Name, s.Generation, s.Status.Conditions); why != "" {
+		return nil, why, true
+	}
+	return &resolvedStore{spec: s.Spec, secretNS: b.Namespace}, "", true
+}
+
+// offered says why cs does not serve namespace ns ("" when it does).
+func (r *BackupReconciler) offered(ctx context.Context, cs *v1alpha1.ClusterBackupStore, ns string) string {
+	if cs.Spec.NamespaceSelector == nil {
+		return fmt.Sprintf("spec.store: ClusterBackupStore %s has no namespaceSelector and serves no namespace: ask an admin to select %s", cs.Name, ns)
+	}
+	sel, err := metav1.LabelSelectorAsSelector(cs.Spec.NamespaceSelector)
+	if err != nil {
+		return fmt.Sprintf("spec.store: ClusterBackupStore %s has an invalid namespaceSelector: %v", cs.Name, err)
+	}
+	n := &corev1.Namespace{}
+	if err := r.Reader.Get(ctx, types.NamespacedName{Name: ns}, n); err != nil {
+		return fmt.Sprintf("reading namespace %s: %v", ns, redact.Error(err))
+	}
+	if sel.Empty() || !sel.Matches(labels.Set(n.Labels)) {
+		return fmt.Sprintf("spec.store: ClusterBackupStore %s does not serve namespace %s (its namespaceSelector does not select it): use a BackupStore of %s, or ask an admin", cs.Name, ns, ns)
+	}
+	return ""
+}
+
+// notReady says why a store is not usable now ("" when it is).
+func notReady(kind, name string, generation int64, conds []metav1.Condition) string {
+	c := apimeta.FindStatusCondition(conds, v1alpha1.ConditionReady)
+	switch {
+	case c == nil || c.ObservedGeneration != generation:
+		return fmt.Sprintf("spec.store: %s %s has not been checked yet", kind, name)
+	case c.Status != metav1.ConditionTrue:
+		return fmt.Sprintf("spec.store: %s %s is not Ready (%s: %s)", kind, name, c.Reason, c.Message)
+	}
+	return ""
+}
+
+// start checks that b can run, then creates its Job.
+func (r *BackupReconciler) start(ctx context.Context, b *v1alpha1.Backup) (ctrl.Result, error) {
+	pg := &v1alpha1.Postgres{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: b.Namespace, Name: b.Spec.Target.Name}, pg); err != nil {
+		if apierrors.IsNotFound(err) {
+			return r.wait(b, fmt.Sprintf("spec.target: Postgres %s/%s does not exist", b.Namespace, b.Spec.Target.Name)), nil
+		}
+		return ctrl.Result{}, err
+	}
+	ready := apimeta.FindStatusCondition(pg.Status.Conditions, v1alpha1.ConditionReady)
+	if ready == nil || ready.Status != metav1.ConditionTrue || pg.Status.Endpoints == nil || pg.Status.Endpoints.ReadWrite == "" || pg.Status.Endpoints.Secret == "" {
+		return r.wait(b, fmt.Sprintf("spec.target: Postgres %s is not Ready", pg.Name)), nil
+	}
+	st, why, mayWait := r.store(ctx, b)
+	if st == nil {
+		if !mayWait {
+			r.fail(b, why)
+			return ctrl.Result{}, nil
+		}
+		return r.wait(b, why), nil
+	}
+	list := &v1alpha1.BackupList{}
+	if err := r.Client.List(ctx, list, client.InNamespace(b.Namespace)); err != nil {
+		return ctrl.Result{}, err
+	}
+	for _, o := range list.Items {
+		if o.Name != b.Name && o.Spec.Target == b.Spec.Target && o.Status.Phase == v1alpha1.BackupRunning {
+			return r.wait(b, fmt.Sprintf("backup %s of the same Postgres is running; one runs at a time", o.Name)), nil
+		}
+	}
+
+	location := Location(b)
+	job := r.job(b, pg, st, location)
+	if err := controllerutil.SetControllerReference(b, job, r.Client.Scheme()); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.Client.Create(ctx, job); err != nil && !apierrors.IsAlreadyExists(err) {
+		return ctrl.Result{}, fmt.Errorf("creating Job %s: %w", job.Name, err)
+	}
+	now := metav1.NewTime(r.Now().Truncate(time.Second))
+	b.Status = v1alpha1.BackupStatus{
+		Phase: v1alpha1.BackupRunning, Job: job.Name, Location: location, StartedAt: &now,
+		Message:         "Job " + job.Name + " backs the database up",
+		DatabaseVersion: pg.Spec.Version,
+	}
+	if pg.Status.Release != nil {
+		b.Status.ChartVersion = pg.Status.Release.ChartVersion
+	}
+	r.Recorder.Event(b, corev1.EventTypeNormal, "BackupStarted", fmt.Sprintf("Job %s backs Postgres %s up to %s", job.Name, pg.Name, location))
+	return ctrl.Result{}, nil
+}
+
+// Location is where b's backup goes in its store: one series per target
+// (retention works on it), one key prefix per Backup that no other Backup
+// can have (a backup is never written over another).
+func Location(b *v1alpha1.Backup) string {
+	return path.Join(b.Namespace, strings.ToLower(b.Spec.Target.Kind), b.Spec.Target.Name,
+		b.CreationTimestamp.UTC().Format("20060102T150405Z")+"-"+b.Name+"-"+string(b.UID)[:8])
+}
+
+// JobName is the name of b's Job: b's name cut to fit, with a hash of it.
+func JobName(b *v1alpha1.Backup) string {
+	sum := sha256.Sum256([]byte(b.Namespace + "/" + b.Name + "/" + string(b.UID)))
+	name := b.Name
+	if len(name) > 40 {
+		name = strings.TrimRight(name[:40], "-.")
+	}
+	return "backup-" + name + "-" + hex.EncodeToString(sum[:])[:8]
+}
+
+// job is b's Job: the agent streams pg_dump -Fc of the target's primary
+// to the store. Credentials reach it only as references to Secrets of
+// b's namespace; its pod has no API token.
+func (r *BackupReconciler) job(b *v1alpha1.Backup, pg *v1alpha1.Postgres, st *resolvedStore, location string) *batchv1.Job {
+	secret := func(name, key string) *corev1.EnvVarSource {
+		return &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: name}, Key: key}}
+	}
+	env := []corev1.EnvVar{
+		{Name: "PGHOST", Value: pg.Status.Endpoints.ReadWrite},
+		{Name: "PGPORT", Value: "5432"},
+		{Name: "PGDATABASE", Value: "postgres"},
+		{Name: "PGUSER", ValueFrom: secret(pg.Status.Endpoints.Secret, "username")},
+		{Name: "PGPASSWORD", ValueFrom: secret(pg.Status.Endpoints.Secret, "password")},
+	}
+	args := []string{"run", "--location", location, "--manifest-file", "/dev/termination-log",
+		"--label", "namespace=" + b.Namespace, "--label", "kind=" + b.Spec.Target.Kind, "--label", "name=" + pg.Name,
+		"--label", "backup=" + b.Name, "--label", "databaseVersion=" + pg.Spec.Version}
+	var volumes []corev1.Volume
+	var mounts []corev1.VolumeMount
+	if s3 := st.spec.S3; s3 != nil {
+		args = append(args, "--store", "s3", "--s3-bucket", s3.Bucket)
+		if s3.Endpoint != "" {
+			args = append(args, "--s3-endpoint", s3.Endpoint)
+		}
+		if s3.Prefix != "" {
+			args = append(args, "--s3-prefix", s3.Prefix)
+		}
+		if s3.Region != "" {
+			args = append(args, "--s3-region", s3.Region)
+		}
+		if s3.ForcePathStyle {
+			args = append(args, "--s3-force-path-style")
+		}
+		env = append(env,
+			corev1.EnvVar{Name: "CHARTPILOT_S3_ACCESS_KEY_ID", ValueFrom: secret(s3.CredentialsSecretRef.Name, "accessKeyID")},
+			corev1.EnvVar{Name: "CHARTPILOT_S3_SECRET_ACCESS_KEY", ValueFrom: secret(s3.CredentialsSecretRef.Name, "secretAccessKey")})
+		if ca := s3.CASecretRef; ca != nil {
+			volumes = append(volumes, corev1.Volume{Name: "ca", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+				SecretName: ca.Name, Items: []corev1.KeyToPath{{Key: ca.Key, Path: "ca.pem"}}}}})
+			mounts = append(mounts, corev1.VolumeMount{Name: "ca", MountPath: "/etc/chartpilot/ca", ReadOnly: true})
+			args = append(args, "--s3-ca-file", "/etc/chartpilot/ca/ca.pem")
+		}
+	} else {
+		v := st.spec.Volume
+		volumes = append(volumes, corev1.Volume{Name: "store", VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: v.ClaimName}}})
+		mounts = append(mounts, corev1.VolumeMount{Name: "store", MountPath: "/backups"})
+		args = append(args, "--store", "volume", "--volume-path", path.Join("/backups", v.Path))
+	}
+	args = append(args, "--", "pg_dump", "-Fc")
+	lbl := map[string]string{LabelBackup: b.Name, LabelComponent: "backup", "app.kubernetes.io/managed-by": "chartpilot"}
+	return &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Namespace: b.Namespace, Name: JobName(b), Labels: lbl},
+		Spec: batchv1.JobSpec{
+			// One try: a retry is a new Backup, so two writers never share a location.
+			BackoffLimit:          ptr.To[int32](0),
+			ActiveDeadlineSeconds: ptr.To(int64(r.Deadline / time.Second)),
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: lbl},
+				Spec: corev1.PodSpec{
+					RestartPolicy:                corev1.RestartPolicyNever,
+					AutomountServiceAccountToken: ptr.To(false),
+					EnableServiceLinks:           ptr.To(false),
+					SecurityContext: &corev1.PodSecurityContext{
+						RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](65532), RunAsGroup: ptr.To[int64](65532), FSGroup: ptr.To[int64](65532),
+						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+					},
+					Volumes: volumes,
+					Containers: []corev1.Container{{
+						Name: "backup", Image: r.Image, Command: []string{"chartpilot", "backup"}, Args: args, Env: env, VolumeMounts: mounts,
+						TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+						Resources: corev1.ResourceRequirements{
+							Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("128Mi")},
+							Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("512Mi")},
+						},
+						SecurityContext: &corev1.SecurityContext{
+							AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true),
+							Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+						},
+					}},
+				},
+			},
+		},
+	}
+}
+
+// follow reads b's Job: when it succeeded, what it stored is read back
+// from the store (S3) or from its pod's termination message (volume), and
+// only a manifest found there completes the Backup.
+func (r *BackupReconciler) follow(ctx context.Context, b *v1alpha1.Backup) (ctrl.Result, error) {
+	job := &batchv1.Job{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: b.Namespace, Name: b.Status.Job}, job); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.fail(b, fmt.Sprintf("Job %s was deleted before it finished; create a new Backup", b.Status.Job))
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	switch {
+	case jobCondition(job, batchv1.JobFailed):
+		why := fmt.Sprintf("Job %s failed", job.Name)
+		if msg := r.podMessage(ctx, job); msg != "" {
+			why += ": " + msg
+		} else if c := jobConditionOf(job, batchv1.JobFailed); c != nil && c.Message != "" {
+			why += ": " + c.Message
+		}
+		r.fail(b, why+" (kubectl logs job/"+job.Name+")")
+		return ctrl.Result{}, nil
+	case jobCondition(job, batchv1.JobComplete):
+		m, why := r.manifest(ctx, b, job)
+		if m == nil {
+			r.fail(b, why)
+			return ctrl.Result{}, nil
+		}
+		now := metav1.NewTime(r.Now().Truncate(time.Second))
+		b.Status.Phase, b.Status.CompletedAt = v1alpha1.BackupCompleted, &now
+		b.Status.Size, b.Status.SHA256 = m.Size, m.SHA256
+		b.Status.Message = fmt.Sprintf("%d bytes stored (%d before compression%s), sha256 %s", m.Size, m.PlainSize, encrypted(m), m.SHA256)
+		r.Recorder.Event(b, corev1.EventTypeNormal, "BackupCompleted", fmt.Sprintf("stored %d bytes at %s", m.Size, b.Status.Location))
+		lbl := []string{b.Namespace, b.Spec.Target.Kind, b.Spec.Target.Name, b.Spec.Store.Name}
+		backupLastSuccess.WithLabelValues(lbl...).Set(float64(now.Unix()))
+		backupSize.WithLabelValues(lbl...).Set(float64(m.Size))
+		if b.Status.StartedAt != nil {
+			backupDuration.WithLabelValues(lbl...).Set(now.Sub(b.Status.StartedAt.Time).Seconds())
+		}
+		return ctrl.Result{}, nil
+	}
+	return ctrl.Result{}, nil // the Job's next change wakes the Backup
+}
+
+func encrypted(m *backup.Manifest) string {
+	if m.Encryption != "" {
+		return ", encrypted with " + m.Encryption
+	}
+	return ""
+}
+
+func jobConditionOf(job *batchv1.Job, t batchv1.JobConditionType) *batchv1.JobCondition {
+	for i := range job.Status.Conditions {
+		if c := &job.Status.Conditions[i]; c.Type == t && c.Status == corev1.ConditionTrue {
+			return c
+		}
+	}
+	return nil
+}
+
+func jobCondition(job *batchv1.Job, t batchv1.JobConditionType) bool {
+	return jobConditionOf(job, t) != nil
+}
+
+// manifest is what b's succeeded Job stored, read from the store itself
+// for S3 (the Job's own word is not enough), from the pod's termination
+// message for a volume (which the operator cannot mount).
+func (r *BackupReconciler) manifest(ctx context.Context, b *v1alpha1.Backup, job *batchv1.Job) (*backup.Manifest, string) {
+	st, why, _ := r.store(ctx, b)
+	if st != nil && st.spec.S3 != nil {
+		ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+		defer cancel()
+		caNS := st.secretNS
+		bucket, cfg, _, msg := openS3(ctx, r.Reader, st.spec.S3, st.secretNS, caNS)
+		if bucket == nil {
+			return nil, fmt.Sprintf("Job %s succeeded, but its backup cannot be checked: %s", job.Name, msg)
+		}
+		defer bucket.Close()
+		m, err := backup.ReadManifest(ctx, bucket, b.Status.Location)
+		if err != nil {
+			return nil, fmt.Sprintf("Job %s succeeded, but the store has no complete backup at %s: %s", job.Name, b.Status.Location, scrub(err, cfg))
+		}
+		return m, ""
+	}
+	if st == nil {
+		return nil, fmt.Sprintf("Job %s succeeded, but its backup cannot be checked: %s", job.Name, why)
+	}
+	msg := r.podMessage(ctx, job)
+	m := &backup.Manifest{}
+	if err := json.Unmarshal([]byte(msg), m); err != nil || m.Format != backup.Format || m.SHA256 == "" {
+		return nil, fmt.Sprintf("Job %s succeeded, but its pod reported no backup manifest", job.Name)
+	}
+	return m, ""
+}
+
+// podMessage is the termination message of job's newest pod's container,
+// cut to one line of at most 512 bytes.
+func (r *BackupReconciler) podMessage(ctx context.Context, job *batchv1.Job) string {
+	pods := &corev1.PodList{}
+	if err := r.Reader.List(ctx, pods, client.InNamespace(job.Namespace), client.MatchingLabels{"batch.kubernetes.io/job-name": job.Name}); err != nil {
+		return ""
+	}
+	var newest *corev1.Pod
+	for i := range pods.Items {
+		if p := &pods.Items[i]; newest == nil || newest.CreationTimestamp.Before(&p.CreationTimestamp) {
+			newest = p
+		}
+	}
+	if newest == nil {
+		return ""
+	}
+	for _, cs := range newest.Status.ContainerStatuses {
+		if t := cs.State.Terminated; t != nil && t.Message != "" {
+			msg := strings.TrimSpace(t.Message)
+			if i := strings.LastIndexByte(msg, '\n'); i >= 0 && !strings.HasPrefix(msg, "{") {
+				msg = msg[i+1:] // the last line of the logs: the agent's error
+			}
+			if len(msg) > 512 {
+				msg = msg[:512]
+			}
+			return redact.Text(msg)
+		}
+	}
+	return ""
+}

@@ -1,0 +1,268 @@
+package backup_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/chartpilot/chartpilot/hooks/backup"
+	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
+	"github.com/chartpilot/chartpilot/internal/backup/backuptest"
+	"github.com/chartpilot/chartpilot/internal/testpg"
+)
+
+// buildAgent builds the chartpilot command the backup Jobs run.
+func buildAgent(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "chartpilot")
+	cmd := exec.Command("go", "build", "-o", bin, "../../cmd/chartpilot")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building the agent: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// runJob plays the kubelet for a backup Job whose pod the (cordoned)
+// cluster cannot start: it runs the pod's command, the real agent, with
+// the environment the Job names (Secrets resolved), reaching the database
+// at host:port as the Service's name would.
+func runJob(t *testing.T, ctx context.Context, c client.Client, job *batchv1.Job, agent, pgHost string, pgPort int) string {
+	t.Helper()
+	ctr := job.Spec.Template.Spec.Containers[0]
+	env := []string{"PATH=" + testpg.Bin(t) + ":" + os.Getenv("PATH")}
+	for _, e := range ctr.Env {
+		v := e.Value
+		if ref := e.ValueFrom; ref != nil && ref.SecretKeyRef != nil {
+			s := &corev1.Secret{}
+			if err := c.Get(ctx, client.ObjectKey{Namespace: job.Namespace, Name: ref.SecretKeyRef.Name}, s); err != nil {
+				t.Fatalf("env %s: %v", e.Name, err)
+			}
+			v = string(s.Data[ref.SecretKeyRef.Key])
+		}
+		switch e.Name {
+		case "PGHOST":
+			v = pgHost
+		case "PGPORT":
+			v = strconv.Itoa(pgPort)
+		}
+		env = append(env, e.Name+"="+v)
+	}
+	termination := filepath.Join(t.TempDir(), "termination-log")
+	args := append([]string{}, ctr.Command[1:]...)
+	for _, a := range ctr.Args {
+		args = append(args, strings.Replace(a, "/dev/termination-log", termination, 1))
+	}
+	cmd := exec.CommandContext(ctx, agent, args...)
+	cmd.Env = env
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("the Job's command %v: %v\n%s", ctr.Args, err, stderr.String())
+	}
+	msg, err := os.ReadFile(termination)
+	if err != nil {
+		t.Fatalf("the agent wrote no termination message: %v", err)
+	}
+	return string(msg)
+}
+
+// TestBackupRunsAsJob: a Backup of a Postgres becomes a Job whose pod has
+// no API token and gets its credentials only from Secrets; the Job's own
+// command (the real agent, pg_dump of a real server, a real S3 server)
+// stores the backup and the Backup completes with the size and checksum
+// read back from the store, which a restore of the stored data matches. A
+// second Backup of the same target waits for the first; a Job that
+// "succeeds" without storing anything fails its Backup; a store not
+// offered to the namespace is named in the Backup's status; the spec
+// cannot change; no secret reaches a status or an event.
+func TestBackupRunsAsJob(t *testing.T) {
+	cluster.Skip(t)
+	agent := buildAgent(t)
+	s3 := backuptest.StartS3(t, t.TempDir())
+	pg := testpg.Start(t)
+	pg.Query(t, "postgres", "create table items (id int primary key, name text); insert into items select i, 'item ' || i from generate_series(1, 3000) i")
+	ns := cluster.Namespace(t)
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = v1alpha1.AddToScheme(scheme)
+	mgr, err := ctrl.NewManager(cluster.Config, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stores := &backup.StoreReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"),
+		Endpoints: []string{"http://127.0.0.1:"}, SkipNameValidation: true}
+	backups := &backup.BackupReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"),
+		Image: "chartpilot:test", SkipNameValidation: true}
+	for _, setup := range []func(ctrl.Manager) error{stores.SetupWithManager, backups.SetupWithManager} {
+		if err := setup(mgr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = mgr.Start(ctx) }()
+	c, err := client.New(cluster.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustCreate := func(o client.Object) {
+		t.Helper()
+		if err := c.Create(ctx, o); err != nil {
+			t.Fatalf("creating %s: %v", o.GetName(), err)
+		}
+	}
+	// The cluster's simulated pods would "complete" the Jobs at once:
+	// until the agent has run here, nothing is scheduled.
+	if err := cluster.Cordon(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cluster.Cordon(context.Background(), false) })
+
+	mustCreate(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "s3"}, Data: map[string][]byte{"accessKeyID": []byte(s3.AccessKeyID), "secretAccessKey": []byte(s3.SecretAccessKey)}})
+	mustCreate(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db-auth"}, Data: map[string][]byte{"username": []byte("postgres"), "password": []byte("db-password-never-shown")}})
+	mustCreate(&v1alpha1.BackupStore{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "s3"}, Spec: v1alpha1.BackupStoreSpec{S3: &v1alpha1.S3Store{
+		Endpoint: s3.Endpoint, Bucket: s3.Bucket, Prefix: "backups", ForcePathStyle: true, CredentialsSecretRef: v1alpha1.SecretRef{Name: "s3"}}}})
+	db := &v1alpha1.Postgres{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db"}, Spec: v1alpha1.PostgresSpec{Version: "15", Storage: v1alpha1.PostgresStorage{Size: "1Gi"}}}
+	mustCreate(db)
+
+	newBackup := func(name, store, storeKind string) *v1alpha1.Backup {
+		b := &v1alpha1.Backup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: v1alpha1.BackupSpec{
+			Target: v1alpha1.BackupTarget{Kind: "Postgres", Name: "db"}, Store: v1alpha1.StoreRef{Kind: storeKind, Name: store}}}
+		mustCreate(b)
+		return b
+	}
+	wait := func(name, phase, message string) *v1alpha1.Backup {
+		t.Helper()
+		b := &v1alpha1.Backup{}
+		deadline := time.Now().Add(3 * time.Minute)
+		for time.Now().Before(deadline) {
+			if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, b); err == nil && b.Status.Phase == phase && strings.Contains(b.Status.Message, message) {
+				return b
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		t.Fatalf("Backup %s never %s with %q; last status %+v", name, phase, message, b.Status)
+		return nil
+	}
+
+	first := newBackup("first", "s3", "")
+	wait("first", v1alpha1.BackupPending, "Postgres db is not Ready")
+	// What the release reconciler reports for a Ready Postgres.
+	db.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "InstallSucceeded", Message: "ok", LastTransitionTime: metav1.Now()}}
+	db.Status.Endpoints = &v1alpha1.PostgresEndpoints{ReadWrite: "db", ReadOnly: "db-ro", Secret: "db-auth"}
+	db.Status.Release = &v1alpha1.ReleaseInfo{Name: "db", ChartVersion: "1.4.0"}
+	if err := c.Status().Update(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	got := wait("first", v1alpha1.BackupRunning, "")
+	if got.Status.ChartVersion != "1.4.0" || got.Status.DatabaseVersion != "15" || !strings.HasPrefix(got.Status.Location, ns+"/postgres/db/") {
+		t.Errorf("running Backup's status: %+v", got.Status)
+	}
+	newBackup("second", "s3", "")
+	wait("second", v1alpha1.BackupPending, "backup first of the same Postgres is running")
+
+	job := &batchv1.Job{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: got.Status.Job}, job); err != nil {
+		t.Fatalf("the Backup's Job: %v", err)
+	}
+	pod := job.Spec.Template.Spec
+	if pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken || *job.Spec.BackoffLimit != 0 || !metav1.IsControlledBy(job, got) {
+		t.Errorf("Job %s: token mounted, retried, or not owned by its Backup", job.Name)
+	}
+	for _, e := range pod.Containers[0].Env {
+		if (strings.Contains(e.Name, "PASSWORD") || strings.Contains(e.Name, "KEY")) && (e.Value != "" || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil) {
+			t.Errorf("Job env %s is not a reference to a Secret", e.Name)
+		}
+	}
+	msg := runJob(t, ctx, c, job, agent, "127.0.0.1", pg.Port)
+	if err := cluster.Cordon(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	done := wait("first", v1alpha1.BackupCompleted, "bytes stored")
+	var m struct {
+		SHA256 string `json:"sha256"`
+		Size   int64  `json:"size"`
+	}
+	if err := json.Unmarshal([]byte(msg), &m); err != nil || m.SHA256 != done.Status.SHA256 || m.Size != done.Status.Size || m.Size == 0 {
+		t.Errorf("Backup status %+v does not match the manifest the agent wrote: %s", done.Status, msg)
+	}
+
+	// The stored backup restores into a fresh database.
+	pg.Query(t, "postgres", "create database restored")
+	restore := exec.CommandContext(ctx, agent, "backup", "restore", "--store", "s3", "--s3-endpoint", s3.Endpoint, "--s3-bucket", s3.Bucket,
+		"--s3-prefix", "backups", "--s3-force-path-style", "--location", done.Status.Location, "--",
+		"pg_restore", "--exit-on-error", "-h", "127.0.0.1", "-p", strconv.Itoa(pg.Port), "-U", "postgres", "-d", "restored")
+	restore.Env = []string{"PATH=" + testpg.Bin(t) + ":" + os.Getenv("PATH"), "CHARTPILOT_S3_ACCESS_KEY_ID=" + s3.AccessKeyID, "CHARTPILOT_S3_SECRET_ACCESS_KEY=" + s3.SecretAccessKey}
+	if out, err := restore.CombinedOutput(); err != nil {
+		t.Fatalf("restoring the Job's backup: %v\n%s", err, out)
+	}
+	sum := "select count(*) || ' ' || md5(string_agg(name, ',' order by id)) from items"
+	if a, b := pg.Query(t, "restored", sum), pg.Query(t, "postgres", sum); a != b {
+		t.Errorf("restored %q, backed up %q", a, b)
+	}
+
+	// The second starts once the first is done; its pod "completes" here
+	// without the agent having run, so the store has no backup for it.
+	failed := wait("second", v1alpha1.BackupFailed, "the store has no complete backup at")
+	if failed.Status.Location == done.Status.Location {
+		t.Errorf("two Backups share location %s", failed.Status.Location)
+	}
+
+	// A ClusterBackupStore that does not select the namespace.
+	cs := &v1alpha1.ClusterBackupStore{ObjectMeta: metav1.ObjectMeta{Name: ns + "-shared"}, Spec: v1alpha1.ClusterBackupStoreSpec{
+		Volume: &v1alpha1.VolumeStore{ClaimName: "backups"}, NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"backups": "shared"}}}}
+	mustCreate(cs)
+	t.Cleanup(func() { _ = c.Delete(context.Background(), cs) })
+	newBackup("unoffered", cs.Name, "ClusterBackupStore")
+	wait("unoffered", v1alpha1.BackupPending, "does not serve namespace "+ns)
+
+	if err := c.Get(ctx, client.ObjectKeyFromObject(first), first); err != nil {
+		t.Fatal(err)
+	}
+	first.Spec.Target.Name = "other"
+	if err := c.Update(ctx, first); err == nil || !strings.Contains(err.Error(), "cannot change") {
+		t.Errorf("changing a Backup's spec: %v", err)
+	}
+
+	evs := &corev1.EventList{}
+	if err := c.List(ctx, evs, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	var seen []string
+	for _, e := range evs.Items {
+		seen = append(seen, e.Reason+": "+e.Message)
+	}
+	for _, name := range []string{"first", "second", "unoffered"} {
+		b := &v1alpha1.Backup{}
+		_ = c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, b)
+		st, _ := json.Marshal(b.Status)
+		seen = append(seen, string(st))
+	}
+	all := strings.Join(seen, "\n")
+	for _, secret := range []string{s3.SecretAccessKey, "db-password-never-shown"} {
+		if strings.Contains(all, secret) {
+			t.Errorf("a secret reached a Backup's status or events")
+		}
+	}
+	for _, want := range []string{"BackupStarted", "BackupCompleted", "BackupFailed", "BackupWaiting"} {
+		if !strings.Contains(all, want+": ") {
+			t.Errorf("no %s event:\n%s", want, all)
+		}
+	}
+}

@@ -1,0 +1,31 @@
+package backup
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+// Backup metrics, by namespace, target kind and name, and store.
+var (
+	backupLabels      = []string{"namespace", "kind", "name", "store"}
+	backupLastSuccess = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "chartpilot_backup_last_success_timestamp_seconds",
+		Help: "When the last backup of the resource to the store completed (Unix time).",
+	}, backupLabels)
+	backupDuration = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "chartpilot_backup_duration_seconds",
+		Help: "How long the last completed backup of the resource took, from its Job's start.",
+	}, backupLabels)
+	backupSize = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "chartpilot_backup_size_bytes",
+		Help: "Bytes stored by the last completed backup of the resource (compressed, encrypted).",
+	}, backupLabels)
+	backupFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "chartpilot_backup_failures_total",
+		Help: "Backups of the resource that failed, including those that could not start.",
+	}, backupLabels)
+)
+
+func init() {
+	metrics.Registry.MustRegister(backupLastSuccess, backupDuration, backupSize, backupFailures)
+}

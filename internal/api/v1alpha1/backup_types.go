@@ -1,0 +1,109 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Phases of a Backup.
+const (
+	BackupPending   = "Pending"
+	BackupRunning   = "Running"
+	BackupCompleted = "Completed"
+	BackupFailed    = "Failed"
+)
+
+// BackupSpec says what to back up and where to. It cannot change once the
+// Backup exists: a new backup is a new Backup.
+// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="a Backup's spec cannot change: create a new Backup"
+type BackupSpec struct {
+	// Target is the resource backed up, in the Backup's namespace.
+	Target BackupTarget `json:"target"`
+	// Store is where the backup goes.
+	Store StoreRef `json:"store"`
+}
+
+// BackupTarget names a resource of the Backup's namespace.
+type BackupTarget struct {
+	// Kind of the resource; Postgres is the kind backups support.
+	// +kubebuilder:validation:Enum=Postgres
+	Kind string `json:"kind"`
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=53
+	Name string `json:"name"`
+}
+
+// StoreRef names a BackupStore of the Backup's namespace, or a
+// ClusterBackupStore whose namespaceSelector selects that namespace.
+type StoreRef struct {
+	// Kind: BackupStore (default) or ClusterBackupStore.
+	// +optional
+	// +kubebuilder:default=BackupStore
+	// +kubebuilder:validation:Enum=BackupStore;ClusterBackupStore
+	Kind string `json:"kind,omitempty"`
+	// +kubebuilder:validation:MinLength=1
+	Name string `json:"name"`
+}
+
+// BackupStatus is what became of the backup.
+type BackupStatus struct {
+	// Phase: Pending (waiting to start: its store, its target, or another
+	// backup of the same target), Running (its Job runs), Completed or
+	// Failed (final).
+	// +optional
+	Phase string `json:"phase,omitempty"`
+	// Message says why the backup waits or failed, and what to do.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// Job is the name of the Job that runs the backup.
+	// +optional
+	Job string `json:"job,omitempty"`
+	// Location is the key prefix of the backup in the store: data and
+	// manifest.json below it.
+	// +optional
+	Location string `json:"location,omitempty"`
+	// +optional
+	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+	// +optional
+	CompletedAt *metav1.Time `json:"completedAt,omitempty"`
+	// Size of the stored data in bytes (compressed, encrypted).
+	// +optional
+	Size int64 `json:"size,omitempty"`
+	// SHA256 of the stored data, checked before any restore.
+	// +optional
+	SHA256 string `json:"sha256,omitempty"`
+	// DatabaseVersion and ChartVersion of the target when it was backed up.
+	// +optional
+	DatabaseVersion string `json:"databaseVersion,omitempty"`
+	// +optional
+	ChartVersion string `json:"chartVersion,omitempty"`
+}
+
+// Backup is one backup of a resource to a store. Deleting it deletes its
+// Job, never the data in the store (retention does that).
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:categories=chartpilot
+// +kubebuilder:printcolumn:name="Target",type=string,JSONPath=`.spec.target.name`
+// +kubebuilder:printcolumn:name="Store",type=string,JSONPath=`.spec.store.name`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Size",type=integer,JSONPath=`.status.size`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Backup struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   BackupSpec   `json:"spec"`
+	Status BackupStatus `json:"status,omitempty"`
+}
+
+// BackupList is a list of Backup.
+// +kubebuilder:object:root=true
+type BackupList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Backup `json:"items"`
+}
+
+func init() {
+	knownTypes = append(knownTypes, &Backup{}, &BackupList{})
+}

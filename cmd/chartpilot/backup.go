@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"filippo.io/age"
 	"gocloud.dev/blob"
 
 	"github.com/chartpilot/chartpilot/internal/backup"
@@ -28,7 +29,9 @@ manifest beside it; a restore checks the checksum before COMMAND starts.
 The manifest is printed on standard output as JSON.
 
 S3 credentials come from the environment, never from flags:
-CHARTPILOT_S3_ACCESS_KEY_ID and CHARTPILOT_S3_SECRET_ACCESS_KEY.
+CHARTPILOT_S3_ACCESS_KEY_ID and CHARTPILOT_S3_SECRET_ACCESS_KEY. Without
+--recipient, run encrypts for CHARTPILOT_AGE_KEY when it is set: an age
+X25519 recipient (age1…) or identity (AGE-SECRET-KEY-1…, its recipient).
 
 Flags:
 `
@@ -85,6 +88,13 @@ func backupCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	defer b.Close()
 	var m *backup.Manifest
+	if sub == "run" && *recipient == "" {
+		r, err := recipientFromEnv()
+		if err != nil {
+			return err
+		}
+		*recipient = r
+	}
 	if sub == "run" {
 		m, err = backupRun(ctx, b, *location, command, backup.Options{Compression: *compression, Recipient: *recipient, Labels: labels}, stderr)
 		if err == nil && (keep.Count != 0 || keep.MaxAge != 0) {
@@ -105,6 +115,8 @@ func backupCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 				return fmt.Errorf("--identity-file: %w", err)
 			}
 			identity = strings.TrimSpace(string(data))
+		} else if k := strings.TrimSpace(os.Getenv("CHARTPILOT_AGE_KEY")); strings.HasPrefix(k, "AGE-SECRET-KEY-1") {
+			identity = k
 		}
 		m, err = backupRestore(ctx, b, *location, identity, command, stderr)
 	}
@@ -193,4 +205,27 @@ func backupRestore(ctx context.Context, b *blob.Bucket, location, identity strin
 		return nil, fmt.Errorf("%s failed: %w", command[0], err)
 	}
 	return m, nil
+}
+
+// recipientFromEnv is the age recipient of CHARTPILOT_AGE_KEY ("" when it
+// is not set): the key itself, or the recipient of an identity. The error
+// never shows the key.
+func recipientFromEnv() (string, error) {
+	key := strings.TrimSpace(os.Getenv("CHARTPILOT_AGE_KEY"))
+	switch {
+	case key == "":
+		return "", nil
+	case strings.HasPrefix(key, "age1"):
+		if _, err := age.ParseX25519Recipient(key); err != nil {
+			return "", errors.New("CHARTPILOT_AGE_KEY is not a valid age X25519 recipient")
+		}
+		return key, nil
+	case strings.HasPrefix(key, "AGE-SECRET-KEY-1"):
+		id, err := age.ParseX25519Identity(key)
+		if err != nil {
+			return "", errors.New("CHARTPILOT_AGE_KEY is not a valid age X25519 identity")
+		}
+		return id.Recipient().String(), nil
+	}
+	return "", errors.New("CHARTPILOT_AGE_KEY holds neither an age X25519 recipient (age1…) nor an identity (AGE-SECRET-KEY-1…)")
 }

@@ -97,3 +97,26 @@ func TestBackupCommand(t *testing.T) {
 		}
 	}
 }
+
+// TestRecipientFromEnv: CHARTPILOT_AGE_KEY may hold a recipient or an
+// identity (its recipient is used); anything else is refused without
+// showing the value.
+func TestRecipientFromEnv(t *testing.T) {
+	id, err := age.GenerateX25519Identity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ key, want, err string }{
+		{"", "", ""},
+		{id.Recipient().String(), id.Recipient().String(), ""},
+		{id.String() + "\n", id.Recipient().String(), ""},
+		{"AGE-SECRET-KEY-1NOTAKEY", "", "not a valid age X25519 identity"},
+		{"hunter2-secret", "", "holds neither"},
+	} {
+		t.Setenv("CHARTPILOT_AGE_KEY", tc.key)
+		got, err := recipientFromEnv()
+		if got != tc.want || (err == nil) != (tc.err == "") || (err != nil && (!strings.Contains(err.Error(), tc.err) || strings.Contains(err.Error(), "hunter2"))) {
+			t.Errorf("CHARTPILOT_AGE_KEY %.12q: %q, %v", tc.key, got, err)
+		}
+	}
+}

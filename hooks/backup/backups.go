@@ -30,11 +30,20 @@ import (
 	"github.com/chartpilot/chartpilot/internal/redact"
 )
 
-// Labels of a backup Job and its pod.
+// Labels of a backup Job and its pod; of a scheduled Backup.
 const (
 	LabelBackup    = "chartpilot.dev/backup"
 	LabelComponent = "app.kubernetes.io/component"
+	// LabelScheduledBy names the resource whose schedule made the Backup.
+	LabelScheduledBy = "chartpilot.dev/scheduled-by"
+	// AnnotationScheduledAt is the schedule time (RFC 3339) it was made for.
+	AnnotationScheduledAt = "chartpilot.dev/scheduled-at"
 )
+
+// scheduled reports whether b was made by its target's schedule.
+func scheduled(b *v1alpha1.Backup) bool {
+	return b.Labels[LabelScheduledBy] != "" && b.Labels[LabelScheduledBy] == b.Spec.Target.Name
+}
 
 // StartGrace is how long a Backup waits for its target to be Ready and its
 // store to be usable before it fails.
@@ -99,7 +108,7 @@ func (r *BackupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if !equalStatus(before.Status, b.Status) {
+	if !equalJSON(before.Status, b.Status) {
 		if err := r.Client.Status().Patch(ctx, b, client.MergeFrom(before)); err != nil {
 			return ctrl.Result{}, fmt.Errorf("writing status: %w", err)
 		}
@@ -107,7 +116,7 @@ func (r *BackupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	return res, nil
 }
 
-func equalStatus(a, b v1alpha1.BackupStatus) bool {
+func equalJSON(a, b any) bool {
 	x, _ := json.Marshal(a)
 	y, _ := json.Marshal(b)
 	return string(x) == string(y)
@@ -258,9 +267,14 @@ func (r *BackupReconciler) start(ctx context.Context, b *v1alpha1.Backup) (ctrl.
 // Location is where b's backup goes in its store: one series per target
 // (retention works on it), one key prefix per Backup that no other Backup
 // can have (a backup is never written over another).
+// Scheduled backups have a series of their own (scheduled/ below), which
+// retention prunes without touching on-demand ones.
 func Location(b *v1alpha1.Backup) string {
-	return path.Join(b.Namespace, strings.ToLower(b.Spec.Target.Kind), b.Spec.Target.Name,
-		b.CreationTimestamp.UTC().Format("20060102T150405Z")+"-"+b.Name+"-"+string(b.UID)[:8])
+	series := path.Join(b.Namespace, strings.ToLower(b.Spec.Target.Kind), b.Spec.Target.Name)
+	if scheduled(b) {
+		series = path.Join(series, "scheduled")
+	}
+	return path.Join(series, b.CreationTimestamp.UTC().Format("20060102T150405Z")+"-"+b.Name+"-"+string(b.UID)[:8])
 }
 
 // JobName is the name of b's Job: b's name cut to fit, with a hash of it.
@@ -290,6 +304,22 @@ func (r *BackupReconciler) job(b *v1alpha1.Backup, pg *v1alpha1.Postgres, st *re
 	args := []string{"run", "--location", location, "--manifest-file", "/dev/termination-log",
 		"--label", "namespace=" + b.Namespace, "--label", "kind=" + b.Spec.Target.Kind, "--label", "name=" + pg.Name,
 		"--label", "backup=" + b.Name, "--label", "databaseVersion=" + pg.Spec.Version}
+	if sb := pg.Spec.Backup; sb != nil {
+		if sb.Compression != "" {
+			args = append(args, "--compression", sb.Compression)
+		}
+		if e := sb.Encryption; e != nil {
+			env = append(env, corev1.EnvVar{Name: "CHARTPILOT_AGE_KEY", ValueFrom: secret(e.KeySecretRef.Name, e.KeySecretRef.Key)})
+		}
+		if k := sb.Retention; k != nil && scheduled(b) {
+			if k.Count > 0 {
+				args = append(args, "--keep-count", fmt.Sprint(k.Count))
+			}
+			if k.MaxAge != nil && k.MaxAge.Duration > 0 {
+				args = append(args, "--keep-max-age", k.MaxAge.Duration.String())
+			}
+		}
+	}
 	var volumes []corev1.Volume
 	var mounts []corev1.VolumeMount
 	if s3 := st.spec.S3; s3 != nil {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"filippo.io/age"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -138,7 +139,15 @@ func TestBackupRunsAsJob(t *testing.T) {
 	mustCreate(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db-auth"}, Data: map[string][]byte{"username": []byte("postgres"), "password": []byte("db-password-never-shown")}})
 	mustCreate(&v1alpha1.BackupStore{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "s3"}, Spec: v1alpha1.BackupStoreSpec{S3: &v1alpha1.S3Store{
 		Endpoint: s3.Endpoint, Bucket: s3.Bucket, Prefix: "backups", ForcePathStyle: true, CredentialsSecretRef: v1alpha1.SecretRef{Name: "s3"}}}})
-	db := &v1alpha1.Postgres{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db"}, Spec: v1alpha1.PostgresSpec{Version: "15", Storage: v1alpha1.PostgresStorage{Size: "1Gi"}}}
+	key, err := age.GenerateX25519Identity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustCreate(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "backup-key"}, Data: map[string][]byte{"age": []byte(key.String())}})
+	// Encrypted for the key of spec.backup.encryption, also on demand.
+	db := &v1alpha1.Postgres{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db"}, Spec: v1alpha1.PostgresSpec{Version: "15", Storage: v1alpha1.PostgresStorage{Size: "1Gi"},
+		Backup: &v1alpha1.PostgresBackup{Store: v1alpha1.StoreRef{Name: "s3"}, Schedule: "0 3 * * *",
+			Encryption: &v1alpha1.BackupEncryption{KeySecretRef: v1alpha1.LocalSecretKeyRef{Name: "backup-key", Key: "age"}}}}}
 	mustCreate(db)
 
 	newBackup := func(name, store, storeKind string) *v1alpha1.Backup {
@@ -194,7 +203,7 @@ func TestBackupRunsAsJob(t *testing.T) {
 	if err := cluster.Cordon(ctx, false); err != nil {
 		t.Fatal(err)
 	}
-	done := wait("first", v1alpha1.BackupCompleted, "bytes stored")
+	done := wait("first", v1alpha1.BackupCompleted, "encrypted with age")
 	var m struct {
 		SHA256 string `json:"sha256"`
 		Size   int64  `json:"size"`
@@ -208,7 +217,7 @@ func TestBackupRunsAsJob(t *testing.T) {
 	restore := exec.CommandContext(ctx, agent, "backup", "restore", "--store", "s3", "--s3-endpoint", s3.Endpoint, "--s3-bucket", s3.Bucket,
 		"--s3-prefix", "backups", "--s3-force-path-style", "--location", done.Status.Location, "--",
 		"pg_restore", "--exit-on-error", "-h", "127.0.0.1", "-p", strconv.Itoa(pg.Port), "-U", "postgres", "-d", "restored")
-	restore.Env = []string{"PATH=" + testpg.Bin(t) + ":" + os.Getenv("PATH"), "CHARTPILOT_S3_ACCESS_KEY_ID=" + s3.AccessKeyID, "CHARTPILOT_S3_SECRET_ACCESS_KEY=" + s3.SecretAccessKey}
+	restore.Env = []string{"PATH=" + testpg.Bin(t) + ":" + os.Getenv("PATH"), "CHARTPILOT_S3_ACCESS_KEY_ID=" + s3.AccessKeyID, "CHARTPILOT_S3_SECRET_ACCESS_KEY=" + s3.SecretAccessKey, "CHARTPILOT_AGE_KEY=" + key.String()}
 	if out, err := restore.CombinedOutput(); err != nil {
 		t.Fatalf("restoring the Job's backup: %v\n%s", err, out)
 	}
@@ -255,7 +264,7 @@ func TestBackupRunsAsJob(t *testing.T) {
 		seen = append(seen, string(st))
 	}
 	all := strings.Join(seen, "\n")
-	for _, secret := range []string{s3.SecretAccessKey, "db-password-never-shown"} {
+	for _, secret := range []string{s3.SecretAccessKey, "db-password-never-shown", key.String()} {
 		if strings.Contains(all, secret) {
 			t.Errorf("a secret reached a Backup's status or events")
 		}

@@ -37,5 +37,12 @@ func addBackupStores(o Options, mgr manager.Manager) error {
 		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("chartpilot-backup"),
 		Image: o.BackupImage, SkipNameValidation: o.SeveralInProcess,
 	}
-	return b.SetupWithManager(mgr)
+	if err := b.SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if _, err := mgr.GetRESTMapper().RESTMapping(schema.GroupKind{Group: v1alpha1.GroupVersion.Group, Kind: "Postgres"}, v1alpha1.GroupVersion.Version); err != nil {
+		return nil
+	}
+	s := &backup.ScheduleReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorderFor("chartpilot-backup"), SkipNameValidation: o.SeveralInProcess}
+	return s.SetupWithManager(mgr)
 }

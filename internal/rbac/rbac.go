@@ -90,9 +90,9 @@ func ownRules(o Options, tenancyUsed bool) []rbacv1.PolicyRule {
 		// Backup stores: checked, their status written; a volume store's claim read.
 		{APIGroups: []string{"chartpilot.dev"}, Resources: []string{"backupstores", "backupstores/status", "clusterbackupstores", "clusterbackupstores/status"}, Verbs: []string{"get", "list", "watch", "update", "patch"}},
 		{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims"}, Verbs: []string{"get"}},
-		// Backups: run as Jobs (their pods' termination messages read), a
+		// Backups: made by schedules and pruned by retention, run as Jobs (their pods' termination messages read), a
 		// ClusterBackupStore's namespaceSelector matched against namespaces.
-		{APIGroups: []string{"chartpilot.dev"}, Resources: []string{"backups", "backups/status"}, Verbs: []string{"get", "list", "watch", "update", "patch"}},
+		{APIGroups: []string{"chartpilot.dev"}, Resources: []string{"backups", "backups/status"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
 		{APIGroups: []string{"batch"}, Resources: []string{"jobs"}, Verbs: []string{"get", "list", "watch", "create"}},
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list"}},
 		{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get"}},

@@ -65,6 +65,86 @@ type PostgresSpec struct {
 	// Metrics adds a postgres_exporter sidecar.
 	// +optional
 	Metrics bool `json:"metrics,omitempty"`
+
+	// Backup schedules backups of the database (it changes nothing in the
+	// release).
+	// +optional
+	Backup *PostgresBackup `json:"backup,omitempty"`
+}
+
+// PostgresBackup schedules backups: each a Backup named
+// <name>-<scheduled time>, run as a Job.
+type PostgresBackup struct {
+	// Store the backups go to.
+	Store StoreRef `json:"store"`
+	// Schedule in 5-field cron format (minute hour day-of-month month
+	// day-of-week, UTC), e.g. "30 2 * * *". Schedules missed while the
+	// operator was down are made up by one backup, not one per miss.
+	// +kubebuilder:validation:MinLength=9
+	// +kubebuilder:validation:MaxLength=100
+	Schedule string `json:"schedule"`
+	// Retention of scheduled backups; none: all are kept.
+	// +optional
+	Retention *BackupRetention `json:"retention,omitempty"`
+	// Compression of the dump: zstd (default) or none.
+	// +optional
+	// +kubebuilder:validation:Enum=zstd;none
+	Compression string `json:"compression,omitempty"`
+	// Encryption, on the Job's side, before anything reaches the store.
+	// +optional
+	Encryption *BackupEncryption `json:"encryption,omitempty"`
+	// Suspend stops new scheduled backups (on-demand Backups still run).
+	// +optional
+	Suspend bool `json:"suspend,omitempty"`
+}
+
+// BackupRetention says which scheduled backups are kept: the newest Count
+// and those younger than MaxAge (either rule may be left out); the newest
+// complete backup is always kept.
+// +kubebuilder:validation:XValidation:rule="has(self.count) || has(self.maxAge)",message="set count, maxAge or both"
+type BackupRetention struct {
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	Count int `json:"count,omitempty"`
+	// MaxAge, a duration such as 720h.
+	// +optional
+	MaxAge *metav1.Duration `json:"maxAge,omitempty"`
+}
+
+// BackupEncryption names the age X25519 key backups are encrypted for.
+type BackupEncryption struct {
+	// KeySecretRef names a key of a Secret of the namespace holding an age
+	// X25519 identity (AGE-SECRET-KEY-1…; restores need it) or only its
+	// recipient (age1…).
+	KeySecretRef LocalSecretKeyRef `json:"keySecretRef"`
+}
+
+// LocalSecretKeyRef names a key of a Secret of the object's namespace.
+type LocalSecretKeyRef struct {
+	// +kubebuilder:validation:MinLength=1
+	Name string `json:"name"`
+	// +kubebuilder:validation:MinLength=1
+	Key string `json:"key"`
+}
+
+// PostgresBackupStatus reports the scheduled backups.
+type PostgresBackupStatus struct {
+	// LastScheduleTime is the schedule time of the newest scheduled Backup.
+	// +optional
+	LastScheduleTime *metav1.Time `json:"lastScheduleTime,omitempty"`
+	// NextScheduleTime is when the next one is due.
+	// +optional
+	NextScheduleTime *metav1.Time `json:"nextScheduleTime,omitempty"`
+	// LastBackup is the newest Backup of the resource, and its phase.
+	// +optional
+	LastBackup string `json:"lastBackup,omitempty"`
+	// +optional
+	LastBackupPhase string `json:"lastBackupPhase,omitempty"`
+	// LastSuccessfulBackup is the newest completed Backup.
+	// +optional
+	LastSuccessfulBackup string `json:"lastSuccessfulBackup,omitempty"`
+	// +optional
+	LastSuccessTime *metav1.Time `json:"lastSuccessTime,omitempty"`
 }
 
 // PostgresStorage is the data volume of each pod.
@@ -107,6 +187,9 @@ type PostgresStatus struct {
 	// Tuning lists the postgresql.conf settings chartpilot derived from the resources.
 	// +optional
 	Tuning map[string]string `json:"tuning,omitempty"`
+	// Backup reports the scheduled backups (spec.backup).
+	// +optional
+	Backup *PostgresBackupStatus `json:"backup,omitempty"`
 }
 
 // Postgres is a PostgreSQL cluster managed as a Helm release of charts/postgresql.

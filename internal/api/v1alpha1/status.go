@@ -28,6 +28,9 @@ const (
 	// was seen healthy stop being available (named in the message), and
 	// True again once they are; absent until that first happens.
 	ConditionWorkloadsAvailable = "WorkloadsAvailable"
+	// ConditionLastBackupSucceeded says how the newest finished backup of
+	// a resource with scheduled backups ended (Unknown before the first).
+	ConditionLastBackupSucceeded = "LastBackupSucceeded"
 )
 
 // Annotations on a managed custom resource.

@@ -1,0 +1,271 @@
+package backup
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"github.com/robfig/cron/v3"
+
+	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
+)
+
+// keepFailed is how many failed scheduled Backups are kept (older ones are
+// deleted; a failed Backup holds no data).
+const keepFailed = 3
+
+// maxCatchUp bounds the schedule times walked to find the newest one
+// missed (a year of a schedule every minute).
+const maxCatchUp = 600_000
+
+// ScheduleReconciler makes the scheduled Backups of each Postgres with a
+// spec.backup: one Backup per schedule time, never two at once, one for
+// all the times missed while the operator was down. It deletes the
+// scheduled Backups retention no longer keeps (their Jobs prune the data
+// by the same rule), and reports status.backup and LastBackupSucceeded.
+type ScheduleReconciler struct {
+	Client   client.Client
+	Recorder record.EventRecorder
+	// SkipNameValidation allows several managers in one process (tests).
+	SkipNameValidation bool
+	// Now is the clock (tests).
+	Now func() time.Time
+}
+
+// SetupWithManager builds the controller: Postgres and the Backups it owns.
+func (r *ScheduleReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Now == nil {
+		r.Now = time.Now
+	}
+	skip := r.SkipNameValidation
+	return ctrl.NewControllerManagedBy(mgr).Named("backupschedule").For(&v1alpha1.Postgres{}).Owns(&v1alpha1.Backup{}).
+		WithOptions(controller.Options{SkipNameValidation: &skip}).Complete(r)
+}
+
+// Reconcile makes what the schedule of one Postgres asks for now.
+func (r *ScheduleReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	pg := &v1alpha1.Postgres{}
+	if err := r.Client.Get(ctx, req.NamespacedName, pg); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	before := pg.DeepCopy()
+	sb := pg.Spec.Backup
+	if sb == nil {
+		pg.Status.Backup = nil
+		apimeta.RemoveStatusCondition(&pg.Status.Conditions, v1alpha1.ConditionLastBackupSucceeded)
+		return ctrl.Result{}, r.write(ctx, before, pg)
+	}
+	sched, err := cron.ParseStandard(sb.Schedule)
+	if err != nil {
+		msg := fmt.Sprintf("spec.backup.schedule %q: %v: give 5 fields (minute hour day-of-month month day-of-week), e.g. \"30 2 * * *\"", sb.Schedule, err)
+		if c := apimeta.FindStatusCondition(pg.Status.Conditions, v1alpha1.ConditionLastBackupSucceeded); c == nil || c.Reason != "InvalidSchedule" || c.Message != msg {
+			r.Recorder.Event(pg, corev1.EventTypeWarning, "InvalidSchedule", msg)
+		}
+		r.condition(pg, metav1.ConditionFalse, "InvalidSchedule", msg)
+		return ctrl.Result{}, r.write(ctx, before, pg)
+	}
+
+	list := &v1alpha1.BackupList{}
+	if err := r.Client.List(ctx, list, client.InNamespace(pg.Namespace)); err != nil {
+		return ctrl.Result{}, err
+	}
+	var mine, byTarget []*v1alpha1.Backup
+	for i := range list.Items {
+		b := &list.Items[i]
+		if b.Spec.Target.Kind != "Postgres" || b.Spec.Target.Name != pg.Name {
+			continue
+		}
+		byTarget = append(byTarget, b)
+		if scheduled(b) && b.DeletionTimestamp == nil {
+			mine = append(mine, b)
+		}
+	}
+	sort.Slice(mine, func(i, j int) bool { return scheduledAt(mine[i]).After(scheduledAt(mine[j])) })
+
+	now := r.Now()
+	anchor := pg.CreationTimestamp.Time
+	active := false
+	for _, b := range mine {
+		if t := scheduledAt(b); t.After(anchor) {
+			anchor = t
+		}
+		if p := b.Status.Phase; p == "" || p == v1alpha1.BackupPending || p == v1alpha1.BackupRunning {
+			active = true
+		}
+	}
+	due, missed := dueTime(sched, anchor, now)
+	if !due.IsZero() && !sb.Suspend && !active {
+		b, err := r.create(ctx, pg, due)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if b != nil {
+			msg := fmt.Sprintf("Backup %s for the schedule time %s", b.Name, due.UTC().Format(time.RFC3339))
+			if missed > 1 {
+				msg += fmt.Sprintf(" (one backup for %d schedule times missed)", missed)
+			}
+			r.Recorder.Event(pg, corev1.EventTypeNormal, "BackupScheduled", msg)
+			mine = append([]*v1alpha1.Backup{b}, mine...)
+			byTarget = append(byTarget, b)
+		}
+	}
+	if err := r.retain(ctx, sb.Retention, mine, now); err != nil {
+		return ctrl.Result{}, err
+	}
+	r.report(pg, sched, mine, byTarget, now)
+	if err := r.write(ctx, before, pg); err != nil {
+		return ctrl.Result{}, err
+	}
+	if pg.Status.Backup.NextScheduleTime == nil {
+		return ctrl.Result{}, nil
+	}
+	wait := pg.Status.Backup.NextScheduleTime.Sub(now)
+	if wait < time.Second {
+		wait = time.Second
+	}
+	return ctrl.Result{RequeueAfter: wait}, nil
+}
+
+// dueTime is the newest schedule time after anchor and not after now, and
+// how many schedule times there were in that span (zero time and 0: none).
+func dueTime(s cron.Schedule, anchor, now time.Time) (time.Time, int) {
+	var due time.Time
+	n := 0
+	for t := s.Next(anchor); !t.IsZero() && !t.After(now) && n < maxCatchUp; t = s.Next(t) {
+		due = t
+		n++
+	}
+	return due, n
+}
+
+func scheduledAt(b *v1alpha1.Backup) time.Time {
+	t, err := time.Parse(time.RFC3339, b.Annotations[AnnotationScheduledAt])
+	if err != nil {
+		return b.CreationTimestamp.Time
+	}
+	return t
+}
+
+// create makes the Backup of schedule time due, owned by pg; nil when it
+// exists already (made before a restart).
+func (r *ScheduleReconciler) create(ctx context.Context, pg *v1alpha1.Postgres, due time.Time) (*v1alpha1.Backup, error) {
+	b := &v1alpha1.Backup{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace:   pg.Namespace,
+			Name:        pg.Name + "-" + due.UTC().Format("200601021504"),
+			Labels:      map[string]string{LabelScheduledBy: pg.Name},
+			Annotations: map[string]string{AnnotationScheduledAt: due.UTC().Format(time.RFC3339)},
+		},
+		Spec: v1alpha1.BackupSpec{Target: v1alpha1.BackupTarget{Kind: "Postgres", Name: pg.Name}, Store: pg.Spec.Backup.Store},
+	}
+	if b.Spec.Store.Kind == "" {
+		b.Spec.Store.Kind = "BackupStore"
+	}
+	if err := controllerutil.SetControllerReference(pg, b, r.Client.Scheme()); err != nil {
+		return nil, err
+	}
+	if err := r.Client.Create(ctx, b); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("creating Backup %s: %w", b.Name, err)
+	}
+	return b, nil
+}
+
+// retain deletes the scheduled Backups (newest first in mine) that keep
+// does not keep, by the rule the Jobs prune the data with: beyond Count or
+// older than MaxAge, never the newest completed one; and failed ones
+// beyond the newest keepFailed.
+func (r *ScheduleReconciler) retain(ctx context.Context, keep *v1alpha1.BackupRetention, mine []*v1alpha1.Backup, now time.Time) error {
+	completed, failed := 0, 0
+	for _, b := range mine {
+		var drop bool
+		switch b.Status.Phase {
+		case v1alpha1.BackupCompleted:
+			completed++
+			if keep != nil && completed > 1 {
+				beyondCount := keep.Count > 0 && completed > keep.Count
+				tooOld := keep.MaxAge != nil && keep.MaxAge.Duration > 0 && now.Sub(scheduledAt(b)) > keep.MaxAge.Duration
+				drop = beyondCount || tooOld
+			}
+		case v1alpha1.BackupFailed:
+			failed++
+			drop = failed > keepFailed
+		}
+		if !drop {
+			continue
+		}
+		if err := r.Client.Delete(ctx, b, client.Preconditions{UID: &b.UID}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting Backup %s, which retention does not keep: %w", b.Name, err)
+		}
+	}
+	return nil
+}
+
+// report fills status.backup and LastBackupSucceeded.
+func (r *ScheduleReconciler) report(pg *v1alpha1.Postgres, sched cron.Schedule, mine, byTarget []*v1alpha1.Backup, now time.Time) {
+	st := &v1alpha1.PostgresBackupStatus{}
+	if len(mine) > 0 {
+		t := metav1.NewTime(scheduledAt(mine[0]))
+		st.LastScheduleTime = &t
+	}
+	if !pg.Spec.Backup.Suspend {
+		t := metav1.NewTime(sched.Next(now))
+		st.NextScheduleTime = &t
+	}
+	sort.Slice(byTarget, func(i, j int) bool { return byTarget[j].CreationTimestamp.Before(&byTarget[i].CreationTimestamp) })
+	var lastDone *v1alpha1.Backup
+	for _, b := range byTarget {
+		if st.LastBackup == "" {
+			st.LastBackup, st.LastBackupPhase = b.Name, b.Status.Phase
+		}
+		if b.Status.CompletedAt == nil {
+			continue
+		}
+		if lastDone == nil || b.Status.CompletedAt.After(lastDone.Status.CompletedAt.Time) {
+			lastDone = b
+		}
+		if b.Status.Phase == v1alpha1.BackupCompleted && (st.LastSuccessTime == nil || b.Status.CompletedAt.After(st.LastSuccessTime.Time)) {
+			st.LastSuccessfulBackup, st.LastSuccessTime = b.Name, b.Status.CompletedAt
+		}
+	}
+	pg.Status.Backup = st
+	switch {
+	case lastDone == nil:
+		r.condition(pg, metav1.ConditionUnknown, "NoBackupYet", "no backup has finished yet")
+	case lastDone.Status.Phase == v1alpha1.BackupCompleted:
+		r.condition(pg, metav1.ConditionTrue, "BackupCompleted", fmt.Sprintf("Backup %s completed at %s (%d bytes)", lastDone.Name, lastDone.Status.CompletedAt.UTC().Format(time.RFC3339), lastDone.Status.Size))
+	default:
+		r.condition(pg, metav1.ConditionFalse, "BackupFailed", fmt.Sprintf("Backup %s failed: %s", lastDone.Name, lastDone.Status.Message))
+	}
+}
+
+func (r *ScheduleReconciler) condition(pg *v1alpha1.Postgres, status metav1.ConditionStatus, reason, msg string) {
+	apimeta.SetStatusCondition(&pg.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionLastBackupSucceeded, Status: status,
+		Reason: reason, Message: msg, ObservedGeneration: pg.Generation})
+}
+
+// write patches status.backup and the condition when they changed, with
+// optimistic locking: the release reconciler writes the same status, and
+// a view from a stale cache must not undo its newer conditions.
+func (r *ScheduleReconciler) write(ctx context.Context, before, pg *v1alpha1.Postgres) error {
+	if equalJSON(before.Status, pg.Status) {
+		return nil
+	}
+	if err := r.Client.Status().Patch(ctx, pg, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("writing status.backup: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,219 @@
+package backup_test
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/chartpilot/chartpilot/hooks/backup"
+	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
+)
+
+// clock is a test clock the schedule reads.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// TestScheduledBackups: an hourly schedule on a Postgres, driven by a test
+// clock against the real API server. Five hours of downtime give one
+// catch-up Backup, not five; no second Backup is made while one is
+// unfinished; retention {count: 2} deletes the oldest completed Backup
+// once a third completes; LastBackupSucceeded follows the newest finished
+// Backup (completed, then failed); a bad schedule is named on the
+// condition; removing spec.backup removes the condition and status.backup.
+func TestScheduledBackups(t *testing.T) {
+	cluster.Skip(t)
+	ns := cluster.Namespace(t)
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = v1alpha1.AddToScheme(scheme)
+	mgr, err := ctrl.NewManager(cluster.Config, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := &clock{t: time.Now()}
+	r := &backup.ScheduleReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorderFor("test"), SkipNameValidation: true, Now: clk.now}
+	if err := r.SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = mgr.Start(ctx) }()
+	c, err := client.New(cluster.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pg := &v1alpha1.Postgres{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db"}, Spec: v1alpha1.PostgresSpec{
+		Version: "15", Storage: v1alpha1.PostgresStorage{Size: "1Gi"},
+		Backup: &v1alpha1.PostgresBackup{Store: v1alpha1.StoreRef{Name: "s3"}, Schedule: "0 * * * *", Retention: &v1alpha1.BackupRetention{Count: 2}},
+	}}
+	if err := c.Create(ctx, pg); err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKeyFromObject(pg)
+	poke := func() {
+		t.Helper()
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{"test/poke":%q}}}`, clk.now().String())
+		if err := c.Patch(ctx, &v1alpha1.Postgres{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db"}}, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	backups := func() []v1alpha1.Backup {
+		t.Helper()
+		l := &v1alpha1.BackupList{}
+		if err := c.List(ctx, l, client.InNamespace(ns)); err != nil {
+			t.Fatal(err)
+		}
+		sort.Slice(l.Items, func(i, j int) bool { return l.Items[i].Name < l.Items[j].Name })
+		return l.Items
+	}
+	eventually := func(what string, ok func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(2 * time.Minute)
+		for !ok() {
+			if time.Now().After(deadline) {
+				t.Fatalf("never: %s; Backups %v", what, names(backups()))
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	cond := func(status metav1.ConditionStatus, reason, msg string) {
+		t.Helper()
+		eventually(fmt.Sprintf("LastBackupSucceeded %s/%s with %q", status, reason, msg), func() bool {
+			got := &v1alpha1.Postgres{}
+			if err := c.Get(ctx, key, got); err != nil {
+				return false
+			}
+			cd := apimeta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionLastBackupSucceeded)
+			return cd != nil && cd.Status == status && cd.Reason == reason && strings.Contains(cd.Message, msg) && got.Status.Backup != nil
+		})
+	}
+	finish := func(name, phase string) {
+		t.Helper()
+		b := &v1alpha1.Backup{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, b); err != nil {
+			t.Fatal(err)
+		}
+		now := metav1.NewTime(clk.now().Truncate(time.Second))
+		b.Status = v1alpha1.BackupStatus{Phase: phase, CompletedAt: &now, Size: 42, Message: "the dump ended early"}
+		if err := c.Status().Update(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	cond(metav1.ConditionUnknown, "NoBackupYet", "no backup")
+	if n := len(backups()); n != 0 {
+		t.Fatalf("%d Backups before the first schedule time", n)
+	}
+
+	// Five hours down: one Backup for the newest schedule time.
+	clk.add(5*time.Hour + time.Minute)
+	poke()
+	eventually("one catch-up Backup", func() bool { return len(backups()) == 1 })
+	first := backups()[0]
+	if want := "db-" + clk.now().UTC().Truncate(time.Hour).Format("200601021504"); first.Name != want || first.Labels[backup.LabelScheduledBy] != "db" || !metav1.IsControlledBy(&first, pg) {
+		t.Errorf("catch-up Backup %s (labels %v), want %s owned by the Postgres", first.Name, first.Labels, want)
+	}
+	// Another hour while it is unfinished: still one.
+	clk.add(time.Hour)
+	poke()
+	time.Sleep(2 * time.Second)
+	if n := len(backups()); n != 1 {
+		t.Fatalf("%d Backups while the first is unfinished, want 1", n)
+	}
+	finish(first.Name, v1alpha1.BackupCompleted)
+	cond(metav1.ConditionTrue, "BackupCompleted", first.Name)
+	// Its completion lets the due one be made at once.
+	eventually("the second Backup", func() bool { return len(backups()) == 2 })
+
+	second := newest(backups())
+	finish(second.Name, v1alpha1.BackupCompleted)
+	clk.add(time.Hour)
+	poke()
+	eventually("the third Backup", func() bool { return len(backups()) == 3 })
+	third := newest(backups())
+	finish(third.Name, v1alpha1.BackupCompleted)
+	eventually("retention keeping two", func() bool {
+		got := names(backups())
+		return len(got) == 2 && !strings.Contains(strings.Join(got, ","), first.Name)
+	})
+
+	clk.add(time.Hour)
+	poke()
+	eventually("the fourth Backup", func() bool { return len(backups()) == 3 })
+	fourth := newest(backups())
+	finish(fourth.Name, v1alpha1.BackupFailed)
+	cond(metav1.ConditionFalse, "BackupFailed", fourth.Name+" failed: the dump ended early")
+	got := &v1alpha1.Postgres{}
+	if err := c.Get(ctx, key, got); err != nil {
+		t.Fatal(err)
+	}
+	if st := got.Status.Backup; st.LastSuccessfulBackup != third.Name || st.NextScheduleTime == nil || st.LastScheduleTime == nil {
+		t.Errorf("status.backup %+v: want lastSuccessfulBackup %s and both schedule times", st, third.Name)
+	}
+
+	got.Spec.Backup.Schedule = "61 * * * *"
+	if err := c.Update(ctx, got); err != nil {
+		t.Fatal(err)
+	}
+	cond(metav1.ConditionFalse, "InvalidSchedule", "spec.backup.schedule")
+
+	if err := c.Get(ctx, key, got); err != nil {
+		t.Fatal(err)
+	}
+	got.Spec.Backup = nil
+	if err := c.Update(ctx, got); err != nil {
+		t.Fatal(err)
+	}
+	eventually("status.backup and the condition gone", func() bool {
+		g := &v1alpha1.Postgres{}
+		return c.Get(ctx, key, g) == nil && g.Status.Backup == nil && apimeta.FindStatusCondition(g.Status.Conditions, v1alpha1.ConditionLastBackupSucceeded) == nil
+	})
+
+	evs := &corev1.EventList{}
+	if err := c.List(ctx, evs, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	var caughtUp bool
+	for _, e := range evs.Items {
+		caughtUp = caughtUp || (e.Reason == "BackupScheduled" && strings.Contains(e.Message, "one backup for 5 schedule times missed"))
+	}
+	if !caughtUp {
+		t.Error("no BackupScheduled event saying five schedule times were made up by one backup")
+	}
+}
+
+func names(bs []v1alpha1.Backup) []string {
+	var out []string
+	for _, b := range bs {
+		out = append(out, b.Name+"="+b.Status.Phase)
+	}
+	return out
+}
+
+// newest is the Backup with the latest name (names sort by schedule time).
+func newest(bs []v1alpha1.Backup) v1alpha1.Backup {
+	return bs[len(bs)-1]
+}

@@ -71,25 +71,7 @@ func TestOperatorRules(t *testing.T) {
 	}
 
 	// Each alert fires in one test and stays quiet in another.
-	var ut struct {
-		Tests []struct {
-			AlertRuleTest []struct {
-				Alertname string           `json:"alertname"`
-				ExpAlerts []map[string]any `json:"exp_alerts"`
-			} `json:"alert_rule_test"`
-		} `json:"tests"`
-	}
-	must(yaml.Unmarshal(tests, &ut))
-	fires, quiet := map[string]bool{}, map[string]bool{}
-	for _, tc := range ut.Tests {
-		for _, a := range tc.AlertRuleTest {
-			if len(a.ExpAlerts) > 0 {
-				fires[a.Alertname] = true
-			} else {
-				quiet[a.Alertname] = true
-			}
-		}
-	}
+	fires, quiet := alertTests(t, tests)
 	defined := definedMetrics(t, root)
 	metricName := regexp.MustCompile(`chartpilot_[a-z_]+`)
 	for _, g := range rf.Spec.Groups {
@@ -105,6 +87,34 @@ func TestOperatorRules(t *testing.T) {
 			}
 		}
 	}
+}
+
+// alertTests reads a promtool test file: the alerts that fire in one of
+// its tests, and those expected quiet in one.
+func alertTests(t *testing.T, tests []byte) (fires, quiet map[string]bool) {
+	t.Helper()
+	var ut struct {
+		Tests []struct {
+			AlertRuleTest []struct {
+				Alertname string           `json:"alertname"`
+				ExpAlerts []map[string]any `json:"exp_alerts"`
+			} `json:"alert_rule_test"`
+		} `json:"tests"`
+	}
+	if err := yaml.Unmarshal(tests, &ut); err != nil {
+		t.Fatal(err)
+	}
+	fires, quiet = map[string]bool{}, map[string]bool{}
+	for _, tc := range ut.Tests {
+		for _, a := range tc.AlertRuleTest {
+			if len(a.ExpAlerts) > 0 {
+				fires[a.Alertname] = true
+			} else {
+				quiet[a.Alertname] = true
+			}
+		}
+	}
+	return fires, quiet
 }
 
 // tools returns the module root and bin/promtool (built by make tools).
@@ -127,19 +137,25 @@ func definedMetrics(t *testing.T, root string) []string {
 	t.Helper()
 	re := regexp.MustCompile(`Name:\s*"(chartpilot_[a-z_]+)"`)
 	var out []string
-	err := filepath.WalkDir(filepath.Join(root, "internal"), func(path string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return err
-		}
-		b, err := os.ReadFile(path)
+	var err error
+	for _, dir := range []string{"internal", "hooks"} {
 		if err != nil {
-			return err
+			break
 		}
-		for _, m := range re.FindAllStringSubmatch(string(b), -1) {
-			out = append(out, m[1])
-		}
-		return nil
-	})
+		err = filepath.WalkDir(filepath.Join(root, dir), func(path string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+				return err
+			}
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			for _, m := range re.FindAllStringSubmatch(string(b), -1) {
+				out = append(out, m[1])
+			}
+			return nil
+		})
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

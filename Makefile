@@ -9,7 +9,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 TEST_TIMEOUT ?= 30m
 TEST_FLAGS ?=
 
-.PHONY: all build test test-unit tools tools-dev generate manifests lint verify demo bench fuzz fmt vet clean
+.PHONY: all build test test-unit tools tools-dev generate manifests monitoring-crds lint verify demo bench fuzz fmt vet clean
 
 all: build
 
@@ -54,6 +54,13 @@ generate: tools-dev
 manifests: tools-dev
 	@if [ -d internal/api ]; then $(BIN)/controller-gen crd paths=./internal/api/... output:crd:artifacts:config=config/crd/bases; fi
 	$(GO) run ./cmd/chartpilot rbac --watches watches.yaml --crds config/crd > config/rbac/role.yaml
+
+## monitoring-crds: the Prometheus Operator's ServiceMonitor and PrometheusRule CRDs the tests install, generated from its API module
+PROMETHEUS_OPERATOR_VERSION ?= v0.95.2
+monitoring-crds: tools-dev
+	dir=$$($(GO) mod download -json github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring@$(PROMETHEUS_OPERATOR_VERSION) | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$$/\1/p') && \
+	tmp=$$(mktemp -d) && (cd $$dir && GOFLAGS=-mod=mod $(BIN)/controller-gen crd:maxDescLen=0 paths=./v1/... output:crd:dir=$$tmp) && \
+	cp $$tmp/monitoring.coreos.com_servicemonitors.yaml $$tmp/monitoring.coreos.com_prometheusrules.yaml test/e2e/testdata/ && rm -rf $$tmp
 
 ## lint: golangci-lint v2 (pinned) with .golangci.yml
 lint: tools-dev

@@ -5,7 +5,8 @@
 //   - Validate, at admission and before every action: reject with a reason;
 //   - Values, to contribute a values layer;
 //   - PreUpgrade, which may block an upgrade;
-//   - PostRelease, after a successful install or upgrade.
+//   - PostRelease, after a successful install or upgrade;
+//   - Report, a condition it reports without holding anything up.
 //
 // Each point is a small interface with a Func adapter. A hook's error becomes
 // a condition (the hook's ConditionType) and a Warning event on the resource
@@ -21,6 +22,7 @@ import (
 	"sort"
 	"sync"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -134,6 +136,11 @@ type Hook struct {
 	PreUpgrade    PreUpgrader
 	PostRelease   PostReleaser
 	Watcher       Watcher
+	// Report, when set, is a condition the hook reports on the resource at
+	// every pass without holding anything up (MonitoringReady); nil
+	// removes the condition of type ReportType.
+	Report     func(ctx context.Context, obj Object) *metav1.Condition
+	ReportType string
 	// Identity returns the user Helm actions for obj run as
 	// ("system:serviceaccount:ns:name"), or "" for the operator's own.
 	Identity func(ctx context.Context, obj Object) (string, error)

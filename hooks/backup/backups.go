@@ -291,16 +291,7 @@ func JobName(b *v1alpha1.Backup) string {
 // to the store. Credentials reach it only as references to Secrets of
 // b's namespace; its pod has no API token.
 func (r *BackupReconciler) job(b *v1alpha1.Backup, pg *v1alpha1.Postgres, st *resolvedStore, location string) *batchv1.Job {
-	secret := func(name, key string) *corev1.EnvVarSource {
-		return &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: name}, Key: key}}
-	}
-	env := []corev1.EnvVar{
-		{Name: "PGHOST", Value: pg.Status.Endpoints.ReadWrite},
-		{Name: "PGPORT", Value: "5432"},
-		{Name: "PGDATABASE", Value: "postgres"},
-		{Name: "PGUSER", ValueFrom: secret(pg.Status.Endpoints.Secret, "username")},
-		{Name: "PGPASSWORD", ValueFrom: secret(pg.Status.Endpoints.Secret, "password")},
-	}
+	env := pgEnv(pg)
 	args := []string{"run", "--location", location, "--manifest-file", "/dev/termination-log",
 		"--label", "namespace=" + b.Namespace, "--label", "kind=" + b.Spec.Target.Kind, "--label", "name=" + pg.Name,
 		"--label", "backup=" + b.Name, "--label", "databaseVersion=" + pg.Spec.Version}
@@ -309,7 +300,7 @@ func (r *BackupReconciler) job(b *v1alpha1.Backup, pg *v1alpha1.Postgres, st *re
 			args = append(args, "--compression", sb.Compression)
 		}
 		if e := sb.Encryption; e != nil {
-			env = append(env, corev1.EnvVar{Name: "CHARTPILOT_AGE_KEY", ValueFrom: secret(e.KeySecretRef.Name, e.KeySecretRef.Key)})
+			env = append(env, corev1.EnvVar{Name: "CHARTPILOT_AGE_KEY", ValueFrom: secretKey(e.KeySecretRef.Name, e.KeySecretRef.Key)})
 		}
 		if k := sb.Retention; k != nil && scheduled(b) {
 			if k.Count > 0 {
@@ -320,8 +311,30 @@ func (r *BackupReconciler) job(b *v1alpha1.Backup, pg *v1alpha1.Postgres, st *re
 			}
 		}
 	}
-	var volumes []corev1.Volume
-	var mounts []corev1.VolumeMount
+	sargs, senv, volumes, mounts := storeFlags(st)
+	args = append(append(args, sargs...), "--", "pg_dump", "-Fc")
+	lbl := map[string]string{LabelBackup: b.Name, LabelComponent: "backup", "app.kubernetes.io/managed-by": "chartpilot"}
+	return agentJob(b.Namespace, JobName(b), lbl, r.Image, r.Deadline, args, append(env, senv...), volumes, mounts)
+}
+
+func secretKey(name, key string) *corev1.EnvVarSource {
+	return &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: name}, Key: key}}
+}
+
+// pgEnv is the libpq environment that reaches pg's primary as its
+// superuser, the password by reference to its Secret.
+func pgEnv(pg *v1alpha1.Postgres) []corev1.EnvVar {
+	return []corev1.EnvVar{
+		{Name: "PGHOST", Value: pg.Status.Endpoints.ReadWrite},
+		{Name: "PGPORT", Value: "5432"},
+		{Name: "PGDATABASE", Value: "postgres"},
+		{Name: "PGUSER", ValueFrom: secretKey(pg.Status.Endpoints.Secret, "username")},
+		{Name: "PGPASSWORD", ValueFrom: secretKey(pg.Status.Endpoints.Secret, "password")},
+	}
+}
+
+// storeFlags are the agent's flags, environment and volumes for store st.
+func storeFlags(st *resolvedStore) (args []string, env []corev1.EnvVar, volumes []corev1.Volume, mounts []corev1.VolumeMount) {
 	if s3 := st.spec.S3; s3 != nil {
 		args = append(args, "--store", "s3", "--s3-bucket", s3.Bucket)
 		if s3.Endpoint != "" {
@@ -337,29 +350,34 @@ func (r *BackupReconciler) job(b *v1alpha1.Backup, pg *v1alpha1.Postgres, st *re
 			args = append(args, "--s3-force-path-style")
 		}
 		env = append(env,
-			corev1.EnvVar{Name: "CHARTPILOT_S3_ACCESS_KEY_ID", ValueFrom: secret(s3.CredentialsSecretRef.Name, "accessKeyID")},
-			corev1.EnvVar{Name: "CHARTPILOT_S3_SECRET_ACCESS_KEY", ValueFrom: secret(s3.CredentialsSecretRef.Name, "secretAccessKey")})
+			corev1.EnvVar{Name: "CHARTPILOT_S3_ACCESS_KEY_ID", ValueFrom: secretKey(s3.CredentialsSecretRef.Name, "accessKeyID")},
+			corev1.EnvVar{Name: "CHARTPILOT_S3_SECRET_ACCESS_KEY", ValueFrom: secretKey(s3.CredentialsSecretRef.Name, "secretAccessKey")})
 		if ca := s3.CASecretRef; ca != nil {
 			volumes = append(volumes, corev1.Volume{Name: "ca", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
 				SecretName: ca.Name, Items: []corev1.KeyToPath{{Key: ca.Key, Path: "ca.pem"}}}}})
 			mounts = append(mounts, corev1.VolumeMount{Name: "ca", MountPath: "/etc/chartpilot/ca", ReadOnly: true})
 			args = append(args, "--s3-ca-file", "/etc/chartpilot/ca/ca.pem")
 		}
-	} else {
-		v := st.spec.Volume
-		volumes = append(volumes, corev1.Volume{Name: "store", VolumeSource: corev1.VolumeSource{
-			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: v.ClaimName}}})
-		mounts = append(mounts, corev1.VolumeMount{Name: "store", MountPath: "/backups"})
-		args = append(args, "--store", "volume", "--volume-path", path.Join("/backups", v.Path))
+		return args, env, volumes, mounts
 	}
-	args = append(args, "--", "pg_dump", "-Fc")
-	lbl := map[string]string{LabelBackup: b.Name, LabelComponent: "backup", "app.kubernetes.io/managed-by": "chartpilot"}
+	v := st.spec.Volume
+	volumes = append(volumes, corev1.Volume{Name: "store", VolumeSource: corev1.VolumeSource{
+		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: v.ClaimName}}})
+	mounts = append(mounts, corev1.VolumeMount{Name: "store", MountPath: "/backups"})
+	args = append(args, "--store", "volume", "--volume-path", path.Join("/backups", v.Path))
+	return args, env, volumes, mounts
+}
+
+// agentJob is a Job of the agent (`chartpilot backup ARGS`): one try,
+// bounded by deadline, no API token, non-root, read-only root file system,
+// no capabilities.
+func agentJob(namespace, name string, lbl map[string]string, image string, deadline time.Duration, args []string, env []corev1.EnvVar, volumes []corev1.Volume, mounts []corev1.VolumeMount) *batchv1.Job {
 	return &batchv1.Job{
-		ObjectMeta: metav1.ObjectMeta{Namespace: b.Namespace, Name: JobName(b), Labels: lbl},
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: lbl},
 		Spec: batchv1.JobSpec{
 			// One try: a retry is a new Backup, so two writers never share a location.
 			BackoffLimit:          ptr.To[int32](0),
-			ActiveDeadlineSeconds: ptr.To(int64(r.Deadline / time.Second)),
+			ActiveDeadlineSeconds: ptr.To(int64(deadline / time.Second)),
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: lbl},
 				Spec: corev1.PodSpec{
@@ -372,7 +390,7 @@ func (r *BackupReconciler) job(b *v1alpha1.Backup, pg *v1alpha1.Postgres, st *re
 					},
 					Volumes: volumes,
 					Containers: []corev1.Container{{
-						Name: "backup", Image: r.Image, Command: []string{"chartpilot", "backup"}, Args: args, Env: env, VolumeMounts: mounts,
+						Name: "agent", Image: image, Command: []string{"chartpilot", "backup"}, Args: args, Env: env, VolumeMounts: mounts,
 						TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 						Resources: corev1.ResourceRequirements{
 							Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("128Mi")},
@@ -404,7 +422,7 @@ func (r *BackupReconciler) follow(ctx context.Context, b *v1alpha1.Backup) (ctrl
 	switch {
 	case jobCondition(job, batchv1.JobFailed):
 		why := fmt.Sprintf("Job %s failed", job.Name)
-		if msg := r.podMessage(ctx, job); msg != "" {
+		if msg := podMessage(ctx, r.Reader, job); msg != "" {
 			why += ": " + msg
 		} else if c := jobConditionOf(job, batchv1.JobFailed); c != nil && c.Message != "" {
 			why += ": " + c.Message
@@ -476,7 +494,7 @@ func (r *BackupReconciler) manifest(ctx context.Context, b *v1alpha1.Backup, job
 	if st == nil {
 		return nil, fmt.Sprintf("Job %s succeeded, but its backup cannot be checked: %s", job.Name, why)
 	}
-	msg := r.podMessage(ctx, job)
+	msg := podMessage(ctx, r.Reader, job)
 	m := &backup.Manifest{}
 	if err := json.Unmarshal([]byte(msg), m); err != nil || m.Format != backup.Format || m.SHA256 == "" {
 		return nil, fmt.Sprintf("Job %s succeeded, but its pod reported no backup manifest", job.Name)
@@ -486,9 +504,9 @@ func (r *BackupReconciler) manifest(ctx context.Context, b *v1alpha1.Backup, job
 
 // podMessage is the termination message of job's newest pod's container,
 // cut to one line of at most 512 bytes.
-func (r *BackupReconciler) podMessage(ctx context.Context, job *batchv1.Job) string {
+func podMessage(ctx context.Context, reader client.Reader, job *batchv1.Job) string {
 	pods := &corev1.PodList{}
-	if err := r.Reader.List(ctx, pods, client.InNamespace(job.Namespace), client.MatchingLabels{"batch.kubernetes.io/job-name": job.Name}); err != nil {
+	if err := reader.List(ctx, pods, client.InNamespace(job.Namespace), client.MatchingLabels{"batch.kubernetes.io/job-name": job.Name}); err != nil {
 		return ""
 	}
 	var newest *corev1.Pod

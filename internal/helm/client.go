@@ -117,7 +117,7 @@ func NewClient(cfg *rest.Config, log logr.Logger) (*Client, error) {
 	return &Client{
 		config: cfg,
 		disc:   cached,
-		mapper: restmapper.NewDeferredDiscoveryRESTMapper(cached),
+		mapper: &rediscoveringMapper{ResettableRESTMapper: restmapper.NewDeferredDiscoveryRESTMapper(cached), disc: cached},
 		log:    log,
 	}, nil
 }

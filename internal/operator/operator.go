@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
@@ -28,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/chartpilot/chartpilot/hooks"
+	"github.com/chartpilot/chartpilot/hooks/monitoring"
 	"github.com/chartpilot/chartpilot/hooks/tenancy"
 	"github.com/chartpilot/chartpilot/internal/admission"
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
@@ -284,8 +286,13 @@ func addReconcilers(o Options, mgr manager.Manager, scheme *runtime.Scheme, sour
 	shared.SkipNameValidation = o.SeveralInProcess
 	shared.DigestKey = key
 	tn := &tenancy.Tenancy{Client: mgr.GetClient(), Resources: resourcesFunc(mgr.GetClient(), o.Watches, sources, o.Kinds)}
+	disc, err := discovery.NewDiscoveryClientForConfig(o.Config)
+	if err != nil {
+		return nil, err
+	}
+	mon := &monitoring.Monitoring{Discovery: disc}
 	registry := hooks.NewRegistry()
-	for _, h := range append([]*hooks.Hook{tn.Hook()}, o.Hooks...) {
+	for _, h := range append([]*hooks.Hook{tn.Hook(), mon.Hook()}, o.Hooks...) {
 		if err := registry.Register(h); err != nil {
 			return nil, err
 		}

@@ -96,6 +96,8 @@ func ownRules(o Options, tenancyUsed bool) []rbacv1.PolicyRule {
 		{APIGroups: []string{"batch"}, Resources: []string{"jobs"}, Verbs: []string{"get", "list", "watch", "create"}},
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list"}},
 		{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get"}},
+		// The monitoring hook sees the Prometheus Operator's CRDs come and go.
+		{APIGroups: []string{"apiextensions.k8s.io"}, Resources: []string{"customresourcedefinitions"}, Verbs: []string{"get", "list", "watch"}},
 	}
 	if len(o.Impersonate) > 0 {
 		names := slices.Clone(o.Impersonate)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -171,6 +172,13 @@ func (r *Reconciler) hookLayers(ctx context.Context, p *pass, d *desired, crVals
 				tenantLayers = append(tenantLayers, l)
 			} else {
 				layers = append(layers, l)
+			}
+		}
+		if h.Report != nil && h.ReportType != "" {
+			if c := h.Report(ctx, d.hobj); c != nil {
+				setCondition(p.status, p.obj, h.ReportType, c.Status, c.Reason, c.Message)
+			} else {
+				apimeta.RemoveStatusCondition(&p.status.Conditions, h.ReportType)
 			}
 		}
 	}

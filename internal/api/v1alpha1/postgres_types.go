@@ -66,10 +66,77 @@ type PostgresSpec struct {
 	// +optional
 	Metrics bool `json:"metrics,omitempty"`
 
+	// Monitoring turns the exporter on and, where the Prometheus Operator's
+	// CRDs are installed (now or later), adds a ServiceMonitor and a
+	// PrometheusRule with this database's alerts to the release.
+	// +optional
+	Monitoring *PostgresMonitoring `json:"monitoring,omitempty"`
+
+	// Restore fills a new database from a backup once its release is
+	// installed; the resource is Ready only after the restore completed.
+	// It runs once: changing it later restores nothing.
+	// +optional
+	Restore *PostgresRestore `json:"restore,omitempty"`
+
 	// Backup schedules backups of the database (it changes nothing in the
 	// release).
 	// +optional
 	Backup *PostgresBackup `json:"backup,omitempty"`
+}
+
+// PostgresRestore names the backup to restore: a completed Backup of the
+// namespace, or a location in a store.
+// +kubebuilder:validation:XValidation:rule="has(self.fromBackup) != has(self.fromStore)",message="set exactly one of fromBackup or fromStore"
+type PostgresRestore struct {
+	// FromBackup is the name of a completed Backup of this namespace.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	FromBackup string `json:"fromBackup,omitempty"`
+	// FromStore is a backup's location in a store (a Backup's
+	// status.location), e.g. of another cluster.
+	// +optional
+	FromStore *RestoreFromStore `json:"fromStore,omitempty"`
+	// Encryption names the key of an encrypted backup: a Secret key
+	// holding the age identity (AGE-SECRET-KEY-1…). Default: the one of
+	// spec.backup.encryption.
+	// +optional
+	Encryption *BackupEncryption `json:"encryption,omitempty"`
+}
+
+// RestoreFromStore is a location in a store.
+type RestoreFromStore struct {
+	Store StoreRef `json:"store"`
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:Pattern=`^[^.][^\s]*$`
+	Location string `json:"location"`
+}
+
+// PostgresRestoreStatus is what became of spec.restore.
+type PostgresRestoreStatus struct {
+	// Phase: Pending, Running, Completed or Failed.
+	Phase string `json:"phase,omitempty"`
+	// +optional
+	Message string `json:"message,omitempty"`
+	// +optional
+	Job string `json:"job,omitempty"`
+	// Location restored from, and the SHA-256 checked before restoring.
+	// +optional
+	Location string `json:"location,omitempty"`
+	// +optional
+	SHA256 string `json:"sha256,omitempty"`
+	// +optional
+	CompletedAt *metav1.Time `json:"completedAt,omitempty"`
+}
+
+// PostgresMonitoring is the monitoring of one database.
+type PostgresMonitoring struct {
+	// +optional
+	Enabled bool `json:"enabled,omitempty"`
+	// Labels added to the ServiceMonitor and PrometheusRule, for the
+	// Prometheus selectors that pick them.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=16
+	Labels map[string]string `json:"labels,omitempty"`
 }
 
 // PostgresBackup schedules backups: each a Backup named
@@ -190,6 +257,9 @@ type PostgresStatus struct {
 	// Backup reports the scheduled backups (spec.backup).
 	// +optional
 	Backup *PostgresBackupStatus `json:"backup,omitempty"`
+	// Restore reports spec.restore.
+	// +optional
+	Restore *PostgresRestoreStatus `json:"restore,omitempty"`
 }
 
 // Postgres is a PostgreSQL cluster managed as a Helm release of charts/postgresql.

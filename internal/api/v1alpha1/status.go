@@ -31,6 +31,13 @@ const (
 	// ConditionLastBackupSucceeded says how the newest finished backup of
 	// a resource with scheduled backups ended (Unknown before the first).
 	ConditionLastBackupSucceeded = "LastBackupSucceeded"
+	// ConditionMonitoringReady says whether the monitoring asked for
+	// (Postgres spec.monitoring) is in place: False while the Prometheus
+	// Operator's CRDs are not installed. It never makes a resource not Ready.
+	ConditionMonitoringReady = "MonitoringReady"
+	// ConditionRestored is False while spec.restore has not completed; it
+	// keeps the resource not Ready until it has.
+	ConditionRestored = "Restored"
 )
 
 // Annotations on a managed custom resource.

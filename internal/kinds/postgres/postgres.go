@@ -78,7 +78,7 @@ func Values(obj *unstructured.Unstructured) (map[string]any, error) {
 		"image":    map[string]any{"tag": s.Version},
 		"replicas": replicas,
 		"storage":  map[string]any{"size": s.Storage.Size, "storageClass": s.Storage.StorageClass},
-		"metrics":  map[string]any{"enabled": s.Metrics},
+		"metrics":  map[string]any{"enabled": s.Metrics || (s.Monitoring != nil && s.Monitoring.Enabled)},
 	}
 	if len(params) > 0 {
 		typed["parameters"] = params

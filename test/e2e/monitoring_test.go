@@ -1,0 +1,78 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
+)
+
+var (
+	serviceMonitorGVR = schema.GroupVersionResource{Group: "monitoring.coreos.com", Version: "v1", Resource: "servicemonitors"}
+	promRuleGVR       = schema.GroupVersionResource{Group: "monitoring.coreos.com", Version: "v1", Resource: "prometheusrules"}
+)
+
+// TestMonitoringWhenPrometheusOperatorArrives: a Postgres with
+// spec.monitoring.enabled on a cluster without the Prometheus Operator's
+// CRDs is Ready, with its exporter and MonitoringReady=False
+// PrometheusOperatorNotInstalled; once the CRDs (generated from the
+// Prometheus Operator's API module) are installed, the same operator,
+// not restarted, adds a ServiceMonitor and a PrometheusRule with the
+// resource's labels to the release, and MonitoringReady turns True.
+func TestMonitoringWhenPrometheusOperatorArrives(t *testing.T) {
+	crdOpts := envtest.CRDInstallOptions{Paths: []string{filepath.Join("testdata", "monitoring.coreos.com_servicemonitors.yaml"), filepath.Join("testdata", "monitoring.coreos.com_prometheusrules.yaml")}}
+	e := setup(t)
+	if _, err := e.dyn.Resource(serviceMonitorGVR).List(context.Background(), metav1.ListOptions{Limit: 1}); err == nil {
+		t.Fatal("the ServiceMonitor CRD is installed before the test: it must start without it")
+	}
+	e.apply(postgresGVR, "Postgres", "mon", map[string]any{
+		"version": "17", "storage": map[string]any{"size": "1Gi"},
+		"monitoring": map[string]any{"enabled": true, "labels": map[string]any{"prometheus": "team-a"}},
+	})
+	e.waitFor("mon Ready", 3*time.Minute, func() (bool, string) { return ready(e.get(postgresGVR, "mon")) })
+	u := e.waitCondition(postgresGVR, "mon", v1alpha1.ConditionMonitoringReady, metav1.ConditionFalse, "PrometheusOperatorNotInstalled")
+	if msg := condition(u, v1alpha1.ConditionMonitoringReady).Message; !strings.Contains(msg, "install the Prometheus Operator's CRDs") {
+		t.Errorf("MonitoringReady message %q does not say what to do", msg)
+	}
+	sts, err := e.cs.AppsV1().StatefulSets(e.ns).Get(context.Background(), "mon", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(sts.Spec.Template.Spec.Containers); n != 2 {
+		t.Errorf("the StatefulSet has %d containers: the exporter should run beside PostgreSQL", n)
+	}
+
+	if _, err := envtest.InstallCRDs(cluster.Config, crdOpts); err != nil {
+		t.Fatalf("installing the Prometheus Operator's CRDs: %v", err)
+	}
+	t.Cleanup(func() { _ = envtest.UninstallCRDs(cluster.Config, crdOpts) })
+
+	e.waitCondition(postgresGVR, "mon", v1alpha1.ConditionMonitoringReady, metav1.ConditionTrue, "Monitored")
+	for _, gvr := range []schema.GroupVersionResource{serviceMonitorGVR, promRuleGVR} {
+		e.waitFor(gvr.Resource+" mon", 2*time.Minute, func() (bool, string) {
+			o, err := e.dyn.Resource(gvr).Namespace(e.ns).Get(context.Background(), "mon", metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return false, "not found"
+			}
+			if err != nil {
+				return false, err.Error()
+			}
+			l := o.GetLabels()
+			return l["prometheus"] == "team-a" && l["app.kubernetes.io/instance"] == "mon", fmt.Sprintf("labels %v", l)
+		})
+	}
+	e.waitFor("mon Ready after the upgrade", 3*time.Minute, func() (bool, string) { return ready(e.get(postgresGVR, "mon")) })
+	if rev, _, _ := unstructured.NestedInt64(e.get(postgresGVR, "mon").Object, "status", "release", "revision"); rev != 2 {
+		t.Errorf("release revision %d: adding monitoring should be one upgrade", rev)
+	}
+}

@@ -16,12 +16,14 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/chartpilot/chartpilot/hooks"
 	"github.com/chartpilot/chartpilot/hooks/backup"
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/backup/backuptest"
@@ -83,11 +85,50 @@ func runJob(t *testing.T, ctx context.Context, c client.Client, job *batchv1.Job
 	return string(msg)
 }
 
+// finishPod plays the kubelet at the end of job's pod (which the cordoned
+// cluster never started): Succeeded, with the agent's termination message.
+func finishPod(t *testing.T, ctx context.Context, c client.Client, job *batchv1.Job, message string) {
+	t.Helper()
+	pods := &corev1.PodList{}
+	deadline := time.Now().Add(2 * time.Minute)
+	for len(pods.Items) == 0 {
+		if err := c.List(ctx, pods, client.InNamespace(job.Namespace), client.MatchingLabels{"batch.kubernetes.io/job-name": job.Name}); err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Job %s made no pod", job.Name)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	p := &pods.Items[0]
+	now := metav1.Now()
+	p.Status.Phase = corev1.PodSucceeded
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: job.Spec.Template.Spec.Containers[0].Name, Image: job.Spec.Template.Spec.Containers[0].Image,
+		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", Message: message, StartedAt: now, FinishedAt: now}}}}
+	if err := c.Status().Update(ctx, p); err != nil {
+		t.Fatalf("finishing pod %s: %v", p.Name, err)
+	}
+}
+
+func toUnstructured(t *testing.T, o *v1alpha1.Postgres) *unstructured.Unstructured {
+	t.Helper()
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &unstructured.Unstructured{Object: m}
+	u.SetKind("Postgres")
+	return u
+}
+
 // TestBackupRunsAsJob: a Backup of a Postgres becomes a Job whose pod has
 // no API token and gets its credentials only from Secrets; the Job's own
 // command (the real agent, pg_dump of a real server, a real S3 server)
 // stores the backup and the Backup completes with the size and checksum
 // read back from the store, which a restore of the stored data matches. A
+// new Postgres with spec.restore naming the Backup is filled from it by
+// its restore Job's own command against a second real server (every row
+// matches, the checksum is the Backup's, Restored turns True). A
 // second Backup of the same target waits for the first; a Job that
 // "succeeds" without storing anything fails its Backup; a store not
 // offered to the namespace is named in the Backup's status; the spec
@@ -110,7 +151,9 @@ func TestBackupRunsAsJob(t *testing.T) {
 		Endpoints: []string{"http://127.0.0.1:"}, SkipNameValidation: true}
 	backups := &backup.BackupReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"),
 		Image: "chartpilot:test", SkipNameValidation: true}
-	for _, setup := range []func(ctrl.Manager) error{stores.SetupWithManager, backups.SetupWithManager} {
+	restores := &backup.RestoreReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"),
+		Image: "chartpilot:test", SkipNameValidation: true}
+	for _, setup := range []func(ctrl.Manager) error{stores.SetupWithManager, backups.SetupWithManager, restores.SetupWithManager} {
 		if err := setup(mgr); err != nil {
 			t.Fatal(err)
 		}
@@ -212,25 +255,65 @@ func TestBackupRunsAsJob(t *testing.T) {
 		t.Errorf("Backup status %+v does not match the manifest the agent wrote: %s", done.Status, msg)
 	}
 
-	// The stored backup restores into a fresh database.
-	pg.Query(t, "postgres", "create database restored")
-	restore := exec.CommandContext(ctx, agent, "backup", "restore", "--store", "s3", "--s3-endpoint", s3.Endpoint, "--s3-bucket", s3.Bucket,
-		"--s3-prefix", "backups", "--s3-force-path-style", "--location", done.Status.Location, "--",
-		"pg_restore", "--exit-on-error", "-h", "127.0.0.1", "-p", strconv.Itoa(pg.Port), "-U", "postgres", "-d", "restored")
-	restore.Env = []string{"PATH=" + testpg.Bin(t) + ":" + os.Getenv("PATH"), "CHARTPILOT_S3_ACCESS_KEY_ID=" + s3.AccessKeyID, "CHARTPILOT_S3_SECRET_ACCESS_KEY=" + s3.SecretAccessKey, "CHARTPILOT_AGE_KEY=" + key.String()}
-	if out, err := restore.CombinedOutput(); err != nil {
-		t.Fatalf("restoring the Job's backup: %v\n%s", err, out)
-	}
-	sum := "select count(*) || ' ' || md5(string_agg(name, ',' order by id)) from items"
-	if a, b := pg.Query(t, "restored", sum), pg.Query(t, "postgres", sum); a != b {
-		t.Errorf("restored %q, backed up %q", a, b)
-	}
-
 	// The second starts once the first is done; its pod "completes" here
 	// without the agent having run, so the store has no backup for it.
 	failed := wait("second", v1alpha1.BackupFailed, "the store has no complete backup at")
 	if failed.Status.Location == done.Status.Location {
 		t.Errorf("two Backups share location %s", failed.Status.Location)
+	}
+
+	// spec.restore: a new Postgres is filled from the first Backup by the
+	// restore Job's own command, run here against a second real server.
+	if err := cluster.Cordon(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	pg2 := testpg.Start(t)
+	copyDB := &v1alpha1.Postgres{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "copy"}, Spec: v1alpha1.PostgresSpec{Version: "15", Storage: v1alpha1.PostgresStorage{Size: "1Gi"},
+		Restore: &v1alpha1.PostgresRestore{FromBackup: "first", Encryption: &v1alpha1.BackupEncryption{KeySecretRef: v1alpha1.LocalSecretKeyRef{Name: "backup-key", Key: "age"}}}}}
+	mustCreate(copyDB)
+	restoreIs := func(phase, message string) *v1alpha1.Postgres {
+		t.Helper()
+		got := &v1alpha1.Postgres{}
+		deadline := time.Now().Add(3 * time.Minute)
+		for time.Now().Before(deadline) {
+			if err := c.Get(ctx, client.ObjectKeyFromObject(copyDB), got); err == nil && got.Status.Restore != nil && got.Status.Restore.Phase == phase && strings.Contains(got.Status.Restore.Message, message) {
+				return got
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		t.Fatalf("status.restore never %s with %q; last %+v", phase, message, got.Status.Restore)
+		return nil
+	}
+	if c := backup.Hook().Report(ctx, hooks.Object{Resource: toUnstructured(t, restoreIs(v1alpha1.BackupPending, "once the release is installed"))}); c == nil || c.Status != metav1.ConditionFalse || c.Reason != "Restoring" {
+		t.Errorf("Restored while the restore waits: %+v, want False/Restoring (the resource is not Ready)", c)
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(copyDB), copyDB); err != nil {
+		t.Fatal(err)
+	}
+	copyDB.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionReleased, Status: metav1.ConditionTrue, Reason: "InstallSucceeded", Message: "ok", LastTransitionTime: metav1.Now()}}
+	copyDB.Status.Endpoints = &v1alpha1.PostgresEndpoints{ReadWrite: "copy", ReadOnly: "copy-ro", Secret: "db-auth"}
+	if err := c.Status().Update(ctx, copyDB); err != nil {
+		t.Fatal(err)
+	}
+	running := restoreIs(v1alpha1.BackupRunning, "restores "+done.Status.Location)
+	restoreJob := &batchv1.Job{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: running.Status.Restore.Job}, restoreJob); err != nil {
+		t.Fatal(err)
+	}
+	finishPod(t, ctx, c, restoreJob, runJob(t, ctx, c, restoreJob, agent, "127.0.0.1", pg2.Port))
+	restored := restoreIs(v1alpha1.BackupCompleted, "checked before pg_restore")
+	sum := "select count(*) || ' ' || md5(string_agg(name, ',' order by id)) from items"
+	if a, b := pg2.Query(t, "postgres", sum), pg.Query(t, "postgres", sum); a != b {
+		t.Errorf("restored %q, backed up %q", a, b)
+	}
+	if restored.Status.Restore.SHA256 != done.Status.SHA256 || restored.Annotations[v1alpha1.AnnotationReconcileRequestedAt] == "" {
+		t.Errorf("restore status %+v (want sha256 %s) and a reconcile request %q", restored.Status.Restore, done.Status.SHA256, restored.Annotations[v1alpha1.AnnotationReconcileRequestedAt])
+	}
+	if c := backup.Hook().Report(ctx, hooks.Object{Resource: toUnstructured(t, restored)}); c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("Restored after the restore: %+v, want True", c)
+	}
+	if err := cluster.Cordon(ctx, false); err != nil {
+		t.Fatal(err)
 	}
 
 	// A ClusterBackupStore that does not select the namespace.

@@ -44,5 +44,10 @@ func addBackupStores(o Options, mgr manager.Manager) error {
 		return nil
 	}
 	s := &backup.ScheduleReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorderFor("chartpilot-backup"), SkipNameValidation: o.SeveralInProcess}
-	return s.SetupWithManager(mgr)
+	if err := s.SetupWithManager(mgr); err != nil {
+		return err
+	}
+	rs := &backup.RestoreReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("chartpilot-backup"),
+		Image: o.BackupImage, SkipNameValidation: o.SeveralInProcess}
+	return rs.SetupWithManager(mgr)
 }

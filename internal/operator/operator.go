@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/chartpilot/chartpilot/hooks"
+	"github.com/chartpilot/chartpilot/hooks/backup"
 	"github.com/chartpilot/chartpilot/hooks/monitoring"
 	"github.com/chartpilot/chartpilot/hooks/tenancy"
 	"github.com/chartpilot/chartpilot/internal/admission"
@@ -292,7 +293,7 @@ func addReconcilers(o Options, mgr manager.Manager, scheme *runtime.Scheme, sour
 	}
 	mon := &monitoring.Monitoring{Discovery: disc}
 	registry := hooks.NewRegistry()
-	for _, h := range append([]*hooks.Hook{tn.Hook(), mon.Hook()}, o.Hooks...) {
+	for _, h := range append([]*hooks.Hook{tn.Hook(), mon.Hook(), backup.Hook()}, o.Hooks...) {
 		if err := registry.Register(h); err != nil {
 			return nil, err
 		}

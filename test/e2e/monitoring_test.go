@@ -76,3 +76,30 @@ func TestMonitoringWhenPrometheusOperatorArrives(t *testing.T) {
 		t.Errorf("release revision %d: adding monitoring should be one upgrade", rev)
 	}
 }
+
+// TestRestoreKeepsNotReady: a Postgres whose spec.restore cannot be
+// carried out (the Backup it names does not exist) is installed, but not
+// Ready: Restored=False names the missing Backup, and Ready says the same.
+// Nothing is retried and nothing is deleted.
+func TestRestoreKeepsNotReady(t *testing.T) {
+	e := setup(t)
+	e.apply(postgresGVR, "Postgres", "copy", map[string]any{
+		"version": "17", "storage": map[string]any{"size": "1Gi"},
+		"restore": map[string]any{"fromBackup": "nightly-missing"},
+	})
+	e.waitCondition(postgresGVR, "copy", v1alpha1.ConditionReleased, metav1.ConditionTrue, "")
+	u := e.waitCondition(postgresGVR, "copy", v1alpha1.ConditionRestored, metav1.ConditionFalse, "RestoreFailed")
+	if msg := condition(u, v1alpha1.ConditionRestored).Message; !strings.Contains(msg, "spec.restore.fromBackup: Backup nightly-missing does not exist") {
+		t.Errorf("Restored message %q does not name the field and the Backup", msg)
+	}
+	e.waitFor("Ready=False naming the restore", 2*time.Minute, func() (bool, string) {
+		c := condition(e.get(postgresGVR, "copy"), v1alpha1.ConditionReady)
+		if c == nil {
+			return false, "no Ready"
+		}
+		return c.Status == metav1.ConditionFalse && c.Reason == "RestoreFailed", fmt.Sprintf("Ready=%s %s: %s", c.Status, c.Reason, c.Message)
+	})
+	if _, err := e.cs.AppsV1().StatefulSets(e.ns).Get(context.Background(), "copy", metav1.GetOptions{}); err != nil {
+		t.Errorf("the release's StatefulSet: %v (a failed restore must leave the release installed)", err)
+	}
+}

@@ -1,0 +1,253 @@
+package backup
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"github.com/chartpilot/chartpilot/hooks"
+	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
+	"github.com/chartpilot/chartpilot/internal/backup"
+)
+
+// HookName is the name of the backup hook in watches.yaml.
+const HookName = "backup"
+
+// Hook is the backup hook: while a Postgres's spec.restore has not
+// completed, its Restored condition is False, which keeps it not Ready
+// (the release is installed meanwhile; RestoreReconciler fills it).
+func Hook() *hooks.Hook {
+	return &hooks.Hook{
+		Name:       HookName,
+		ReportType: v1alpha1.ConditionRestored,
+		Report: func(_ context.Context, obj hooks.Object) *metav1.Condition {
+			if obj.Resource == nil || obj.Resource.GetKind() != "Postgres" {
+				return nil
+			}
+			spec, _ := obj.Resource.Object["spec"].(map[string]any)
+			if _, ok := spec["restore"]; !ok {
+				return nil
+			}
+			status, _ := obj.Resource.Object["status"].(map[string]any)
+			rs, _ := status["restore"].(map[string]any)
+			phase, _ := rs["phase"].(string)
+			msg, _ := rs["message"].(string)
+			switch phase {
+			case v1alpha1.BackupCompleted:
+				return &metav1.Condition{Status: metav1.ConditionTrue, Reason: "RestoreCompleted", Message: msg}
+			case v1alpha1.BackupFailed:
+				return &metav1.Condition{Status: metav1.ConditionFalse, Reason: "RestoreFailed", Message: msg + "; the database is left as the restore left it: delete the resource and its volumes, or remove spec.restore to use it as it is"}
+			case "":
+				msg = "the restore starts once the release is installed"
+			}
+			return &metav1.Condition{Status: metav1.ConditionFalse, Reason: "Restoring", Message: msg}
+		},
+	}
+}
+
+// RestoreReconciler carries out spec.restore of each Postgres, once: when
+// its release is installed, a Job of the agent checks the backup's
+// SHA-256 and streams it into pg_restore; status.restore follows it, and
+// the resource is asked for a pass when it ends (so Ready follows).
+type RestoreReconciler struct {
+	Client client.Client
+	// Reader reads Secrets and pods from the API server.
+	Reader   client.Reader
+	Recorder record.EventRecorder
+	// Image is the agent's image (see BackupReconciler).
+	Image string
+	// Deadline bounds a Job's run; DefaultDeadline when zero.
+	Deadline           time.Duration
+	SkipNameValidation bool
+	Now                func() time.Time
+}
+
+// SetupWithManager builds the controller: Postgres and the Jobs it owns.
+func (r *RestoreReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Now == nil {
+		r.Now = time.Now
+	}
+	if r.Deadline == 0 {
+		r.Deadline = DefaultDeadline
+	}
+	skip := r.SkipNameValidation
+	return ctrl.NewControllerManagedBy(mgr).Named("restore").For(&v1alpha1.Postgres{}).Owns(&batchv1.Job{}).
+		WithOptions(controller.Options{SkipNameValidation: &skip}).Complete(r)
+}
+
+// RestoreJobName is the name of pg's restore Job.
+func RestoreJobName(pg *v1alpha1.Postgres) string {
+	sum := sha256.Sum256([]byte(pg.Namespace + "/" + pg.Name + "/" + string(pg.UID)))
+	name := pg.Name
+	if len(name) > 40 {
+		name = name[:40]
+	}
+	return "restore-" + name + "-" + hex.EncodeToString(sum[:])[:8]
+}
+
+// Reconcile moves one restore on.
+func (r *RestoreReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	pg := &v1alpha1.Postgres{}
+	if err := r.Client.Get(ctx, req.NamespacedName, pg); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if pg.Spec.Restore == nil {
+		return ctrl.Result{}, nil
+	}
+	st := pg.Status.Restore
+	if st != nil && (st.Phase == v1alpha1.BackupCompleted || st.Phase == v1alpha1.BackupFailed) {
+		return ctrl.Result{}, nil // once
+	}
+	before := pg.DeepCopy()
+	if pg.Status.Restore == nil {
+		pg.Status.Restore = &v1alpha1.PostgresRestoreStatus{Phase: v1alpha1.BackupPending}
+	}
+	res, err := r.step(ctx, pg)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if equalJSON(before.Status, pg.Status) {
+		return res, nil
+	}
+	if err := r.Client.Status().Patch(ctx, pg, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		return ctrl.Result{}, fmt.Errorf("writing status.restore: %w", err)
+	}
+	if p := pg.Status.Restore.Phase; p == v1alpha1.BackupCompleted || p == v1alpha1.BackupFailed || before.Status.Restore == nil {
+		// The release reconciler does not run on status changes: ask it
+		// for a pass, so that Restored (and Ready) follow.
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, v1alpha1.AnnotationReconcileRequestedAt, "restore-"+p+"-"+r.Now().UTC().Format(time.RFC3339))
+		if err := r.Client.Patch(ctx, pg, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	return res, nil
+}
+
+func (r *RestoreReconciler) set(pg *v1alpha1.Postgres, phase, msg string) {
+	st := pg.Status.Restore
+	if st.Phase != phase || st.Message != msg {
+		kind := corev1.EventTypeNormal
+		if phase == v1alpha1.BackupFailed {
+			kind = corev1.EventTypeWarning
+		}
+		r.Recorder.Event(pg, kind, "Restore"+phase, msg)
+	}
+	st.Phase, st.Message = phase, msg
+	if phase == v1alpha1.BackupCompleted || phase == v1alpha1.BackupFailed {
+		now := metav1.NewTime(r.Now().Truncate(time.Second))
+		st.CompletedAt = &now
+	}
+}
+
+// step starts the restore Job once the release is installed, or follows it.
+func (r *RestoreReconciler) step(ctx context.Context, pg *v1alpha1.Postgres) (ctrl.Result, error) {
+	st := pg.Status.Restore
+	if st.Job != "" {
+		return r.follow(ctx, pg)
+	}
+	released := apimeta.FindStatusCondition(pg.Status.Conditions, v1alpha1.ConditionReleased)
+	if released == nil || released.Status != metav1.ConditionTrue || pg.Status.Endpoints == nil || pg.Status.Endpoints.ReadWrite == "" || pg.Status.Endpoints.Secret == "" {
+		r.set(pg, v1alpha1.BackupPending, "the restore starts once the release is installed")
+		return ctrl.Result{}, nil // the release's status change wakes this
+	}
+	// The source: a completed Backup, or a location in a store.
+	rs := pg.Spec.Restore
+	storeRef, location, sum := v1alpha1.StoreRef{}, "", ""
+	if rs.FromBackup != "" {
+		b := &v1alpha1.Backup{}
+		if err := r.Client.Get(ctx, types.NamespacedName{Namespace: pg.Namespace, Name: rs.FromBackup}, b); err != nil {
+			if apierrors.IsNotFound(err) {
+				r.set(pg, v1alpha1.BackupFailed, fmt.Sprintf("spec.restore.fromBackup: Backup %s does not exist in %s: name a completed Backup, or use fromStore", rs.FromBackup, pg.Namespace))
+				return ctrl.Result{}, nil
+			}
+			return ctrl.Result{}, err
+		}
+		if b.Status.Phase != v1alpha1.BackupCompleted {
+			r.set(pg, v1alpha1.BackupFailed, fmt.Sprintf("spec.restore.fromBackup: Backup %s is %q, not Completed: name a completed Backup", b.Name, b.Status.Phase))
+			return ctrl.Result{}, nil
+		}
+		storeRef, location, sum = b.Spec.Store, b.Status.Location, b.Status.SHA256
+	} else {
+		storeRef, location = rs.FromStore.Store, rs.FromStore.Location
+	}
+	resolver := &BackupReconciler{Client: r.Client, Reader: r.Reader}
+	store, why, mayWait := resolver.store(ctx, &v1alpha1.Backup{ObjectMeta: metav1.ObjectMeta{Namespace: pg.Namespace}, Spec: v1alpha1.BackupSpec{Store: storeRef}})
+	if store == nil {
+		if mayWait {
+			r.set(pg, v1alpha1.BackupPending, why)
+			return ctrl.Result{RequeueAfter: 15 * time.Second}, nil
+		}
+		r.set(pg, v1alpha1.BackupFailed, why)
+		return ctrl.Result{}, nil
+	}
+	env := pgEnv(pg)
+	key := rs.Encryption
+	if key == nil && pg.Spec.Backup != nil {
+		key = pg.Spec.Backup.Encryption
+	}
+	if key != nil {
+		env = append(env, corev1.EnvVar{Name: "CHARTPILOT_AGE_KEY", ValueFrom: secretKey(key.KeySecretRef.Name, key.KeySecretRef.Key)})
+	}
+	sargs, senv, volumes, mounts := storeFlags(store)
+	args := append([]string{"restore", "--location", location, "--manifest-file", "/dev/termination-log"}, sargs...)
+	args = append(args, "--", "pg_restore", "--exit-on-error", "--no-owner", "--dbname", "postgres")
+	lbl := map[string]string{LabelComponent: "restore", "app.kubernetes.io/managed-by": "chartpilot", "chartpilot.dev/restore": pg.Name}
+	job := agentJob(pg.Namespace, RestoreJobName(pg), lbl, r.Image, r.Deadline, args, append(env, senv...), volumes, mounts)
+	if err := controllerutil.SetControllerReference(pg, job, r.Client.Scheme()); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.Client.Create(ctx, job); err != nil && !apierrors.IsAlreadyExists(err) {
+		return ctrl.Result{}, fmt.Errorf("creating Job %s: %w", job.Name, err)
+	}
+	st.Job, st.Location, st.SHA256 = job.Name, location, sum
+	r.set(pg, v1alpha1.BackupRunning, fmt.Sprintf("Job %s restores %s", job.Name, location))
+	return ctrl.Result{}, nil
+}
+
+// follow reads the restore Job's end.
+func (r *RestoreReconciler) follow(ctx context.Context, pg *v1alpha1.Postgres) (ctrl.Result, error) {
+	st := pg.Status.Restore
+	job := &batchv1.Job{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: pg.Namespace, Name: st.Job}, job); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.set(pg, v1alpha1.BackupFailed, fmt.Sprintf("Job %s was deleted before it finished", st.Job))
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	switch {
+	case jobCondition(job, batchv1.JobFailed):
+		why := fmt.Sprintf("Job %s failed", job.Name)
+		if msg := podMessage(ctx, r.Reader, job); msg != "" {
+			why += ": " + msg
+		}
+		r.set(pg, v1alpha1.BackupFailed, why+" (kubectl logs job/"+job.Name+")")
+	case jobCondition(job, batchv1.JobComplete):
+		// The agent prints the manifest it checked the data against; a
+		// pod that reports none did not restore.
+		m := &backup.Manifest{}
+		msg := podMessage(ctx, r.Reader, job)
+		if err := json.Unmarshal([]byte(msg), m); err != nil || m.SHA256 == "" || (st.SHA256 != "" && m.SHA256 != st.SHA256) {
+			r.set(pg, v1alpha1.BackupFailed, fmt.Sprintf("Job %s ended without reporting the backup it restored (sha256 %s expected)", job.Name, st.SHA256))
+			return ctrl.Result{}, nil
+		}
+		st.SHA256 = m.SHA256
+		r.set(pg, v1alpha1.BackupCompleted, fmt.Sprintf("restored %s (%d bytes, sha256 %s checked before pg_restore)", st.Location, m.Size, m.SHA256))
+	}
+	return ctrl.Result{}, nil
+}

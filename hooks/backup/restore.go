@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -13,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -30,10 +32,16 @@ const HookName = "backup"
 
 // Hook is the backup hook: while a Postgres's spec.restore has not
 // completed, its Restored condition is False, which keeps it not Ready
-// (the release is installed meanwhile; RestoreReconciler fills it).
-func Hook() *hooks.Hook {
+// (the release is installed meanwhile; RestoreReconciler fills it). And a
+// PostgreSQL major upgrade of a Postgres with spec.backup waits for a
+// fresh backup (see beforeMajor); c makes that Backup.
+func Hook(c client.Client) *hooks.Hook {
 	return &hooks.Hook{
-		Name:       HookName,
+		Name:          HookName,
+		ConditionType: "BackupBeforeMajorUpgrade",
+		PreUpgrade: hooks.PreUpgradeFunc(func(ctx context.Context, obj hooks.Object, _, _ string) error {
+			return beforeMajor(ctx, c, obj)
+		}),
 		ReportType: v1alpha1.ConditionRestored,
 		Report: func(_ context.Context, obj hooks.Object) *metav1.Condition {
 			if obj.Resource == nil || obj.Resource.GetKind() != "Postgres" {
@@ -250,4 +258,68 @@ func (r *RestoreReconciler) follow(ctx context.Context, pg *v1alpha1.Postgres) (
 		r.set(pg, v1alpha1.BackupCompleted, fmt.Sprintf("restored %s (%d bytes, sha256 %s checked before pg_restore)", st.Location, m.Size, m.SHA256))
 	}
 	return ctrl.Result{}, nil
+}
+
+// LabelBeforeMajor marks the Backup taken before a PostgreSQL major
+// upgrade, with the major it upgrades to.
+const LabelBeforeMajor = "chartpilot.dev/before-major"
+
+// beforeMajor holds the upgrade of a Postgres with spec.backup whose
+// PostgreSQL major changes until a Backup taken for that change,
+// <name>-before-major-<to>, has completed: it makes the Backup, and says
+// what the upgrade waits for, or which Backup failed (deleting it makes a
+// new one). Without spec.backup nothing is held: there is no store.
+func beforeMajor(ctx context.Context, c client.Client, obj hooks.Object) error {
+	u := obj.Resource
+	if u == nil || u.GetKind() != "Postgres" {
+		return nil
+	}
+	want, _, _ := unstructured.NestedString(u.Object, "spec", "version")
+	have, _, _ := unstructured.NestedString(u.Object, "status", "version")
+	wantMajor, haveMajor := majorOf(want), majorOf(have)
+	store, found, _ := unstructured.NestedMap(u.Object, "spec", "backup", "store")
+	if wantMajor == "" || haveMajor == "" || wantMajor == haveMajor || !found {
+		return nil
+	}
+	name := u.GetName() + "-before-major-" + wantMajor
+	b := &v1alpha1.Backup{}
+	err := c.Get(ctx, types.NamespacedName{Namespace: u.GetNamespace(), Name: name}, b)
+	switch {
+	case apierrors.IsNotFound(err):
+		kind, _ := store["kind"].(string)
+		if kind == "" {
+			kind = "BackupStore"
+		}
+		storeName, _ := store["name"].(string)
+		b = &v1alpha1.Backup{
+			ObjectMeta: metav1.ObjectMeta{Namespace: u.GetNamespace(), Name: name, Labels: map[string]string{LabelBeforeMajor: wantMajor}},
+			Spec:       v1alpha1.BackupSpec{Target: v1alpha1.BackupTarget{Kind: "Postgres", Name: u.GetName()}, Store: v1alpha1.StoreRef{Kind: kind, Name: storeName}},
+		}
+		b.OwnerReferences = []metav1.OwnerReference{{APIVersion: v1alpha1.GroupVersion.String(), Kind: "Postgres", Name: u.GetName(), UID: u.GetUID()}}
+		if err := c.Create(ctx, b); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("making Backup %s before the PostgreSQL %s → %s upgrade: %w", name, haveMajor, wantMajor, err)
+		}
+		return hooks.Reject("BackupBeforeMajorUpgrade", "the PostgreSQL %s → %s upgrade waits for Backup %s, started now", haveMajor, wantMajor, name)
+	case err != nil:
+		return err
+	}
+	switch b.Status.Phase {
+	case v1alpha1.BackupCompleted:
+		return nil
+	case v1alpha1.BackupFailed:
+		return hooks.Reject("BackupFailed", "the PostgreSQL %s → %s upgrade is held: Backup %s failed (%s); fix the cause and delete that Backup to take a new one", haveMajor, wantMajor, name, b.Status.Message)
+	}
+	return hooks.Reject("BackupBeforeMajorUpgrade", "the PostgreSQL %s → %s upgrade waits for Backup %s (%s)", haveMajor, wantMajor, name, orPending(b.Status.Phase))
+}
+
+func majorOf(v string) string {
+	major, _, _ := strings.Cut(strings.TrimSpace(v), ".")
+	return major
+}
+
+func orPending(phase string) string {
+	if phase == "" {
+		return v1alpha1.BackupPending
+	}
+	return phase
 }

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/chartpilot/chartpilot/hooks"
 	"github.com/chartpilot/chartpilot/hooks/backup"
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 )
@@ -216,4 +217,86 @@ func names(bs []v1alpha1.Backup) []string {
 // newest is the Backup with the latest name (names sort by schedule time).
 func newest(bs []v1alpha1.Backup) v1alpha1.Backup {
 	return bs[len(bs)-1]
+}
+
+// TestBackupBeforeMajorUpgrade: the backup hook holds a PostgreSQL major
+// upgrade of a Postgres with spec.backup until a Backup made for it has
+// completed; a failed one holds it with its name until it is deleted,
+// which makes a new one. No spec.backup, or no major change: nothing held.
+func TestBackupBeforeMajorUpgrade(t *testing.T) {
+	cluster.Skip(t)
+	ns := cluster.Namespace(t)
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = v1alpha1.AddToScheme(scheme)
+	c, err := client.New(cluster.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	pg := &v1alpha1.Postgres{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db"}, Spec: v1alpha1.PostgresSpec{
+		Version: "17", Storage: v1alpha1.PostgresStorage{Size: "1Gi"},
+		Backup: &v1alpha1.PostgresBackup{Store: v1alpha1.StoreRef{Name: "s3"}, Schedule: "0 3 * * *"},
+	}}
+	if err := c.Create(ctx, pg); err != nil {
+		t.Fatal(err)
+	}
+	pg.Status.Version = "16.4"
+	if err := c.Status().Update(ctx, pg); err != nil {
+		t.Fatal(err)
+	}
+	hook := backup.Hook(c)
+	pre := func(p *v1alpha1.Postgres) error {
+		return hook.PreUpgrade.PreUpgrade(ctx, hooks.Object{Resource: toUnstructured(t, p)}, "0.2.0", "0.2.0")
+	}
+	expect := func(err error, reason, msg string) {
+		t.Helper()
+		rej, ok := hooks.AsRejection(err)
+		if !ok || rej.Reason != reason || !strings.Contains(rej.Message, msg) {
+			t.Fatalf("PreUpgrade: %v, want %s naming %q", err, reason, msg)
+		}
+	}
+	expect(pre(pg), "BackupBeforeMajorUpgrade", "the PostgreSQL 16 → 17 upgrade waits for Backup db-before-major-17, started now")
+	b := &v1alpha1.Backup{}
+	key := client.ObjectKey{Namespace: ns, Name: "db-before-major-17"}
+	if err := c.Get(ctx, key, b); err != nil {
+		t.Fatalf("the Backup before the upgrade: %v", err)
+	}
+	if b.Spec.Target.Name != "db" || b.Spec.Store.Name != "s3" || b.Labels[backup.LabelBeforeMajor] != "17" {
+		t.Errorf("Backup %+v %v", b.Spec, b.Labels)
+	}
+	expect(pre(pg), "BackupBeforeMajorUpgrade", "waits for Backup db-before-major-17 (Pending)")
+	b.Status = v1alpha1.BackupStatus{Phase: v1alpha1.BackupFailed, Message: "Job backup-x failed: connection refused"}
+	if err := c.Status().Update(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	expect(pre(pg), "BackupFailed", "Backup db-before-major-17 failed (Job backup-x failed: connection refused)")
+	if err := c.Delete(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for c.Get(ctx, key, &v1alpha1.Backup{}) == nil && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	expect(pre(pg), "BackupBeforeMajorUpgrade", "started now")
+	if err := c.Get(ctx, key, b); err != nil {
+		t.Fatal(err)
+	}
+	b.Status = v1alpha1.BackupStatus{Phase: v1alpha1.BackupCompleted}
+	if err := c.Status().Update(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	if err := pre(pg); err != nil {
+		t.Errorf("PreUpgrade after the Backup completed: %v", err)
+	}
+	minor := pg.DeepCopy()
+	minor.Status.Version = "17.1"
+	noBackup := pg.DeepCopy()
+	noBackup.Spec.Backup = nil
+	noBackup.Spec.Version = "18"
+	for _, p := range []*v1alpha1.Postgres{minor, noBackup} {
+		if err := pre(p); err != nil {
+			t.Errorf("PreUpgrade of %s→%s (spec.backup %v): %v", p.Status.Version, p.Spec.Version, p.Spec.Backup != nil, err)
+		}
+	}
 }

@@ -293,7 +293,7 @@ func addReconcilers(o Options, mgr manager.Manager, scheme *runtime.Scheme, sour
 	}
 	mon := &monitoring.Monitoring{Discovery: disc}
 	registry := hooks.NewRegistry()
-	for _, h := range append([]*hooks.Hook{tn.Hook(), mon.Hook(), backup.Hook()}, o.Hooks...) {
+	for _, h := range append([]*hooks.Hook{tn.Hook(), mon.Hook(), backup.Hook(mgr.GetClient())}, o.Hooks...) {
 		if err := registry.Register(h); err != nil {
 			return nil, err
 		}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path"
+	"strconv"
 	"strings"
 	"time"
 
@@ -22,6 +24,9 @@ import (
 const backupUsage = `Usage:
   chartpilot backup run     [flags] -- COMMAND [ARGS...]   back up COMMAND's standard output (pg_dump -Fc, say)
   chartpilot backup restore [flags] -- COMMAND [ARGS...]   restore into COMMAND's standard input (pg_restore -d DB, say)
+  chartpilot backup verify  [flags]                        restore drill: restore into a throwaway database of the
+                                                           server libpq's environment (PGHOST…) reaches, count its
+                                                           tables, drop it
 
 The stream is compressed (zstd), encrypted on this side when a recipient is
 given (age X25519), checksummed (SHA-256) and stored at --location with a
@@ -38,9 +43,9 @@ Flags:
 
 // backupCommand is `chartpilot backup run|restore`.
 func backupCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || (args[0] != "run" && args[0] != "restore") {
+	if len(args) == 0 || (args[0] != "run" && args[0] != "restore" && args[0] != "verify") {
 		fmt.Fprint(stderr, backupUsage)
-		return errors.New("a subcommand is required: run or restore")
+		return errors.New("a subcommand is required: run, restore or verify")
 	}
 	sub := args[0]
 	fs := flag.NewFlagSet("chartpilot backup "+sub, flag.ContinueOnError)
@@ -79,7 +84,7 @@ func backupCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	switch {
 	case *location == "":
 		return errors.New("--location is required")
-	case len(command) == 0:
+	case len(command) == 0 && sub != "verify":
 		return fmt.Errorf("the command to %s is required after --", map[string]string{"run": "back up", "restore": "restore into"}[sub])
 	}
 	b, err := openStore(ctx, *store, s3, *caFile, *volumePath)
@@ -88,6 +93,7 @@ func backupCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	defer b.Close()
 	var m *backup.Manifest
+	var report any
 	if sub == "run" && *recipient == "" {
 		r, err := recipientFromEnv()
 		if err != nil {
@@ -118,13 +124,23 @@ func backupCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 		} else if k := strings.TrimSpace(os.Getenv("CHARTPILOT_AGE_KEY")); strings.HasPrefix(k, "AGE-SECRET-KEY-1") {
 			identity = k
 		}
-		m, err = backupRestore(ctx, b, *location, identity, command, stderr)
+		if sub == "verify" {
+			var rep *verifyReport
+			if rep, err = backupVerify(ctx, b, *location, identity, stderr); err == nil {
+				report = rep
+			}
+		} else {
+			m, err = backupRestore(ctx, b, *location, identity, command, stderr)
+		}
 	}
 	if err != nil {
 		return err
 	}
+	if report == nil {
+		report = m
+	}
 	if *manifestFile != "" {
-		data, err := json.Marshal(m)
+		data, err := json.Marshal(report)
 		if err != nil {
 			return err
 		}
@@ -132,7 +148,7 @@ func backupCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 			return fmt.Errorf("--manifest-file: %w", err)
 		}
 	}
-	return json.NewEncoder(stdout).Encode(m)
+	return json.NewEncoder(stdout).Encode(report)
 }
 
 func openStore(ctx context.Context, kind string, s3 backup.S3, caFile, volumePath string) (*blob.Bucket, error) {
@@ -228,4 +244,49 @@ func recipientFromEnv() (string, error) {
 		return id.Recipient().String(), nil
 	}
 	return "", errors.New("CHARTPILOT_AGE_KEY holds neither an age X25519 recipient (age1…) nor an identity (AGE-SECRET-KEY-1…)")
+}
+
+// verifyReport is what a restore drill found: the backup's manifest and
+// the tables the restored database has.
+type verifyReport struct {
+	backup.Manifest
+	Tables int `json:"tables"`
+}
+
+// backupVerify restores the backup into a throwaway database of the
+// server the libpq environment names (createdb, pg_restore, psql and
+// dropdb from PATH), counts its tables, and drops it whatever happened.
+func backupVerify(ctx context.Context, b *blob.Bucket, location, identity string, stderr io.Writer) (*verifyReport, error) {
+	db := fmt.Sprintf("chartpilot_verify_%d", time.Now().UnixNano())
+	run := func(name string, args ...string) (string, error) {
+		cmd := exec.CommandContext(ctx, name, args...)
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, stderr
+		if err := cmd.Run(); err != nil {
+			return "", fmt.Errorf("%s failed: %w", name, err)
+		}
+		return strings.TrimSpace(out.String()), nil
+	}
+	if _, err := run("createdb", db); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if _, err := run("dropdb", "--if-exists", db); err != nil {
+			fmt.Fprintf(stderr, "dropping the throwaway database %s: %v\n", db, err)
+		}
+	}()
+	m, err := backupRestore(ctx, b, location, identity, []string{"pg_restore", "--exit-on-error", "--no-owner", "--dbname", db}, stderr)
+	if err != nil {
+		return nil, err
+	}
+	out, err := run("psql", "-XAtq", "-v", "ON_ERROR_STOP=1", "--dbname", db, "-c",
+		"select count(*) from pg_catalog.pg_tables where schemaname not in ('pg_catalog', 'information_schema')")
+	if err != nil {
+		return nil, err
+	}
+	tables, err := strconv.Atoi(out)
+	if err != nil {
+		return nil, fmt.Errorf("counting the restored tables: %q", out)
+	}
+	return &verifyReport{Manifest: *m, Tables: tables}, nil
 }

@@ -84,7 +84,7 @@ func (r *BackupReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	skip := r.SkipNameValidation
 	return ctrl.NewControllerManagedBy(mgr).Named("backup").For(&v1alpha1.Backup{}).Owns(&batchv1.Job{}).
-		WithOptions(controller.Options{SkipNameValidation: &skip}).Complete(r)
+		WithOptions(controller.Options{SkipNameValidation: &skip, MaxConcurrentReconciles: Workers}).Complete(r)
 }
 
 // Reconcile moves one Backup on: Pending → Running (its Job created) →

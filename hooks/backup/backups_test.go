@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -128,7 +129,9 @@ func toUnstructured(t *testing.T, o *v1alpha1.Postgres) *unstructured.Unstructur
 // read back from the store, which a restore of the stored data matches. A
 // new Postgres with spec.restore naming the Backup is filled from it by
 // its restore Job's own command against a second real server (every row
-// matches, the checksum is the Backup's, Restored turns True). A
+// matches, the checksum is the Backup's, Restored turns True); an hourly
+// restore drill (test clock) restores it into a throwaway database of the
+// first server by its Job's command and records it. A
 // second Backup of the same target waits for the first; a Job that
 // "succeeds" without storing anything fails its Backup; a store not
 // offered to the namespace is named in the Backup's status; the spec
@@ -153,7 +156,10 @@ func TestBackupRunsAsJob(t *testing.T) {
 		Image: "chartpilot:test", SkipNameValidation: true}
 	restores := &backup.RestoreReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"),
 		Image: "chartpilot:test", SkipNameValidation: true}
-	for _, setup := range []func(ctrl.Manager) error{stores.SetupWithManager, backups.SetupWithManager, restores.SetupWithManager} {
+	clk := &clock{t: time.Now()}
+	schedules := &backup.ScheduleReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"),
+		Image: "chartpilot:test", SkipNameValidation: true, Now: clk.now}
+	for _, setup := range []func(ctrl.Manager) error{stores.SetupWithManager, backups.SetupWithManager, restores.SetupWithManager, schedules.SetupWithManager} {
 		if err := setup(mgr); err != nil {
 			t.Fatal(err)
 		}
@@ -189,7 +195,8 @@ func TestBackupRunsAsJob(t *testing.T) {
 	mustCreate(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "backup-key"}, Data: map[string][]byte{"age": []byte(key.String())}})
 	// Encrypted for the key of spec.backup.encryption, also on demand.
 	db := &v1alpha1.Postgres{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db"}, Spec: v1alpha1.PostgresSpec{Version: "15", Storage: v1alpha1.PostgresStorage{Size: "1Gi"},
-		Backup: &v1alpha1.PostgresBackup{Store: v1alpha1.StoreRef{Name: "s3"}, Schedule: "0 3 * * *",
+		// Scheduled backups on February 29th only; a restore drill hourly.
+		Backup: &v1alpha1.PostgresBackup{Store: v1alpha1.StoreRef{Name: "s3"}, Schedule: "0 3 29 2 *", Verify: "@hourly",
 			Encryption: &v1alpha1.BackupEncryption{KeySecretRef: v1alpha1.LocalSecretKeyRef{Name: "backup-key", Key: "age"}}}}}
 	mustCreate(db)
 
@@ -216,10 +223,18 @@ func TestBackupRunsAsJob(t *testing.T) {
 	first := newBackup("first", "s3", "")
 	wait("first", v1alpha1.BackupPending, "Postgres db is not Ready")
 	// What the release reconciler reports for a Ready Postgres.
-	db.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "InstallSucceeded", Message: "ok", LastTransitionTime: metav1.Now()}}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(db), db); err != nil {
+		t.Fatal(err)
+	}
+	dbBase := db.DeepCopy()
+	db.Status.Conditions = []metav1.Condition{
+		{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "InstallSucceeded", Message: "ok", LastTransitionTime: metav1.Now()},
+		{Type: v1alpha1.ConditionReleased, Status: metav1.ConditionTrue, Reason: "InstallSucceeded", Message: "ok", LastTransitionTime: metav1.Now()},
+	}
 	db.Status.Endpoints = &v1alpha1.PostgresEndpoints{ReadWrite: "db", ReadOnly: "db-ro", Secret: "db-auth"}
 	db.Status.Release = &v1alpha1.ReleaseInfo{Name: "db", ChartVersion: "1.4.0"}
-	if err := c.Status().Update(ctx, db); err != nil {
+	// A merge patch: the schedule writes this status too.
+	if err := c.Status().Patch(ctx, db, client.MergeFrom(dbBase)); err != nil {
 		t.Fatal(err)
 	}
 	got := wait("first", v1alpha1.BackupRunning, "")
@@ -290,9 +305,10 @@ func TestBackupRunsAsJob(t *testing.T) {
 	if err := c.Get(ctx, client.ObjectKeyFromObject(copyDB), copyDB); err != nil {
 		t.Fatal(err)
 	}
+	copyBase := copyDB.DeepCopy()
 	copyDB.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionReleased, Status: metav1.ConditionTrue, Reason: "InstallSucceeded", Message: "ok", LastTransitionTime: metav1.Now()}}
 	copyDB.Status.Endpoints = &v1alpha1.PostgresEndpoints{ReadWrite: "copy", ReadOnly: "copy-ro", Secret: "db-auth"}
-	if err := c.Status().Update(ctx, copyDB); err != nil {
+	if err := c.Status().Patch(ctx, copyDB, client.MergeFrom(copyBase)); err != nil {
 		t.Fatal(err)
 	}
 	running := restoreIs(v1alpha1.BackupRunning, "restores "+done.Status.Location)
@@ -311,6 +327,39 @@ func TestBackupRunsAsJob(t *testing.T) {
 	}
 	if c := backup.Hook(c).Report(ctx, hooks.Object{Resource: toUnstructured(t, restored)}); c == nil || c.Status != metav1.ConditionTrue {
 		t.Errorf("Restored after the restore: %+v, want True", c)
+	}
+
+	// The hourly restore drill of db: the newest completed backup restored
+	// into a throwaway database of its server, by the drill Job's command.
+	clk.add(61 * time.Minute)
+	if err := c.Patch(ctx, &v1alpha1.Postgres{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db"}}, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"test/poke":"drill"}}}`))); err != nil {
+		t.Fatal(err)
+	}
+	drillStatus := func(want string) *v1alpha1.PostgresBackupStatus {
+		t.Helper()
+		got := &v1alpha1.Postgres{}
+		deadline := time.Now().Add(3 * time.Minute)
+		for time.Now().Before(deadline) {
+			if err := c.Get(ctx, client.ObjectKeyFromObject(db), got); err == nil && got.Status.Backup != nil && strings.Contains(got.Status.Backup.LastVerifyResult, want) {
+				return got.Status.Backup
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		t.Fatalf("status.backup never says %q; last %+v", want, got.Status.Backup)
+		return nil
+	}
+	drill := drillStatus("Running: Job verify-db-")
+	drillJob := &batchv1.Job{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: drill.VerifyJob}, drillJob); err != nil {
+		t.Fatal(err)
+	}
+	finishPod(t, ctx, c, drillJob, runJob(t, ctx, c, drillJob, agent, "127.0.0.1", pg.Port))
+	verified := drillStatus("Succeeded: Backup first")
+	if verified.LastVerifiedBackup != "first" || !strings.Contains(verified.LastVerifyResult, "with 1 tables") {
+		t.Errorf("drill status %+v", verified)
+	}
+	if left := pg.Query(t, "postgres", "select count(*) from pg_database where datname like 'chartpilot_verify_%'"); left != "0" {
+		t.Errorf("%s throwaway databases left after the drill", left)
 	}
 	if err := cluster.Cordon(ctx, false); err != nil {
 		t.Fatal(err)

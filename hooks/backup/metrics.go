@@ -20,6 +20,14 @@ var (
 		Name: "chartpilot_backup_size_bytes",
 		Help: "Bytes stored by the last completed backup of the resource (compressed, encrypted).",
 	}, backupLabels)
+	verifyLastSuccess = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "chartpilot_backup_verify_last_success_timestamp_seconds",
+		Help: "When a restore drill last restored a backup of the resource (Unix time).",
+	}, []string{"namespace", "kind", "name"})
+	verifyFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "chartpilot_backup_verify_failures_total",
+		Help: "Restore drills of the resource that failed.",
+	}, []string{"namespace", "kind", "name"})
 	backupFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "chartpilot_backup_failures_total",
 		Help: "Backups of the resource that failed, including those that could not start.",
@@ -27,5 +35,5 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(backupLastSuccess, backupDuration, backupSize, backupFailures)
+	metrics.Registry.MustRegister(backupLastSuccess, backupDuration, backupSize, backupFailures, verifyLastSuccess, verifyFailures)
 }

@@ -95,7 +95,7 @@ func (r *RestoreReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	skip := r.SkipNameValidation
 	return ctrl.NewControllerManagedBy(mgr).Named("restore").For(&v1alpha1.Postgres{}).Owns(&batchv1.Job{}).
-		WithOptions(controller.Options{SkipNameValidation: &skip}).Complete(r)
+		WithOptions(controller.Options{SkipNameValidation: &skip, MaxConcurrentReconciles: Workers}).Complete(r)
 }
 
 // RestoreJobName is the name of pg's restore Job.

@@ -2,14 +2,17 @@ package backup
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sort"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -35,8 +38,13 @@ const maxCatchUp = 600_000
 // scheduled Backups retention no longer keeps (their Jobs prune the data
 // by the same rule), and reports status.backup and LastBackupSucceeded.
 type ScheduleReconciler struct {
-	Client   client.Client
+	Client client.Client
+	// Reader reads Secrets, Namespaces and pods from the API server (the
+	// restore drills).
+	Reader   client.Reader
 	Recorder record.EventRecorder
+	// Image is the agent's image, for restore drills (see BackupReconciler).
+	Image string
 	// SkipNameValidation allows several managers in one process (tests).
 	SkipNameValidation bool
 	// Now is the clock (tests).
@@ -49,8 +57,8 @@ func (r *ScheduleReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		r.Now = time.Now
 	}
 	skip := r.SkipNameValidation
-	return ctrl.NewControllerManagedBy(mgr).Named("backupschedule").For(&v1alpha1.Postgres{}).Owns(&v1alpha1.Backup{}).
-		WithOptions(controller.Options{SkipNameValidation: &skip}).Complete(r)
+	return ctrl.NewControllerManagedBy(mgr).Named("backupschedule").For(&v1alpha1.Postgres{}).Owns(&v1alpha1.Backup{}).Owns(&batchv1.Job{}).
+		WithOptions(controller.Options{SkipNameValidation: &skip, MaxConcurrentReconciles: Workers}).Complete(r)
 }
 
 // Reconcile makes what the schedule of one Postgres asks for now.
@@ -124,13 +132,25 @@ func (r *ScheduleReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		return ctrl.Result{}, err
 	}
 	r.report(pg, sched, mine, byTarget, now)
+	if prev := before.Status.Backup; prev != nil {
+		st := pg.Status.Backup
+		st.VerifyJob, st.LastVerifyTime, st.LastVerifiedBackup, st.LastVerifyResult = prev.VerifyJob, prev.LastVerifyTime, prev.LastVerifiedBackup, prev.LastVerifyResult
+	}
+	nextVerify, err := r.drill(ctx, pg, now)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	if err := r.write(ctx, before, pg); err != nil {
 		return ctrl.Result{}, err
 	}
-	if pg.Status.Backup.NextScheduleTime == nil {
-		return ctrl.Result{}, nil
+	next := pg.Status.Backup.NextScheduleTime
+	if next == nil || (!nextVerify.IsZero() && nextVerify.Before(next.Time)) {
+		if nextVerify.IsZero() {
+			return ctrl.Result{}, nil
+		}
+		next = &metav1.Time{Time: nextVerify}
 	}
-	wait := pg.Status.Backup.NextScheduleTime.Sub(now)
+	wait := next.Sub(now)
 	if wait < time.Second {
 		wait = time.Second
 	}
@@ -266,6 +286,115 @@ func (r *ScheduleReconciler) write(ctx context.Context, before, pg *v1alpha1.Pos
 	}
 	if err := r.Client.Status().Patch(ctx, pg, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("writing status.backup: %w", err)
+	}
+	return nil
+}
+
+// drill runs the restore drills of spec.backup.verify: when one is due
+// and none runs, a Job of the agent (`chartpilot backup verify`) restores
+// the newest completed backup into a throwaway database of the server;
+// its end is recorded in status.backup. It returns when the next is due.
+func (r *ScheduleReconciler) drill(ctx context.Context, pg *v1alpha1.Postgres, now time.Time) (time.Time, error) {
+	sb, st := pg.Spec.Backup, pg.Status.Backup
+	if sb.Verify == "" {
+		return time.Time{}, nil
+	}
+	vs, err := cron.ParseStandard(sb.Verify)
+	if err != nil {
+		msg := fmt.Sprintf("spec.backup.verify %q: %v: give 5 fields or @daily, @weekly", sb.Verify, err)
+		if st.LastVerifyResult != msg {
+			r.Recorder.Event(pg, corev1.EventTypeWarning, "InvalidSchedule", msg)
+		}
+		st.LastVerifyResult = msg
+		return time.Time{}, nil
+	}
+	if st.VerifyJob != "" {
+		return vs.Next(now), r.followDrill(ctx, pg)
+	}
+	anchor := pg.CreationTimestamp.Time
+	if st.LastVerifyTime != nil {
+		anchor = st.LastVerifyTime.Time
+	}
+	due, _ := dueTime(vs, anchor, now)
+	if due.IsZero() || st.LastSuccessfulBackup == "" {
+		return vs.Next(now), nil
+	}
+	b := &v1alpha1.Backup{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: pg.Namespace, Name: st.LastSuccessfulBackup}, b); err != nil {
+		return vs.Next(now), client.IgnoreNotFound(err)
+	}
+	resolver := &BackupReconciler{Client: r.Client, Reader: r.Reader}
+	store, why, _ := resolver.store(ctx, b)
+	released := apimeta.FindStatusCondition(pg.Status.Conditions, v1alpha1.ConditionReleased)
+	if store == nil || released == nil || released.Status != metav1.ConditionTrue || pg.Status.Endpoints == nil {
+		if why == "" {
+			why = "the release is not deployed"
+		}
+		st.LastVerifyResult = "Waiting: " + why
+		return now.Add(time.Minute), nil
+	}
+	env := pgEnv(pg)
+	if sb.Encryption != nil {
+		env = append(env, corev1.EnvVar{Name: "CHARTPILOT_AGE_KEY", ValueFrom: secretKey(sb.Encryption.KeySecretRef.Name, sb.Encryption.KeySecretRef.Key)})
+	}
+	sargs, senv, volumes, mounts := storeFlags(store)
+	args := append([]string{"verify", "--location", b.Status.Location, "--manifest-file", "/dev/termination-log"}, sargs...)
+	lbl := map[string]string{LabelComponent: "verify", "app.kubernetes.io/managed-by": "chartpilot", LabelBackup: b.Name}
+	name := fmt.Sprintf("verify-%s-%s", truncate(pg.Name, 40), due.UTC().Format("200601021504"))
+	job := agentJob(pg.Namespace, name, lbl, r.Image, DefaultDeadline, args, append(env, senv...), volumes, mounts)
+	if err := controllerutil.SetControllerReference(pg, job, r.Client.Scheme()); err != nil {
+		return time.Time{}, err
+	}
+	if err := r.Client.Create(ctx, job); err != nil && !apierrors.IsAlreadyExists(err) {
+		return time.Time{}, fmt.Errorf("creating Job %s: %w", name, err)
+	}
+	t := metav1.NewTime(due)
+	st.VerifyJob, st.LastVerifyTime, st.LastVerifyResult = name, &t, "Running: Job "+name+" restores Backup "+b.Name+" into a throwaway database"
+	r.Recorder.Event(pg, corev1.EventTypeNormal, "BackupVerifyStarted", st.LastVerifyResult)
+	return vs.Next(now), nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
+// followDrill records the end of the running drill.
+func (r *ScheduleReconciler) followDrill(ctx context.Context, pg *v1alpha1.Postgres) error {
+	st := pg.Status.Backup
+	job := &batchv1.Job{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: pg.Namespace, Name: st.VerifyJob}, job); err != nil {
+		if apierrors.IsNotFound(err) {
+			st.VerifyJob, st.LastVerifyResult = "", "Failed: Job "+st.VerifyJob+" was deleted before it finished"
+			return nil
+		}
+		return err
+	}
+	switch {
+	case jobCondition(job, batchv1.JobFailed):
+		msg := podMessage(ctx, r.Reader, job)
+		st.LastVerifyResult = fmt.Sprintf("Failed: Job %s could not restore Backup %s: %s (kubectl logs job/%s)", job.Name, job.Labels[LabelBackup], msg, job.Name)
+		r.Recorder.Event(pg, corev1.EventTypeWarning, "BackupVerifyFailed", st.LastVerifyResult)
+		verifyFailures.WithLabelValues(pg.Namespace, "Postgres", pg.Name).Inc()
+		st.VerifyJob = ""
+	case jobCondition(job, batchv1.JobComplete):
+		var rep struct {
+			SHA256 string `json:"sha256"`
+			Tables *int   `json:"tables"`
+		}
+		if err := json.Unmarshal([]byte(podMessage(ctx, r.Reader, job)), &rep); err != nil || rep.SHA256 == "" || rep.Tables == nil {
+			st.LastVerifyResult = fmt.Sprintf("Failed: Job %s ended without reporting what it restored", job.Name)
+			r.Recorder.Event(pg, corev1.EventTypeWarning, "BackupVerifyFailed", st.LastVerifyResult)
+			verifyFailures.WithLabelValues(pg.Namespace, "Postgres", pg.Name).Inc()
+		} else {
+			st.LastVerifiedBackup = job.Labels[LabelBackup]
+			st.LastVerifyResult = fmt.Sprintf("Succeeded: Backup %s (sha256 %s) restored into a throwaway database with %d tables", st.LastVerifiedBackup, rep.SHA256, *rep.Tables)
+			r.Recorder.Event(pg, corev1.EventTypeNormal, "BackupVerified", st.LastVerifyResult)
+			verifyLastSuccess.WithLabelValues(pg.Namespace, "Postgres", pg.Name).Set(float64(r.Now().Unix()))
+		}
+		st.VerifyJob = ""
 	}
 	return nil
 }

@@ -36,6 +36,11 @@ const Recheck = 10 * time.Minute
 // probeTimeout bounds one check of a store.
 const probeTimeout = 30 * time.Second
 
+// Workers is how many stores (Backups, restores, schedules) each
+// controller handles at once: a store that does not answer holds one
+// worker for probeTimeout, never the stores of other namespaces.
+const Workers = 4
+
 // StoreReconciler checks the stores of one kind (BackupStore, or
 // ClusterBackupStore when Cluster is set).
 type StoreReconciler struct {
@@ -64,7 +69,7 @@ func (r *StoreReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	skip := r.SkipNameValidation
 	return ctrl.NewControllerManagedBy(mgr).Named(name).For(obj).
-		WithOptions(controller.Options{SkipNameValidation: &skip}).Complete(r)
+		WithOptions(controller.Options{SkipNameValidation: &skip, MaxConcurrentReconciles: Workers}).Complete(r)
 }
 
 // Reconcile checks one store and writes its Ready condition.

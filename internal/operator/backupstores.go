@@ -43,7 +43,8 @@ func addBackupStores(o Options, mgr manager.Manager) error {
 	if _, err := mgr.GetRESTMapper().RESTMapping(schema.GroupKind{Group: v1alpha1.GroupVersion.Group, Kind: "Postgres"}, v1alpha1.GroupVersion.Version); err != nil {
 		return nil
 	}
-	s := &backup.ScheduleReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorderFor("chartpilot-backup"), SkipNameValidation: o.SeveralInProcess}
+	s := &backup.ScheduleReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("chartpilot-backup"),
+		Image: o.BackupImage, SkipNameValidation: o.SeveralInProcess}
 	if err := s.SetupWithManager(mgr); err != nil {
 		return err
 	}

@@ -160,6 +160,12 @@ type PostgresBackup struct {
 	// Encryption, on the Job's side, before anything reaches the store.
 	// +optional
 	Encryption *BackupEncryption `json:"encryption,omitempty"`
+	// Verify schedules restore drills (cron, or @weekly, @daily): the newest
+	// completed backup is restored into a throwaway database of the
+	// server, its tables counted, and the database dropped.
+	// +optional
+	// +kubebuilder:validation:MaxLength=100
+	Verify string `json:"verify,omitempty"`
 	// Suspend stops new scheduled backups (on-demand Backups still run).
 	// +optional
 	Suspend bool `json:"suspend,omitempty"`
@@ -212,6 +218,18 @@ type PostgresBackupStatus struct {
 	LastSuccessfulBackup string `json:"lastSuccessfulBackup,omitempty"`
 	// +optional
 	LastSuccessTime *metav1.Time `json:"lastSuccessTime,omitempty"`
+	// VerifyJob is the restore drill running now.
+	// +optional
+	VerifyJob string `json:"verifyJob,omitempty"`
+	// LastVerifyTime is the schedule time of the newest restore drill.
+	// +optional
+	LastVerifyTime *metav1.Time `json:"lastVerifyTime,omitempty"`
+	// LastVerifiedBackup is the newest Backup a drill restored.
+	// +optional
+	LastVerifiedBackup string `json:"lastVerifiedBackup,omitempty"`
+	// LastVerifyResult says how the newest drill ended.
+	// +optional
+	LastVerifyResult string `json:"lastVerifyResult,omitempty"`
 }
 
 // PostgresStorage is the data volume of each pod.

@@ -53,7 +53,7 @@ func chartRules(t *testing.T, root string) []byte {
 // PrometheusRule, rendered) pass `promtool check rules` and the unit
 // tests of postgres_rules_test.yaml, each firing in one test and quiet in
 // another; every chartpilot_* metric they read is one the operator
-// defines.
+// defines, and every other one is in exporter_metrics.txt.
 func TestPostgresChartRules(t *testing.T) {
 	root, promtool := tools(t)
 	groups := chartRules(t, root)
@@ -88,6 +88,7 @@ func TestPostgresChartRules(t *testing.T) {
 	}
 	fires, quiet := alertTests(t, tests)
 	defined := definedMetrics(t, root)
+	exporter := exporterMetrics(t)
 	metricName := regexp.MustCompile(`chartpilot_[a-z_]+`)
 	n := 0
 	for _, g := range rf.Groups {
@@ -99,6 +100,11 @@ func TestPostgresChartRules(t *testing.T) {
 			for _, m := range metricName.FindAllString(r.Expr, -1) {
 				if !slices.Contains(defined, m) {
 					t.Errorf("alert %s reads %s, which the operator does not define", r.Alert, m)
+				}
+			}
+			for _, m := range otherMetric.FindAllString(r.Expr, -1) {
+				if !slices.Contains(exporter, m) {
+					t.Errorf("alert %s reads %s, which neither the operator nor the programs of exporter_metrics.txt define", r.Alert, m)
 				}
 			}
 		}

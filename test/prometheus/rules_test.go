@@ -89,6 +89,26 @@ func TestOperatorRules(t *testing.T) {
 	}
 }
 
+// otherMetric matches the names of metrics of postgres_exporter, the
+// kubelet and Prometheus in a query.
+var otherMetric = regexp.MustCompile(`\b(pg_[a-z_]+|kubelet_[a-z_]+|up)\b`)
+
+// exporterMetrics are the metric names of exporter_metrics.txt.
+func exporterMetrics(t *testing.T) []string {
+	t.Helper()
+	raw, err := os.ReadFile("exporter_metrics.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, line := range strings.Split(string(raw), "\n") {
+		if f := strings.Fields(line); len(f) > 0 && !strings.HasPrefix(f[0], "#") {
+			out = append(out, f[0])
+		}
+	}
+	return out
+}
+
 // alertTests reads a promtool test file: the alerts that fire in one of
 // its tests, and those expected quiet in one.
 func alertTests(t *testing.T, tests []byte) (fires, quiet map[string]bool) {
@@ -177,6 +197,7 @@ func TestDashboards(t *testing.T) {
 		t.Fatalf("no dashboards in config/grafana: %v", err)
 	}
 	defined := definedMetrics(t, root)
+	exporter := exporterMetrics(t)
 	metricName := regexp.MustCompile(`chartpilot_[a-z_]+`)
 	type rule struct {
 		Record string `json:"record"`
@@ -206,17 +227,24 @@ func TestDashboards(t *testing.T) {
 				t.Errorf("%s: panel %q has no query", filepath.Base(f), p.Title)
 			}
 			for _, q := range p.Targets {
-				expr := strings.ReplaceAll(q.Expr, "$kind", ".*")
-				rules = append(rules, rule{Record: fmt.Sprintf("dashboard:panel_%d_%s", p.ID, strings.ToLower(q.RefID)), Expr: expr})
+				// The variables as Grafana sets them ("All" for kind).
+				expr := strings.NewReplacer("$kind", ".*", "$namespace", "shop", "$name", "db").Replace(q.Expr)
+				rules = append(rules, rule{Record: fmt.Sprintf("dashboard:%s_panel_%d_%s", strings.TrimSuffix(filepath.Base(f), ".json"), p.ID, strings.ToLower(q.RefID)), Expr: expr})
 				names := metricName.FindAllString(expr, -1)
-				if len(names) == 0 {
-					t.Errorf("panel %q: query %q reads no chartpilot metric", p.Title, q.Expr)
-				}
 				for _, m := range names {
 					base := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(m, "_count"), "_sum"), "_bucket")
 					if !slices.Contains(defined, base) && !slices.Contains(defined, m) {
 						t.Errorf("panel %q reads %s, which the operator does not define", p.Title, m)
 					}
+				}
+				others := otherMetric.FindAllString(expr, -1)
+				for _, m := range others {
+					if !slices.Contains(exporter, m) {
+						t.Errorf("panel %q reads %s, which neither the operator nor the programs of exporter_metrics.txt define", p.Title, m)
+					}
+				}
+				if len(names)+len(others) == 0 {
+					t.Errorf("panel %q: query %q reads no metric", p.Title, q.Expr)
 				}
 			}
 		}
@@ -233,7 +261,7 @@ func TestDashboards(t *testing.T) {
 		t.Errorf("the dashboards' queries do not parse: %v\n%s", err, out)
 	}
 	out, err := exec.Command(filepath.Join(root, "bin", "kubectl"), "kustomize", filepath.Join(root, "config", "grafana")).CombinedOutput()
-	if err != nil || !strings.Contains(string(out), `grafana_dashboard: "1"`) || !strings.Contains(string(out), "chartpilot-fleet.json") {
+	if err != nil || !strings.Contains(string(out), `grafana_dashboard: "1"`) || !strings.Contains(string(out), "chartpilot-fleet.json") || !strings.Contains(string(out), "chartpilot-postgres.json") {
 		t.Errorf("kubectl kustomize config/grafana: %v\n%s", err, out)
 	}
 }

@@ -1,8 +1,9 @@
 // Package monitoring is the hook that wires a resource into the
-// Prometheus Operator: for a Postgres with spec.monitoring.enabled, the
-// chart's exporter, ServiceMonitor and PrometheusRule are turned on
-// through a values layer, the last two only while the monitoring.coreos.com
-// CRDs are served. Their appearance (or removal) is seen from a watch of
+// Prometheus Operator: for a Postgres with spec.monitoring.enabled (or a
+// resource annotated chartpilot.dev/monitoring: "true" of a kind whose
+// watch has a monitoring block), the chart's exporter, ServiceMonitor and
+// PrometheusRule are turned on through a values layer, the last two only
+// while the monitoring.coreos.com CRDs are served. Their appearance (or removal) is seen from a watch of
 // CRDs and re-reconciles every resource, so monitoring is added without a
 // restart. MonitoringReady says which it is; it never holds a release up.
 package monitoring
@@ -16,6 +17,7 @@ import (
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -26,6 +28,8 @@ import (
 
 	"github.com/chartpilot/chartpilot/hooks"
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
+	"github.com/chartpilot/chartpilot/internal/values"
+	"github.com/chartpilot/chartpilot/internal/watches"
 )
 
 // Name is the hook's name in watches.yaml.
@@ -37,9 +41,15 @@ const GroupVersion = "monitoring.coreos.com/v1"
 // needed are the resources of GroupVersion the chart renders.
 var needed = []string{"servicemonitors", "prometheusrules"}
 
+// Annotation asks for the monitoring of a resource of a kind whose watch
+// has a monitoring block (typed Postgres uses spec.monitoring).
+const Annotation = "chartpilot.dev/monitoring"
+
 // Monitoring knows whether the Prometheus Operator's CRDs are served.
 type Monitoring struct {
 	Discovery discovery.DiscoveryInterface
+	// Kinds are the monitoring blocks of watches.yaml, by kind.
+	Kinds map[schema.GroupVersionKind]*watches.Monitoring
 
 	mu      sync.Mutex
 	checked bool
@@ -87,16 +97,33 @@ func (m *Monitoring) ask() bool {
 	return true
 }
 
-// wanted reports whether obj asks for monitoring, and its extra labels.
-func wanted(obj hooks.Object) (bool, map[string]any) {
-	if obj.Resource == nil || obj.Resource.GetKind() != "Postgres" {
-		return false, nil
+// wanted returns the values that turn obj's exporter on, and those added
+// while the Prometheus Operator's CRDs are served; nil when obj does not
+// ask for monitoring.
+func (m *Monitoring) wanted(obj hooks.Object) (exporter, operator map[string]any) {
+	u := obj.Resource
+	if u == nil {
+		return nil, nil
 	}
-	spec, _ := obj.Resource.Object["spec"].(map[string]any)
-	mon, _ := spec["monitoring"].(map[string]any)
-	on, _ := mon["enabled"].(bool)
-	labels, _ := mon["labels"].(map[string]any)
-	return on, labels
+	if u.GetKind() == "Postgres" {
+		spec, _ := u.Object["spec"].(map[string]any)
+		mon, _ := spec["monitoring"].(map[string]any)
+		if on, _ := mon["enabled"].(bool); !on {
+			return nil, nil
+		}
+		labels, _ := mon["labels"].(map[string]any)
+		sm, pr := map[string]any{"enabled": true}, map[string]any{"enabled": true}
+		if len(labels) > 0 {
+			sm["labels"], pr["labels"] = labels, labels
+		}
+		return map[string]any{"metrics": map[string]any{"enabled": true}},
+			map[string]any{"metrics": map[string]any{"serviceMonitor": sm, "prometheusRule": pr}}
+	}
+	block := m.Kinds[u.GroupVersionKind()]
+	if block == nil || u.GetAnnotations()[Annotation] != "true" {
+		return nil, nil
+	}
+	return block.Values, block.PrometheusOperatorValues
 }
 
 // Hook is the monitoring hook.
@@ -105,21 +132,18 @@ func (m *Monitoring) Hook() *hooks.Hook {
 		Name:       Name,
 		ReportType: v1alpha1.ConditionMonitoringReady,
 		Values: hooks.ValuesFunc(func(ctx context.Context, obj hooks.Object) (map[string]any, error) {
-			on, labels := wanted(obj)
-			if !on {
+			exporter, operator := m.wanted(obj)
+			if exporter == nil {
 				return nil, nil
 			}
-			served := m.Served(ctx)
-			sm := map[string]any{"enabled": served}
-			pr := map[string]any{"enabled": served}
-			if len(labels) > 0 {
-				sm["labels"], pr["labels"] = labels, labels
+			if !m.Served(ctx) || operator == nil {
+				return exporter, nil
 			}
-			return map[string]any{"metrics": map[string]any{"enabled": true, "serviceMonitor": sm, "prometheusRule": pr}}, nil
+			return values.Merge(values.Layer{Name: "exporter", Values: exporter}, values.Layer{Name: "prometheus-operator", Values: operator}), nil
 		}),
 		Report: func(ctx context.Context, obj hooks.Object) *metav1.Condition {
-			on, _ := wanted(obj)
-			if !on {
+			exporter, _ := m.wanted(obj)
+			if exporter == nil {
 				return nil
 			}
 			if !m.Served(ctx) {
@@ -127,7 +151,7 @@ func (m *Monitoring) Hook() *hooks.Hook {
 					Message: fmt.Sprintf("the exporter runs, but %s (%s) is not served: install the Prometheus Operator's CRDs and the ServiceMonitor and PrometheusRule are added without a restart", GroupVersion, strings.Join(needed, ", "))}
 			}
 			return &metav1.Condition{Status: metav1.ConditionTrue, Reason: "Monitored",
-				Message: fmt.Sprintf("the release has the exporter, ServiceMonitor %[1]s and PrometheusRule %[1]s", obj.Resource.GetName())}
+				Message: fmt.Sprintf("the release has the exporter and the Prometheus Operator's objects of its chart (%s)", obj.Resource.GetName())}
 		},
 		Watcher: m,
 	}

@@ -291,7 +291,12 @@ func addReconcilers(o Options, mgr manager.Manager, scheme *runtime.Scheme, sour
 	if err != nil {
 		return nil, err
 	}
-	mon := &monitoring.Monitoring{Discovery: disc}
+	mon := &monitoring.Monitoring{Discovery: disc, Kinds: map[schema.GroupVersionKind]*watches.Monitoring{}}
+	for _, w := range o.Watches {
+		if w.Monitoring != nil {
+			mon.Kinds[w.GVK] = w.Monitoring
+		}
+	}
 	registry := hooks.NewRegistry()
 	for _, h := range append([]*hooks.Hook{tn.Hook(), mon.Hook(), backup.Hook(mgr.GetClient())}, o.Hooks...) {
 		if err := registry.Register(h); err != nil {

@@ -57,6 +57,17 @@ type entry struct {
 	CanarySoak              string                `json:"canarySoak,omitempty"`
 	ServiceAccountName      string                `json:"serviceAccountName,omitempty"`
 	AllowClusterScoped      []string              `json:"allowClusterScoped,omitempty"`
+	Monitoring              *Monitoring           `json:"monitoring,omitempty"`
+}
+
+// Monitoring is how the monitoring hook turns on a chart's metrics, for a
+// kind without typed fields for it: for each resource annotated
+// chartpilot.dev/monitoring: "true", Values (the exporter), and while the
+// Prometheus Operator's CRDs are served, PrometheusOperatorValues too (its
+// ServiceMonitor or PodMonitor, PrometheusRule).
+type Monitoring struct {
+	Values                   map[string]any `json:"values"`
+	PrometheusOperatorValues map[string]any `json:"prometheusOperatorValues,omitempty"`
 }
 
 // chartField is `chart`: a path, or a remote chart.
@@ -164,6 +175,9 @@ type Watch struct {
 	// ServiceAccountName is the ServiceAccount (in each resource's
 	// namespace) that Helm runs as for this kind when no Tenant names one.
 	ServiceAccountName string
+	// Monitoring is the values the monitoring hook adds for resources that
+	// ask for monitoring (nil: none).
+	Monitoring *Monitoring
 	// AllowClusterScoped lists the cluster-scoped kinds ("ClusterRole",
 	// "PriorityClass.scheduling.k8s.io") a release of this kind may contain;
 	// any other object outside the resource's namespace is refused.
@@ -290,6 +304,15 @@ func validate(e entry, baseDir string, lookupEnv func(string) (string, bool)) (W
 		seenHooks[h] = true
 	}
 	w.Hooks = append([]string(nil), e.Hooks...)
+	if m := e.Monitoring; m != nil {
+		if !seenHooks["monitoring"] {
+			return w, errors.New("field monitoring: the monitoring hook applies it: add monitoring to hooks")
+		}
+		if len(m.Values) == 0 {
+			return w, errors.New("field monitoring.values: give the values that turn the chart's exporter on, e.g. {metrics: {enabled: true}}")
+		}
+		w.Monitoring = m
+	}
 
 	for _, d := range []struct {
 		field, value, hint string

@@ -121,6 +121,8 @@ func TestParseErrorsNameEntryAndField(t *testing.T) {
 		"bad history":             {base + "  maxHistory: 1\n", []string{"field maxHistory"}},
 		"bad hook":                {base + "  hooks: [Tenancy]\n", []string{"field hooks[0]"}},
 		"duplicate hook":          {base + "  hooks: [a, a]\n", []string{"field hooks[1]", "twice"}},
+		"monitoring without hook": {base + "  monitoring: {values: {metrics: {enabled: true}}}\n", []string{"field monitoring", "add monitoring to hooks"}},
+		"monitoring no values":    {base + "  hooks: [monitoring]\n  monitoring: {prometheusOperatorValues: {a: 1}}\n", []string{"field monitoring.values"}},
 		"bad timeout":             {base + "  timeout: soon\n", []string{"field timeout"}},
 		"wrong type":              {base + "  maxHistory: many\n", []string{"fix the YAML"}},
 		"url as path":             {"- group: chartpilot.dev\n  version: v1\n  kind: Redis\n  chart: https://charts.example.com/redis\n", []string{"field chart", "is a URL", "{repo:"}},

@@ -28,7 +28,9 @@ var (
 // PrometheusOperatorNotInstalled; once the CRDs (generated from the
 // Prometheus Operator's API module) are installed, the same operator,
 // not restarted, adds a ServiceMonitor and a PrometheusRule with the
-// resource's labels to the release, and MonitoringReady turns True.
+// resource's labels to the release, and MonitoringReady turns True. A
+// Redis (passthrough) annotated chartpilot.dev/monitoring gets the same
+// from watches.yaml's monitoring block.
 func TestMonitoringWhenPrometheusOperatorArrives(t *testing.T) {
 	crdOpts := envtest.CRDInstallOptions{Paths: []string{filepath.Join("testdata", "monitoring.coreos.com_servicemonitors.yaml"), filepath.Join("testdata", "monitoring.coreos.com_prometheusrules.yaml")}}
 	e := setup(t)
@@ -39,7 +41,23 @@ func TestMonitoringWhenPrometheusOperatorArrives(t *testing.T) {
 		"version": "17", "storage": map[string]any{"size": "1Gi"},
 		"monitoring": map[string]any{"enabled": true, "labels": map[string]any{"prometheus": "team-a"}},
 	})
+	// A passthrough kind asks by annotation (watches.yaml's monitoring block).
+	if _, err := e.dyn.Resource(redisGVR).Namespace(e.ns).Create(context.Background(), &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "chartpilot.dev/v1alpha1", "kind": "Redis",
+		"metadata": map[string]any{"name": "cache", "namespace": e.ns, "annotations": map[string]any{"chartpilot.dev/monitoring": "true"}},
+		"spec":     map[string]any{},
+	}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	e.waitFor("mon Ready", 3*time.Minute, func() (bool, string) { return ready(e.get(postgresGVR, "mon")) })
+	e.waitCondition(redisGVR, "cache", v1alpha1.ConditionMonitoringReady, metav1.ConditionFalse, "PrometheusOperatorNotInstalled")
+	dep, err := e.cs.AppsV1().Deployments(e.ns).Get(context.Background(), "cache", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(dep.Spec.Template.Spec.Containers); n != 2 {
+		t.Errorf("the Redis Deployment has %d containers: the annotation should add the exporter", n)
+	}
 	u := e.waitCondition(postgresGVR, "mon", v1alpha1.ConditionMonitoringReady, metav1.ConditionFalse, "PrometheusOperatorNotInstalled")
 	if msg := condition(u, v1alpha1.ConditionMonitoringReady).Message; !strings.Contains(msg, "install the Prometheus Operator's CRDs") {
 		t.Errorf("MonitoringReady message %q does not say what to do", msg)
@@ -71,6 +89,11 @@ func TestMonitoringWhenPrometheusOperatorArrives(t *testing.T) {
 			return l["prometheus"] == "team-a" && l["app.kubernetes.io/instance"] == "mon", fmt.Sprintf("labels %v", l)
 		})
 	}
+	e.waitCondition(redisGVR, "cache", v1alpha1.ConditionMonitoringReady, metav1.ConditionTrue, "Monitored")
+	e.waitFor("servicemonitor cache", 2*time.Minute, func() (bool, string) {
+		_, err := e.dyn.Resource(serviceMonitorGVR).Namespace(e.ns).Get(context.Background(), "cache", metav1.GetOptions{})
+		return err == nil, fmt.Sprint(err)
+	})
 	e.waitFor("mon Ready after the upgrade", 3*time.Minute, func() (bool, string) { return ready(e.get(postgresGVR, "mon")) })
 	if rev, _, _ := unstructured.NestedInt64(e.get(postgresGVR, "mon").Object, "status", "release", "revision"); rev != 2 {
 		t.Errorf("release revision %d: adding monitoring should be one upgrade", rev)

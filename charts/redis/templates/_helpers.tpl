@@ -52,6 +52,24 @@ containers:
       capabilities: {drop: ["ALL"]}
     volumeMounts:
       - {name: data, mountPath: /data}
+  {{- if .Values.metrics.enabled }}
+  - name: metrics
+    image: {{ printf "%s:%s" .Values.metrics.image.repository .Values.metrics.image.tag | quote }}
+    env:
+      - {name: REDIS_ADDR, value: {{ printf "redis://localhost:%d" (int .Values.service.port) | quote }}}
+      {{- if .Values.auth.enabled }}
+      - name: REDIS_PASSWORD
+        valueFrom: {secretKeyRef: {name: {{ .Release.Name }}-auth, key: password}}
+      {{- end }}
+    ports:
+      - {name: metrics, containerPort: {{ int .Values.metrics.port }}}
+    resources:
+      {{- toYaml .Values.metrics.resources | nindent 6 }}
+    securityContext:
+      allowPrivilegeEscalation: false
+      readOnlyRootFilesystem: true
+      capabilities: {drop: ["ALL"]}
+  {{- end }}
 {{- if not .Values.persistence.enabled }}
 volumes:
   - {name: data, emptyDir: {}}

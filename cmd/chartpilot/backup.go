@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -289,4 +290,31 @@ func backupVerify(ctx context.Context, b *blob.Bucket, location, identity string
 		return nil, fmt.Errorf("counting the restored tables: %q", out)
 	}
 	return &verifyReport{Manifest: *m, Tables: tables}, nil
+}
+
+// installAgent copies this executable to DIR/chartpilot: the init
+// container of a backup Job whose main container is another image (a
+// passthrough kind's) runs it, so that the agent is there.
+func installAgent(args []string) error {
+	if len(args) != 1 {
+		return errors.New("usage: chartpilot install-agent DIR")
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	src, err := os.Open(self)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	dst, err := os.OpenFile(filepath.Join(args[0], "chartpilot"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(dst, src); err != nil {
+		dst.Close()
+		return err
+	}
+	return dst.Close()
 }

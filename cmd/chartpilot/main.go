@@ -28,6 +28,8 @@ Usage:
   chartpilot run [flags]     run the operator (chartpilot run --help for flags)
   chartpilot rbac [flags]    print the manager's ClusterRole for watches.yaml and its charts
   chartpilot backup run|restore [flags] -- COMMAND   back up COMMAND's output, or restore into its input
+  chartpilot backup verify [flags]                   restore drill into a throwaway database
+  chartpilot install-agent DIR                       copy this binary to DIR/chartpilot (backup Jobs of other images)
   chartpilot get [KIND] [-n NS | -A] [-o wide|json]  list the resources chartpilot manages
   chartpilot describe KIND/NAME [-n NS]              conditions, history, last failure and events of one
   chartpilot rollout status KIND [--version V] [--watch]  the fleet by chart version and upgrade state
@@ -54,6 +56,11 @@ func main() {
 	case "backup":
 		if err := backupCommand(ctrl.SetupSignalHandler(), os.Args[2:], os.Stdout, os.Stderr); err != nil {
 			fmt.Fprintf(os.Stderr, "chartpilot backup: %v\n", err)
+			os.Exit(1)
+		}
+	case "install-agent":
+		if err := installAgent(os.Args[2:]); err != nil {
+			fmt.Fprintf(os.Stderr, "chartpilot install-agent: %v\n", err)
 			os.Exit(1)
 		}
 	case "get":

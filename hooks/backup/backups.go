@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path"
+	"sort"
 	"strings"
 	"time"
 
@@ -16,7 +17,9 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
@@ -28,7 +31,14 @@ import (
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/backup"
 	"github.com/chartpilot/chartpilot/internal/redact"
+	"github.com/chartpilot/chartpilot/internal/watches"
 )
+
+// PassthroughKind is a kind backed up as its watches.yaml backup block says.
+type PassthroughKind struct {
+	GVK    schema.GroupVersionKind
+	Backup *watches.Backup
+}
 
 // Labels of a backup Job and its pod; of a scheduled Backup.
 const (
@@ -60,6 +70,8 @@ const DefaultDeadline = 6 * time.Hour
 // here deletes data from a store.
 type BackupReconciler struct {
 	Client client.Client
+	// Kinds are the passthrough kinds with a watches.yaml backup block.
+	Kinds map[string]PassthroughKind
 	// Reader reads Secrets, Namespaces and pods from the API server.
 	Reader   client.Reader
 	Recorder record.EventRecorder
@@ -212,18 +224,82 @@ func notReady(kind, name string, generation int64, conds []metav1.Condition) str
 	return ""
 }
 
+// target is what a Backup backs up, and how.
+type target struct {
+	chartVersion, databaseVersion string
+	// job builds the backup Job for a store and location.
+	job func(st *resolvedStore, location string) *batchv1.Job
+}
+
+// target finds b's target and checks that it is Ready; a reason to wait,
+// or one to fail, otherwise.
+func (r *BackupReconciler) target(ctx context.Context, b *v1alpha1.Backup) (*target, string, string, error) {
+	kind, name := b.Spec.Target.Kind, b.Spec.Target.Name
+	if kind == "Postgres" {
+		pg := &v1alpha1.Postgres{}
+		if err := r.Client.Get(ctx, types.NamespacedName{Namespace: b.Namespace, Name: name}, pg); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil, fmt.Sprintf("spec.target: Postgres %s/%s does not exist", b.Namespace, name), "", nil
+			}
+			return nil, "", "", err
+		}
+		ready := apimeta.FindStatusCondition(pg.Status.Conditions, v1alpha1.ConditionReady)
+		if ready == nil || ready.Status != metav1.ConditionTrue || pg.Status.Endpoints == nil || pg.Status.Endpoints.ReadWrite == "" || pg.Status.Endpoints.Secret == "" {
+			return nil, fmt.Sprintf("spec.target: Postgres %s is not Ready", pg.Name), "", nil
+		}
+		t := &target{databaseVersion: pg.Spec.Version, job: func(st *resolvedStore, location string) *batchv1.Job { return r.job(b, pg, st, location) }}
+		if pg.Status.Release != nil {
+			t.chartVersion = pg.Status.Release.ChartVersion
+		}
+		return t, "", "", nil
+	}
+	pk, ok := r.Kinds[kind]
+	if !ok {
+		known := []string{"Postgres"}
+		for k := range r.Kinds {
+			known = append(known, k)
+		}
+		sort.Strings(known)
+		return nil, "", fmt.Sprintf("spec.target.kind %q: backups are made of %s (Postgres, and the kinds whose watches.yaml entry has a backup block)", kind, strings.Join(known, ", ")), nil
+	}
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(pk.GVK)
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: b.Namespace, Name: name}, u); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Sprintf("spec.target: %s %s/%s does not exist", kind, b.Namespace, name), "", nil
+		}
+		return nil, "", "", err
+	}
+	if !readyCondition(u) {
+		return nil, fmt.Sprintf("spec.target: %s %s is not Ready", kind, name), "", nil
+	}
+	t := &target{job: func(st *resolvedStore, location string) *batchv1.Job { return r.passthroughJob(b, pk.Backup, st, location) }}
+	t.chartVersion, _, _ = unstructured.NestedString(u.Object, "status", "release", "chartVersion")
+	return t, "", "", nil
+}
+
+func readyCondition(u *unstructured.Unstructured) bool {
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		if m["type"] == v1alpha1.ConditionReady {
+			return m["status"] == string(metav1.ConditionTrue)
+		}
+	}
+	return false
+}
+
 // start checks that b can run, then creates its Job.
 func (r *BackupReconciler) start(ctx context.Context, b *v1alpha1.Backup) (ctrl.Result, error) {
-	pg := &v1alpha1.Postgres{}
-	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: b.Namespace, Name: b.Spec.Target.Name}, pg); err != nil {
-		if apierrors.IsNotFound(err) {
-			return r.wait(b, fmt.Sprintf("spec.target: Postgres %s/%s does not exist", b.Namespace, b.Spec.Target.Name)), nil
-		}
+	t, wait, fail, err := r.target(ctx, b)
+	switch {
+	case err != nil:
 		return ctrl.Result{}, err
-	}
-	ready := apimeta.FindStatusCondition(pg.Status.Conditions, v1alpha1.ConditionReady)
-	if ready == nil || ready.Status != metav1.ConditionTrue || pg.Status.Endpoints == nil || pg.Status.Endpoints.ReadWrite == "" || pg.Status.Endpoints.Secret == "" {
-		return r.wait(b, fmt.Sprintf("spec.target: Postgres %s is not Ready", pg.Name)), nil
+	case fail != "":
+		r.fail(b, fail)
+		return ctrl.Result{}, nil
+	case wait != "":
+		return r.wait(b, wait), nil
 	}
 	st, why, mayWait := r.store(ctx, b)
 	if st == nil {
@@ -239,12 +315,12 @@ func (r *BackupReconciler) start(ctx context.Context, b *v1alpha1.Backup) (ctrl.
 	}
 	for _, o := range list.Items {
 		if o.Name != b.Name && o.Spec.Target == b.Spec.Target && o.Status.Phase == v1alpha1.BackupRunning {
-			return r.wait(b, fmt.Sprintf("backup %s of the same Postgres is running; one runs at a time", o.Name)), nil
+			return r.wait(b, fmt.Sprintf("backup %s of the same %s is running; one runs at a time", o.Name, b.Spec.Target.Kind)), nil
 		}
 	}
 
 	location := Location(b)
-	job := r.job(b, pg, st, location)
+	job := t.job(st, location)
 	if err := controllerutil.SetControllerReference(b, job, r.Client.Scheme()); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -254,14 +330,46 @@ func (r *BackupReconciler) start(ctx context.Context, b *v1alpha1.Backup) (ctrl.
 	now := metav1.NewTime(r.Now().Truncate(time.Second))
 	b.Status = v1alpha1.BackupStatus{
 		Phase: v1alpha1.BackupRunning, Job: job.Name, Location: location, StartedAt: &now,
-		Message:         "Job " + job.Name + " backs the database up",
-		DatabaseVersion: pg.Spec.Version,
+		Message:         "Job " + job.Name + " backs " + b.Spec.Target.Kind + " " + b.Spec.Target.Name + " up",
+		DatabaseVersion: t.databaseVersion, ChartVersion: t.chartVersion,
 	}
-	if pg.Status.Release != nil {
-		b.Status.ChartVersion = pg.Status.Release.ChartVersion
-	}
-	r.Recorder.Event(b, corev1.EventTypeNormal, "BackupStarted", fmt.Sprintf("Job %s backs Postgres %s up to %s", job.Name, pg.Name, location))
+	r.Recorder.Event(b, corev1.EventTypeNormal, "BackupStarted", fmt.Sprintf("Job %s backs %s %s up to %s", job.Name, b.Spec.Target.Kind, b.Spec.Target.Name, location))
 	return ctrl.Result{}, nil
+}
+
+// AgentDir is where a passthrough backup Job's init container puts the
+// agent, for the main container (the kind's own image) to run.
+const AgentDir = "/chartpilot-agent"
+
+// passthroughJob is b's Job for a kind with a watches.yaml backup block:
+// an init container of the agent's image copies the agent into a shared
+// volume; the block's image runs it, and it runs the block's command.
+func (r *BackupReconciler) passthroughJob(b *v1alpha1.Backup, block *watches.Backup, st *resolvedStore, location string) *batchv1.Job {
+	env := []corev1.EnvVar{
+		{Name: "CHARTPILOT_TARGET_NAME", Value: b.Spec.Target.Name},
+		{Name: "CHARTPILOT_TARGET_NAMESPACE", Value: b.Namespace},
+	}
+	for _, e := range block.Env {
+		env = append(env, corev1.EnvVar{Name: e.Name, ValueFrom: secretKey(strings.ReplaceAll(e.Secret, "{name}", b.Spec.Target.Name), e.Key)})
+	}
+	args := []string{"run", "--location", location, "--manifest-file", "/dev/termination-log",
+		"--label", "namespace=" + b.Namespace, "--label", "kind=" + b.Spec.Target.Kind, "--label", "name=" + b.Spec.Target.Name,
+		"--label", "backup=" + b.Name}
+	sargs, senv, volumes, mounts := storeFlags(st)
+	args = append(append(append(args, sargs...), "--"), block.Command...)
+	lbl := map[string]string{LabelBackup: b.Name, LabelComponent: "backup", "app.kubernetes.io/managed-by": "chartpilot"}
+	job := agentJob(b.Namespace, JobName(b), lbl, block.Image, r.Deadline, args, append(env, senv...), volumes, mounts)
+	pod := &job.Spec.Template.Spec
+	pod.Volumes = append(pod.Volumes, corev1.Volume{Name: "agent", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+	agentMount := corev1.VolumeMount{Name: "agent", MountPath: AgentDir}
+	main := &pod.Containers[0]
+	main.Command = []string{AgentDir + "/chartpilot", "backup"}
+	main.VolumeMounts = append(main.VolumeMounts, agentMount)
+	pod.InitContainers = []corev1.Container{{
+		Name: "install-agent", Image: r.Image, Command: []string{"chartpilot", "install-agent", AgentDir},
+		VolumeMounts: []corev1.VolumeMount{agentMount}, SecurityContext: main.SecurityContext, Resources: main.Resources,
+	}}
+	return job
 }
 
 // Location is where b's backup goes in its store: one series per target

@@ -47,6 +47,12 @@ func buildAgent(t *testing.T) string {
 // the environment the Job names (Secrets resolved), reaching the database
 // at host:port as the Service's name would.
 func runJob(t *testing.T, ctx context.Context, c client.Client, job *batchv1.Job, agent, pgHost string, pgPort int) string {
+	return runJobWith(t, ctx, c, job, agent, pgHost, pgPort, nil)
+}
+
+// runJobWith is runJob with the command's arguments rewritten after the
+// kubelet's $(VAR) expansion (a Service name and port to loopback's).
+func runJobWith(t *testing.T, ctx context.Context, c client.Client, job *batchv1.Job, agent, pgHost string, pgPort int, rewrite func([]string) []string) string {
 	t.Helper()
 	ctr := job.Spec.Template.Spec.Containers[0]
 	env := []string{"PATH=" + testpg.Bin(t) + ":" + os.Getenv("PATH")}
@@ -70,7 +76,16 @@ func runJob(t *testing.T, ctx context.Context, c client.Client, job *batchv1.Job
 	termination := filepath.Join(t.TempDir(), "termination-log")
 	args := append([]string{}, ctr.Command[1:]...)
 	for _, a := range ctr.Args {
+		// The kubelet expands $(VAR) of the container's environment.
+		for _, e := range ctr.Env {
+			if e.ValueFrom == nil {
+				a = strings.ReplaceAll(a, "$("+e.Name+")", e.Value)
+			}
+		}
 		args = append(args, strings.Replace(a, "/dev/termination-log", termination, 1))
+	}
+	if rewrite != nil {
+		args = rewrite(args)
 	}
 	cmd := exec.CommandContext(ctx, agent, args...)
 	cmd.Env = env

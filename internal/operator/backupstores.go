@@ -35,7 +35,12 @@ func addBackupStores(o Options, mgr manager.Manager) error {
 	}
 	b := &backup.BackupReconciler{
 		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("chartpilot-backup"),
-		Image: o.BackupImage, SkipNameValidation: o.SeveralInProcess,
+		Image: o.BackupImage, SkipNameValidation: o.SeveralInProcess, Kinds: map[string]backup.PassthroughKind{},
+	}
+	for _, w := range o.Watches {
+		if w.Backup != nil {
+			b.Kinds[w.GVK.Kind] = backup.PassthroughKind{GVK: w.GVK, Backup: w.Backup}
+		}
 	}
 	if err := b.SetupWithManager(mgr); err != nil {
 		return err

@@ -58,6 +58,26 @@ type entry struct {
 	ServiceAccountName      string                `json:"serviceAccountName,omitempty"`
 	AllowClusterScoped      []string              `json:"allowClusterScoped,omitempty"`
 	Monitoring              *Monitoring           `json:"monitoring,omitempty"`
+	Backup                  *Backup               `json:"backup,omitempty"`
+}
+
+// Backup is how a resource of a kind without typed backups is backed up:
+// a Job runs Command in Image, and chartpilot's agent (copied into the
+// pod) stores its standard output like any backup. In Command and Args,
+// $(CHARTPILOT_TARGET_NAME) is the resource's name (the release's name,
+// and its Services'); Env gives it keys of Secrets of the namespace,
+// "{name}" in a Secret's name standing for the resource's name.
+type Backup struct {
+	Image   string      `json:"image"`
+	Command []string    `json:"command"`
+	Env     []BackupEnv `json:"env,omitempty"`
+}
+
+// BackupEnv is an environment variable of a backup Job from a Secret.
+type BackupEnv struct {
+	Name   string `json:"name"`
+	Secret string `json:"secret"`
+	Key    string `json:"key"`
 }
 
 // Monitoring is how the monitoring hook turns on a chart's metrics, for a
@@ -69,6 +89,8 @@ type Monitoring struct {
 	Values                   map[string]any `json:"values"`
 	PrometheusOperatorValues map[string]any `json:"prometheusOperatorValues,omitempty"`
 }
+
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // chartField is `chart`: a path, or a remote chart.
 type chartField struct {
@@ -175,6 +197,8 @@ type Watch struct {
 	// ServiceAccountName is the ServiceAccount (in each resource's
 	// namespace) that Helm runs as for this kind when no Tenant names one.
 	ServiceAccountName string
+	// Backup is how resources of this kind are backed up (nil: not at all).
+	Backup *Backup
 	// Monitoring is the values the monitoring hook adds for resources that
 	// ask for monitoring (nil: none).
 	Monitoring *Monitoring
@@ -312,6 +336,17 @@ func validate(e entry, baseDir string, lookupEnv func(string) (string, bool)) (W
 			return w, errors.New("field monitoring.values: give the values that turn the chart's exporter on, e.g. {metrics: {enabled: true}}")
 		}
 		w.Monitoring = m
+	}
+	if b := e.Backup; b != nil {
+		if b.Image == "" || len(b.Command) == 0 {
+			return w, errors.New("field backup: image and command are required: the command writes the backup to its standard output, e.g. command: [redis-cli, -h, $(CHARTPILOT_TARGET_NAME), --rdb, -]")
+		}
+		for i, env := range b.Env {
+			if !envName.MatchString(env.Name) || env.Secret == "" || env.Key == "" {
+				return w, fmt.Errorf("field backup.env[%d]: name (a variable name), secret and key are required", i)
+			}
+		}
+		w.Backup = b
 	}
 
 	for _, d := range []struct {

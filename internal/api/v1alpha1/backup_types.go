@@ -24,8 +24,9 @@ type BackupSpec struct {
 
 // BackupTarget names a resource of the Backup's namespace.
 type BackupTarget struct {
-	// Kind of the resource; Postgres is the kind backups support.
-	// +kubebuilder:validation:Enum=Postgres
+	// Kind of the resource: Postgres, or a kind whose watches.yaml entry
+	// has a backup block (Redis in the shipped one).
+	// +kubebuilder:validation:Pattern=`^[A-Z][A-Za-z0-9]{0,62}$`
 	Kind string `json:"kind"`
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=53

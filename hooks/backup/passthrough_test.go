@@ -1,0 +1,205 @@
+package backup_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/chartpilot/chartpilot/hooks/backup"
+	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
+	"github.com/chartpilot/chartpilot/internal/backup/backuptest"
+	"github.com/chartpilot/chartpilot/internal/testpg"
+	"github.com/chartpilot/chartpilot/internal/watches"
+)
+
+// startRedis runs a real redis-server (Debian's, installed by .ci/run) on
+// a loopback port with a password, stopped when the test ends.
+func startRedis(t *testing.T, dir, password string, extra ...string) int {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Fatal("redis-server is not installed: .ci/run installs Debian's redis-server")
+	}
+	port := testpg.FreePort(t)
+	args := append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir, "--save", "", "--requirepass", password}, extra...)
+	cmd := exec.Command("redis-server", args...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	deadline := time.Now().Add(30 * time.Second)
+	for exec.Command("redis-cli", "-p", strconv.Itoa(port), "-a", password, "--no-auth-warning", "ping").Run() != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("redis-server did not answer within 30 s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return port
+}
+
+func redisCLI(t *testing.T, port int, password string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command("redis-cli", append([]string{"-p", strconv.Itoa(port), "-a", password, "--no-auth-warning"}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("redis-cli %v: %v\n%s", args, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// TestPassthroughBackup: a Backup of a Redis (a passthrough kind) runs the
+// backup block of the repository's watches.yaml: its Job copies the agent
+// in with an init container and runs redis-cli --rdb - in the block's
+// image, the password by reference to the release's Secret. The Job's
+// command, run here against a real redis-server, stores an RDB snapshot
+// the Backup completes with; a second redis-server started on that
+// snapshot has every key.
+func TestPassthroughBackup(t *testing.T) {
+	cluster.Skip(t)
+	ws, err := watches.Load(filepath.Join("..", "..", "watches.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]backup.PassthroughKind{}
+	for _, w := range ws {
+		if w.Backup != nil {
+			kinds[w.GVK.Kind] = backup.PassthroughKind{GVK: w.GVK, Backup: w.Backup}
+		}
+	}
+	if _, ok := kinds["Redis"]; !ok {
+		t.Fatal("watches.yaml has no backup block for Redis")
+	}
+	agent := buildAgent(t)
+	s3 := backuptest.StartS3(t, t.TempDir())
+	const password = "redis-password-never-shown"
+	port := startRedis(t, t.TempDir(), password)
+	for i := range 200 {
+		redisCLI(t, port, password, "set", "key:"+strconv.Itoa(i), "value "+strconv.Itoa(i))
+	}
+
+	ns := cluster.Namespace(t)
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = v1alpha1.AddToScheme(scheme)
+	mgr, err := ctrl.NewManager(cluster.Config, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stores := &backup.StoreReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"),
+		Endpoints: []string{"http://127.0.0.1:"}, SkipNameValidation: true}
+	backups := &backup.BackupReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"),
+		Image: "chartpilot:test", Kinds: kinds, SkipNameValidation: true}
+	for _, setup := range []func(ctrl.Manager) error{stores.SetupWithManager, backups.SetupWithManager} {
+		if err := setup(mgr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = mgr.Start(ctx) }()
+	c, err := client.New(cluster.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.Cordon(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cluster.Cordon(context.Background(), false) })
+	for _, o := range []client.Object{
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "s3"}, Data: map[string][]byte{"accessKeyID": []byte(s3.AccessKeyID), "secretAccessKey": []byte(s3.SecretAccessKey)}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cache-auth"}, Data: map[string][]byte{"password": []byte(password)}},
+		&v1alpha1.BackupStore{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "s3"}, Spec: v1alpha1.BackupStoreSpec{S3: &v1alpha1.S3Store{
+			Endpoint: s3.Endpoint, Bucket: s3.Bucket, ForcePathStyle: true, CredentialsSecretRef: v1alpha1.SecretRef{Name: "s3"}}}},
+	} {
+		if err := c.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	redis := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "chartpilot.dev/v1alpha1", "kind": "Redis",
+		"metadata": map[string]any{"namespace": ns, "name": "cache"}, "spec": map[string]any{}}}
+	if err := c.Create(ctx, redis); err != nil {
+		t.Fatal(err)
+	}
+	redis.Object["status"] = map[string]any{"conditions": []any{map[string]any{"type": "Ready", "status": "True", "reason": "InstallSucceeded", "message": "ok",
+		"lastTransitionTime": metav1.Now().UTC().Format(time.RFC3339)}}, "release": map[string]any{"name": "cache", "chartVersion": "0.2.0"}}
+	if err := c.Status().Update(ctx, redis); err != nil {
+		t.Fatal(err)
+	}
+	b := &v1alpha1.Backup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "rb"}, Spec: v1alpha1.BackupSpec{
+		Target: v1alpha1.BackupTarget{Kind: "Redis", Name: "cache"}, Store: v1alpha1.StoreRef{Name: "s3"}}}
+	if err := c.Create(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	phase := func(want, msg string) *v1alpha1.Backup {
+		t.Helper()
+		got := &v1alpha1.Backup{}
+		deadline := time.Now().Add(3 * time.Minute)
+		for time.Now().Before(deadline) {
+			if err := c.Get(ctx, client.ObjectKeyFromObject(b), got); err == nil && got.Status.Phase == want && strings.Contains(got.Status.Message, msg) {
+				return got
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		t.Fatalf("Backup rb never %s with %q; last %+v", want, msg, got.Status)
+		return nil
+	}
+	running := phase(v1alpha1.BackupRunning, "")
+	job := &batchv1.Job{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: running.Status.Job}, job); err != nil {
+		t.Fatal(err)
+	}
+	pod := job.Spec.Template.Spec
+	if len(pod.InitContainers) != 1 || pod.InitContainers[0].Image != "chartpilot:test" || pod.Containers[0].Image != "redis:7.4" ||
+		pod.Containers[0].Command[0] != backup.AgentDir+"/chartpilot" || *pod.AutomountServiceAccountToken {
+		t.Errorf("Job %s: init containers %v, main %s %v", job.Name, pod.InitContainers, pod.Containers[0].Image, pod.Containers[0].Command)
+	}
+	for _, e := range pod.Containers[0].Env {
+		if e.Name == "REDISCLI_AUTH" && (e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil || e.ValueFrom.SecretKeyRef.Name != "cache-auth") {
+			t.Errorf("REDISCLI_AUTH is not a reference to Secret cache-auth: %+v", e)
+		}
+	}
+	// The Service "cache" is the local server here.
+	toLoopback := func(args []string) []string {
+		for i := range args {
+			if args[i] == "-h" && i+1 < len(args) && args[i+1] == "cache" {
+				return append(append(append([]string{}, args[:i]...), "-h", "127.0.0.1", "-p", strconv.Itoa(port)), args[i+2:]...)
+			}
+		}
+		t.Fatalf("the Job's command %v does not name the Service cache with -h", args)
+		return nil
+	}
+	finishPod(t, ctx, c, job, runJobWith(t, ctx, c, job, agent, "", 0, toLoopback))
+	done := phase(v1alpha1.BackupCompleted, "bytes stored")
+	if done.Status.ChartVersion != "0.2.0" || !strings.HasPrefix(done.Status.Location, ns+"/redis/cache/") {
+		t.Errorf("Backup status %+v", done.Status)
+	}
+
+	// The snapshot, restored as the data file of a new server, has every key.
+	restored := t.TempDir()
+	restore := exec.CommandContext(ctx, agent, "backup", "restore", "--store", "s3", "--s3-endpoint", s3.Endpoint, "--s3-bucket", s3.Bucket,
+		"--s3-force-path-style", "--location", done.Status.Location, "--", "sh", "-c", "cat > "+filepath.Join(restored, "dump.rdb"))
+	restore.Env = []string{"PATH=" + os.Getenv("PATH"), "CHARTPILOT_S3_ACCESS_KEY_ID=" + s3.AccessKeyID, "CHARTPILOT_S3_SECRET_ACCESS_KEY=" + s3.SecretAccessKey}
+	if out, err := restore.CombinedOutput(); err != nil {
+		t.Fatalf("restoring the snapshot: %v\n%s", err, out)
+	}
+	port2 := startRedis(t, restored, password, "--dbfilename", "dump.rdb")
+	if n := redisCLI(t, port2, password, "dbsize"); n != "200" {
+		t.Errorf("the restored server has %s keys, want 200", n)
+	}
+	if v := redisCLI(t, port2, password, "get", "key:137"); v != "value 137" {
+		t.Errorf("key:137 = %q", v)
+	}
+}

@@ -273,7 +273,9 @@ func (r *BackupReconciler) target(ctx context.Context, b *v1alpha1.Backup) (*tar
 	if !readyCondition(u) {
 		return nil, fmt.Sprintf("spec.target: %s %s is not Ready", kind, name), "", nil
 	}
-	t := &target{job: func(st *resolvedStore, location string) *batchv1.Job { return r.passthroughJob(b, pk.Backup, st, location) }}
+	t := &target{job: func(st *resolvedStore, location string) *batchv1.Job {
+		return r.passthroughJob(b, pk.Backup, st, location)
+	}}
 	t.chartVersion, _, _ = unstructured.NestedString(u.Object, "status", "release", "chartVersion")
 	return t, "", "", nil
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path"
 	"sort"
@@ -19,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
@@ -72,6 +74,9 @@ type BackupReconciler struct {
 	Client client.Client
 	// Kinds are the passthrough kinds with a watches.yaml backup block.
 	Kinds map[string]PassthroughKind
+	// Identity creates the Jobs as the target's identity (nil: as the
+	// manager).
+	Identity *Identity
 	// Reader reads Secrets, Namespaces and pods from the API server.
 	Reader   client.Reader
 	Recorder record.EventRecorder
@@ -226,6 +231,7 @@ func notReady(kind, name string, generation int64, conds []metav1.Condition) str
 
 // target is what a Backup backs up, and how.
 type target struct {
+	obj                           *unstructured.Unstructured
 	chartVersion, databaseVersion string
 	// job builds the backup Job for a store and location.
 	job func(st *resolvedStore, location string) *batchv1.Job
@@ -247,7 +253,7 @@ func (r *BackupReconciler) target(ctx context.Context, b *v1alpha1.Backup) (*tar
 		if ready == nil || ready.Status != metav1.ConditionTrue || pg.Status.Endpoints == nil || pg.Status.Endpoints.ReadWrite == "" || pg.Status.Endpoints.Secret == "" {
 			return nil, fmt.Sprintf("spec.target: Postgres %s is not Ready", pg.Name), "", nil
 		}
-		t := &target{databaseVersion: pg.Spec.Version, job: func(st *resolvedStore, location string) *batchv1.Job { return r.job(b, pg, st, location) }}
+		t := &target{obj: asUnstructured(pg), databaseVersion: pg.Spec.Version, job: func(st *resolvedStore, location string) *batchv1.Job { return r.job(b, pg, st, location) }}
 		if pg.Status.Release != nil {
 			t.chartVersion = pg.Status.Release.ChartVersion
 		}
@@ -273,7 +279,7 @@ func (r *BackupReconciler) target(ctx context.Context, b *v1alpha1.Backup) (*tar
 	if !readyCondition(u) {
 		return nil, fmt.Sprintf("spec.target: %s %s is not Ready", kind, name), "", nil
 	}
-	t := &target{job: func(st *resolvedStore, location string) *batchv1.Job {
+	t := &target{obj: u, job: func(st *resolvedStore, location string) *batchv1.Job {
 		return r.passthroughJob(b, pk.Backup, st, location)
 	}}
 	t.chartVersion, _, _ = unstructured.NestedString(u.Object, "status", "release", "chartVersion")
@@ -326,8 +332,13 @@ func (r *BackupReconciler) start(ctx context.Context, b *v1alpha1.Backup) (ctrl.
 	if err := controllerutil.SetControllerReference(b, job, r.Client.Scheme()); err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := r.Client.Create(ctx, job); err != nil && !apierrors.IsAlreadyExists(err) {
-		return ctrl.Result{}, fmt.Errorf("creating Job %s: %w", job.Name, err)
+	if err := r.Identity.createJob(ctx, r.Client, t.obj, job); err != nil {
+		var ref *refused
+		if errors.As(err, &ref) {
+			r.fail(b, ref.msg)
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, err
 	}
 	now := metav1.NewTime(r.Now().Truncate(time.Second))
 	b.Status = v1alpha1.BackupStatus{
@@ -641,4 +652,12 @@ func podMessage(ctx context.Context, reader client.Reader, job *batchv1.Job) str
 		}
 	}
 	return ""
+}
+
+// asUnstructured is pg as the unstructured object identities are found for.
+func asUnstructured(pg *v1alpha1.Postgres) *unstructured.Unstructured {
+	m, _ := runtime.DefaultUnstructuredConverter.ToUnstructured(pg)
+	u := &unstructured.Unstructured{Object: m}
+	u.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("Postgres"))
+	return u
 }

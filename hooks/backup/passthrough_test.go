@@ -12,6 +12,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -201,5 +202,108 @@ func TestPassthroughBackup(t *testing.T) {
 	}
 	if v := redisCLI(t, port2, password, "get", "key:137"); v != "value 137" {
 		t.Errorf("key:137 = %q", v)
+	}
+}
+
+// TestBackupJobRunsAsIdentity: the Job of a Backup is created as the
+// target's identity (here a ServiceAccount, as a Tenant or watches.yaml
+// would name it): without the right to create Jobs the Backup fails
+// naming the ServiceAccount and the right, and nothing is created; with
+// it the Job is created and its pod runs as that ServiceAccount.
+func TestBackupJobRunsAsIdentity(t *testing.T) {
+	cluster.Skip(t)
+	s3 := backuptest.StartS3(t, t.TempDir())
+	ns := cluster.Namespace(t)
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = v1alpha1.AddToScheme(scheme)
+	mgr, err := ctrl.NewManager(cluster.Config, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	user := "system:serviceaccount:" + ns + ":deployer"
+	stores := &backup.StoreReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"),
+		Endpoints: []string{"http://127.0.0.1:"}, SkipNameValidation: true}
+	backups := &backup.BackupReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"),
+		Image: "chartpilot:test", SkipNameValidation: true,
+		Identity: &backup.Identity{Config: cluster.Config, Of: func(_ context.Context, u *unstructured.Unstructured) (string, error) {
+			if u.GetKind() != "Postgres" || u.GetName() != "db" {
+				t.Errorf("identity asked for %s %s", u.GetKind(), u.GetName())
+			}
+			return user, nil
+		}}}
+	for _, setup := range []func(ctrl.Manager) error{stores.SetupWithManager, backups.SetupWithManager} {
+		if err := setup(mgr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = mgr.Start(ctx) }()
+	c, err := client.New(cluster.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := &v1alpha1.Postgres{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db"}, Spec: v1alpha1.PostgresSpec{Version: "15", Storage: v1alpha1.PostgresStorage{Size: "1Gi"}}}
+	for _, o := range []client.Object{
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "deployer"}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "s3"}, Data: map[string][]byte{"accessKeyID": []byte(s3.AccessKeyID), "secretAccessKey": []byte(s3.SecretAccessKey)}},
+		&v1alpha1.BackupStore{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "s3"}, Spec: v1alpha1.BackupStoreSpec{S3: &v1alpha1.S3Store{
+			Endpoint: s3.Endpoint, Bucket: s3.Bucket, ForcePathStyle: true, CredentialsSecretRef: v1alpha1.SecretRef{Name: "s3"}}}},
+		db,
+	} {
+		if err := c.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "InstallSucceeded", Message: "ok", LastTransitionTime: metav1.Now()}}
+	db.Status.Endpoints = &v1alpha1.PostgresEndpoints{ReadWrite: "db", Secret: "db-auth"}
+	if err := c.Status().Update(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	phase := func(name, want, msg string) *v1alpha1.Backup {
+		t.Helper()
+		got := &v1alpha1.Backup{}
+		deadline := time.Now().Add(3 * time.Minute)
+		for time.Now().Before(deadline) {
+			if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, got); err == nil && got.Status.Phase == want && strings.Contains(got.Status.Message, msg) {
+				return got
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		t.Fatalf("Backup %s never %s with %q; last %+v", name, want, msg, got.Status)
+		return nil
+	}
+	newBackup := func(name string) {
+		t.Helper()
+		if err := c.Create(ctx, &v1alpha1.Backup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: v1alpha1.BackupSpec{
+			Target: v1alpha1.BackupTarget{Kind: "Postgres", Name: "db"}, Store: v1alpha1.StoreRef{Name: "s3"}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	newBackup("denied")
+	phase("denied", v1alpha1.BackupFailed, user+" may not create Job")
+	jobs := &batchv1.JobList{}
+	if err := c.List(ctx, jobs, client.InNamespace(ns)); err != nil || len(jobs.Items) != 0 {
+		t.Fatalf("Jobs after the refusal: %d (%v)", len(jobs.Items), err)
+	}
+
+	for _, o := range []client.Object{
+		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "backups"}, Rules: []rbacv1.PolicyRule{{APIGroups: []string{"batch"}, Resources: []string{"jobs"}, Verbs: []string{"create"}}}},
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "backups"}, RoleRef: rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "backups"},
+			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: ns, Name: "deployer"}}},
+	} {
+		if err := c.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	newBackup("allowed")
+	running := phase("allowed", v1alpha1.BackupRunning, "")
+	job := &batchv1.Job{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: running.Status.Job}, job); err != nil {
+		t.Fatal(err)
+	}
+	if sa := job.Spec.Template.Spec.ServiceAccountName; sa != "deployer" || *job.Spec.Template.Spec.AutomountServiceAccountToken {
+		t.Errorf("the Job's pod runs as %q (token mounted: %v), want deployer without its token", sa, *job.Spec.Template.Spec.AutomountServiceAccountToken)
 	}
 }

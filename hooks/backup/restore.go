@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -79,6 +80,9 @@ type RestoreReconciler struct {
 	Recorder record.EventRecorder
 	// Image is the agent's image (see BackupReconciler).
 	Image string
+	// Identity creates the Jobs as the resource's identity (nil: as the
+	// manager).
+	Identity *Identity
 	// Deadline bounds a Job's run; DefaultDeadline when zero.
 	Deadline           time.Duration
 	SkipNameValidation bool
@@ -219,8 +223,13 @@ func (r *RestoreReconciler) step(ctx context.Context, pg *v1alpha1.Postgres) (ct
 	if err := controllerutil.SetControllerReference(pg, job, r.Client.Scheme()); err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := r.Client.Create(ctx, job); err != nil && !apierrors.IsAlreadyExists(err) {
-		return ctrl.Result{}, fmt.Errorf("creating Job %s: %w", job.Name, err)
+	if err := r.Identity.createJob(ctx, r.Client, asUnstructured(pg), job); err != nil {
+		var ref *refused
+		if errors.As(err, &ref) {
+			r.set(pg, v1alpha1.BackupFailed, ref.msg)
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, err
 	}
 	st.Job, st.Location, st.SHA256 = job.Name, location, sum
 	r.set(pg, v1alpha1.BackupRunning, fmt.Sprintf("Job %s restores %s", job.Name, location))

@@ -3,6 +3,7 @@ package backup
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -45,6 +46,9 @@ type ScheduleReconciler struct {
 	Recorder record.EventRecorder
 	// Image is the agent's image, for restore drills (see BackupReconciler).
 	Image string
+	// Identity creates the drills' Jobs as the resource's identity (nil:
+	// as the manager).
+	Identity *Identity
 	// SkipNameValidation allows several managers in one process (tests).
 	SkipNameValidation bool
 	// Now is the clock (tests).
@@ -345,8 +349,13 @@ func (r *ScheduleReconciler) drill(ctx context.Context, pg *v1alpha1.Postgres, n
 	if err := controllerutil.SetControllerReference(pg, job, r.Client.Scheme()); err != nil {
 		return time.Time{}, err
 	}
-	if err := r.Client.Create(ctx, job); err != nil && !apierrors.IsAlreadyExists(err) {
-		return time.Time{}, fmt.Errorf("creating Job %s: %w", name, err)
+	if err := r.Identity.createJob(ctx, r.Client, asUnstructured(pg), job); err != nil {
+		var ref *refused
+		if !errors.As(err, &ref) {
+			return time.Time{}, err
+		}
+		st.LastVerifyResult = "Failed: " + ref.msg
+		return now.Add(time.Minute), nil
 	}
 	t := metav1.NewTime(due)
 	st.VerifyJob, st.LastVerifyTime, st.LastVerifyResult = name, &t, "Running: Job "+name+" restores Backup "+b.Name+" into a throwaway database"

@@ -11,7 +11,7 @@ import (
 // addBackupStores adds the controllers that check BackupStores and
 // ClusterBackupStores and run Backups, when their CRDs are installed
 // (config/crd).
-func addBackupStores(o Options, mgr manager.Manager) error {
+func addBackupStores(o Options, mgr manager.Manager, identity *backup.Identity) error {
 	for _, cluster := range []bool{false, true} {
 		kind := "BackupStore"
 		if cluster {
@@ -35,7 +35,7 @@ func addBackupStores(o Options, mgr manager.Manager) error {
 	}
 	b := &backup.BackupReconciler{
 		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("chartpilot-backup"),
-		Image: o.BackupImage, SkipNameValidation: o.SeveralInProcess, Kinds: map[string]backup.PassthroughKind{},
+		Image: o.BackupImage, SkipNameValidation: o.SeveralInProcess, Kinds: map[string]backup.PassthroughKind{}, Identity: identity,
 	}
 	for _, w := range o.Watches {
 		if w.Backup != nil {
@@ -49,11 +49,11 @@ func addBackupStores(o Options, mgr manager.Manager) error {
 		return nil
 	}
 	s := &backup.ScheduleReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("chartpilot-backup"),
-		Image: o.BackupImage, SkipNameValidation: o.SeveralInProcess}
+		Image: o.BackupImage, SkipNameValidation: o.SeveralInProcess, Identity: identity}
 	if err := s.SetupWithManager(mgr); err != nil {
 		return err
 	}
 	rs := &backup.RestoreReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("chartpilot-backup"),
-		Image: o.BackupImage, SkipNameValidation: o.SeveralInProcess}
+		Image: o.BackupImage, SkipNameValidation: o.SeveralInProcess, Identity: identity}
 	return rs.SetupWithManager(mgr)
 }

@@ -137,7 +137,7 @@ func New(o Options) (manager.Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	admitted, err := addReconcilers(o, mgr, scheme, sources, holder)
+	admitted, identity, err := addReconcilers(o, mgr, scheme, sources, holder)
 	if err != nil {
 		return nil, err
 	}
@@ -146,7 +146,7 @@ func New(o Options) (manager.Manager, error) {
 			return nil, err
 		}
 	}
-	if err := addBackupStores(o, mgr); err != nil {
+	if err := addBackupStores(o, mgr, &backup.Identity{Config: o.Config, Of: identity}); err != nil {
 		return nil, err
 	}
 	return mgr, nil
@@ -270,18 +270,18 @@ func openSources(o Options, mgr manager.Manager) ([]source.Source, error) {
 // addReconcilers adds one release reconciler per watch with the hooks it
 // selects, and the Tenant status controller when a watch uses tenancy. It
 // returns what admission needs of each kind.
-func addReconcilers(o Options, mgr manager.Manager, scheme *runtime.Scheme, sources []source.Source, holder release.Holder) (map[schema.GroupVersionKind]admission.Kind, error) {
+func addReconcilers(o Options, mgr manager.Manager, scheme *runtime.Scheme, sources []source.Source, holder release.Holder) (map[schema.GroupVersionKind]admission.Kind, func(context.Context, *unstructured.Unstructured) (string, error), error) {
 	shared, err := release.NewShared(mgr)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	c, err := client.New(o.Config, client.Options{Scheme: scheme})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	key, err := recordKey(context.Background(), c, o.RecordKeySecret)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	shared.Helm.UseRecords(helm.Records{Key: key, MaxSize: o.MaxRecordSize})
 	shared.SkipNameValidation = o.SeveralInProcess
@@ -289,7 +289,7 @@ func addReconcilers(o Options, mgr manager.Manager, scheme *runtime.Scheme, sour
 	tn := &tenancy.Tenancy{Client: mgr.GetClient(), Resources: resourcesFunc(mgr.GetClient(), o.Watches, sources, o.Kinds)}
 	disc, err := discovery.NewDiscoveryClientForConfig(o.Config)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	mon := &monitoring.Monitoring{Discovery: disc, Kinds: map[schema.GroupVersionKind]*watches.Monitoring{}}
 	for _, w := range o.Watches {
@@ -300,20 +300,22 @@ func addReconcilers(o Options, mgr manager.Manager, scheme *runtime.Scheme, sour
 	registry := hooks.NewRegistry()
 	for _, h := range append([]*hooks.Hook{tn.Hook(), mon.Hook(), backup.Hook(mgr.GetClient())}, o.Hooks...) {
 		if err := registry.Register(h); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	var gvks []schema.GroupVersionKind
+	selected := map[schema.GroupVersionKind][]*hooks.Hook{}
 	admitted := map[schema.GroupVersionKind]admission.Kind{}
 	tenancyUsed := false
 	for i, w := range o.Watches {
 		hs, err := registry.Select(w.Hooks)
 		if err != nil {
-			return nil, fmt.Errorf("watch %s: field hooks: %w", w, err)
+			return nil, nil, fmt.Errorf("watch %s: field hooks: %w", w, err)
 		}
+		selected[w.GVK] = hs
 		r := &release.Reconciler{Watch: w, Source: sources[i], Kind: o.Kinds[w.GVK], Hooks: hs, DefaultServiceAccount: o.DefaultServiceAccount, Holder: holder}
 		if err := r.SetupWithManager(mgr, shared); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		gvks = append(gvks, w.GVK)
 		admitted[w.GVK] = admission.Kind{Kind: o.Kinds[w.GVK], Hooks: hs, Chart: newestOf(w, sources[i])}
@@ -323,10 +325,37 @@ func addReconcilers(o Options, mgr manager.Manager, scheme *runtime.Scheme, sour
 	if tenancyUsed {
 		status := &tenancy.StatusReconciler{Client: mgr.GetClient(), Tenancy: tn, Kinds: gvks}
 		if err := status.SetupWithManager(mgr, o.SeveralInProcess); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	return admitted, nil
+	// Who a resource's writes run as, in the release reconciler's order:
+	// its hooks (a Tenant's ServiceAccount), the watch's
+	// serviceAccountName, --default-service-account; "" the manager.
+	identity := func(ctx context.Context, u *unstructured.Unstructured) (string, error) {
+		ns := u.GetNamespace()
+		for _, w := range o.Watches {
+			if w.GVK != u.GroupVersionKind() {
+				continue
+			}
+			for _, h := range selected[w.GVK] {
+				if h.Identity == nil {
+					continue
+				}
+				id, err := h.Identity(ctx, hooks.Object{Resource: u})
+				if err != nil || id != "" {
+					return id, err
+				}
+			}
+			if w.ServiceAccountName != "" {
+				return "system:serviceaccount:" + ns + ":" + w.ServiceAccountName, nil
+			}
+		}
+		if o.DefaultServiceAccount != "" {
+			return "system:serviceaccount:" + ns + ":" + o.DefaultServiceAccount, nil
+		}
+		return "", nil
+	}
+	return admitted, identity, nil
 }
 
 // addWebhook serves the validating webhook, with self-signed certificates

@@ -19,9 +19,10 @@ build:
 	ln -sf chartpilot $(BIN)/kubectl-chartpilot
 	$(GO) build -o $(BIN)/devcluster ./cmd/devcluster
 
-## tools: control-plane binaries (kube-apiserver, controller manager, scheduler, kubectl, etcd, kwok), the S3 server of the backup tests (versitygw), promtool
+## tools: control-plane binaries (kube-apiserver, controller manager, scheduler, kubectl, etcd, kwok), the S3 server of the backup tests (versitygw), promtool, Azurite (npm)
 tools:
 	hack/tools/build.sh kubernetes etcd kwok versitygw prometheus
+	hack/azurite.sh
 
 ## tools-dev: controller-gen and golangci-lint (not needed by the tests)
 tools-dev:

@@ -22,7 +22,8 @@ type namedStore struct {
 	b    *blob.Bucket
 }
 
-// testStores are a bucket of a real S3 server (versitygw) and a directory,
+// testStores are a bucket of a real S3 server (versitygw), a container of
+// Azurite (Azure Blob Storage's emulator) and a directory,
 // closed when the test ends, with the S3 server's settings.
 func testStores(t *testing.T) (backup.S3, []namedStore) {
 	t.Helper()
@@ -37,7 +38,12 @@ func testStores(t *testing.T) (backup.S3, []namedStore) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { dirb.Close() })
-	return s3cfg, []namedStore{{"s3", s3b}, {"volume", dirb}}
+	azb, err := backup.OpenAzure(context.Background(), backuptest.StartAzure(t, t.TempDir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { azb.Close() })
+	return s3cfg, []namedStore{{"s3", s3b}, {"azure", azb}, {"volume", dirb}}
 }
 
 // seed makes database db with tables of several types and rows.

@@ -2,7 +2,7 @@
 // compressed, encrypted on the client, checksummed and uploaded to a blob
 // store with a manifest beside it; and back, verified before anything is
 // restored. Stores are gocloud.dev buckets (S3 and S3-compatible servers,
-// a directory for volumes).
+// Azure Blob Storage, a directory for volumes).
 package backup
 
 import (
@@ -17,8 +17,10 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"gocloud.dev/blob"
+	"gocloud.dev/blob/azureblob"
 	"gocloud.dev/blob/fileblob"
 	"gocloud.dev/blob/s3blob"
 )
@@ -101,4 +103,59 @@ func OpenDir(path string) (*blob.Bucket, error) {
 		return nil, fmt.Errorf("volume path %s: not a directory", path)
 	}
 	return fileblob.OpenBucket(path, &fileblob.Options{NoTempDir: true})
+}
+
+// Azure is a container of Azure Blob Storage (or of Azurite).
+type Azure struct {
+	// Endpoint is the blob service's URL; empty: https://<account>.blob.core.windows.net.
+	Endpoint    string
+	AccountName string
+	Container   string
+	// Prefix is prepended to every key.
+	Prefix string
+	// AccountKey authenticates (shared key); it never appears in an error
+	// or a log line of this package.
+	AccountKey string
+}
+
+// Validate names the first missing or wrong field.
+func (a Azure) Validate() error {
+	switch {
+	case a.AccountName == "":
+		return errors.New("azure.accountName: required")
+	case a.Container == "":
+		return errors.New("azure.container: required")
+	case a.AccountKey == "":
+		return errors.New("azure credentials: an account key is required")
+	case a.Endpoint != "" && !strings.HasPrefix(a.Endpoint, "https://") && !strings.HasPrefix(a.Endpoint, "http://"):
+		return fmt.Errorf("azure.endpoint: %q is not an http(s) URL", a.Endpoint)
+	}
+	return nil
+}
+
+// OpenAzure opens the container; nothing is read or written yet.
+func OpenAzure(ctx context.Context, a Azure) (*blob.Bucket, error) {
+	if err := a.Validate(); err != nil {
+		return nil, err
+	}
+	endpoint := strings.TrimSuffix(a.Endpoint, "/")
+	if endpoint == "" {
+		endpoint = "https://" + a.AccountName + ".blob.core.windows.net"
+	}
+	cred, err := container.NewSharedKeyCredential(a.AccountName, a.AccountKey)
+	if err != nil {
+		return nil, errors.New("azure credentials: the account key is not valid base64")
+	}
+	client, err := container.NewClientWithSharedKeyCredential(endpoint+"/"+a.Container, cred, nil)
+	if err != nil {
+		return nil, fmt.Errorf("azure container %s: %w", a.Container, err)
+	}
+	b, err := azureblob.OpenBucket(ctx, client, nil)
+	if err != nil {
+		return nil, fmt.Errorf("azure container %s: %w", a.Container, err)
+	}
+	if a.Prefix != "" {
+		b = blob.PrefixedBucket(b, strings.TrimSuffix(a.Prefix, "/")+"/")
+	}
+	return b, nil
 }

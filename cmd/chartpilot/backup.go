@@ -34,8 +34,9 @@ given (age X25519), checksummed (SHA-256) and stored at --location with a
 manifest beside it; a restore checks the checksum before COMMAND starts.
 The manifest is printed on standard output as JSON.
 
-S3 credentials come from the environment, never from flags:
-CHARTPILOT_S3_ACCESS_KEY_ID and CHARTPILOT_S3_SECRET_ACCESS_KEY. Without
+Credentials come from the environment, never from flags:
+CHARTPILOT_S3_ACCESS_KEY_ID and CHARTPILOT_S3_SECRET_ACCESS_KEY for S3,
+CHARTPILOT_AZURE_ACCOUNT_KEY for Azure. Without
 --recipient, run encrypts for CHARTPILOT_AGE_KEY when it is set: an age
 X25519 recipient (age1…) or identity (AGE-SECRET-KEY-1…, its recipient).
 
@@ -53,7 +54,7 @@ func backupCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, backupUsage); fs.PrintDefaults() }
 	location := fs.String("location", "", "key prefix of the backup in the store, e.g. orders/2026-11-30T120000Z (required)")
-	store := fs.String("store", "", "kind of store: s3 or volume (required)")
+	store := fs.String("store", "", "kind of store: s3, azure or volume (required)")
 	var s3 backup.S3
 	fs.StringVar(&s3.Endpoint, "s3-endpoint", "", "URL of an S3-compatible server (empty: AWS)")
 	fs.StringVar(&s3.Bucket, "s3-bucket", "", "bucket")
@@ -61,6 +62,11 @@ func backupCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs.StringVar(&s3.Region, "s3-region", "us-east-1", "region")
 	fs.BoolVar(&s3.ForcePathStyle, "s3-force-path-style", false, "address the bucket in the path, not the host name")
 	caFile := fs.String("s3-ca-file", "", "PEM file of the CAs the endpoint's certificate is checked against")
+	var az backup.Azure
+	fs.StringVar(&az.Endpoint, "azure-endpoint", "", "URL of the blob service (empty: https://ACCOUNT.blob.core.windows.net)")
+	fs.StringVar(&az.AccountName, "azure-account", "", "storage account")
+	fs.StringVar(&az.Container, "azure-container", "", "container")
+	fs.StringVar(&az.Prefix, "azure-prefix", "", "key prefix inside the container")
 	volumePath := fs.String("volume-path", "", "directory of the volume store")
 	recipient := fs.String("recipient", "", "run: age X25519 public key (age1…) to encrypt for; empty: not encrypted")
 	compression := fs.String("compression", backup.CompressionZstd, "run: zstd or none")
@@ -88,7 +94,7 @@ func backupCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	case len(command) == 0 && sub != "verify":
 		return fmt.Errorf("the command to %s is required after --", map[string]string{"run": "back up", "restore": "restore into"}[sub])
 	}
-	b, err := openStore(ctx, *store, s3, *caFile, *volumePath)
+	b, err := openStore(ctx, *store, s3, az, *caFile, *volumePath)
 	if err != nil {
 		return err
 	}
@@ -152,8 +158,11 @@ func backupCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	return json.NewEncoder(stdout).Encode(report)
 }
 
-func openStore(ctx context.Context, kind string, s3 backup.S3, caFile, volumePath string) (*blob.Bucket, error) {
+func openStore(ctx context.Context, kind string, s3 backup.S3, az backup.Azure, caFile, volumePath string) (*blob.Bucket, error) {
 	switch kind {
+	case "azure":
+		az.AccountKey = os.Getenv("CHARTPILOT_AZURE_ACCOUNT_KEY")
+		return backup.OpenAzure(ctx, az)
 	case "s3":
 		s3.AccessKeyID = os.Getenv("CHARTPILOT_S3_ACCESS_KEY_ID")
 		s3.SecretAccessKey = os.Getenv("CHARTPILOT_S3_SECRET_ACCESS_KEY")
@@ -171,7 +180,7 @@ func openStore(ctx context.Context, kind string, s3 backup.S3, caFile, volumePat
 		}
 		return backup.OpenDir(volumePath)
 	}
-	return nil, fmt.Errorf("--store %q: must be s3 or volume", kind)
+	return nil, fmt.Errorf("--store %q: must be s3, azure or volume", kind)
 }
 
 // backupRun stores command's standard output. A command that fails, even

@@ -87,7 +87,7 @@ func TestBackupCommand(t *testing.T) {
 		want string
 	}{
 		{[]string{"run", "--store", "volume", "--volume-path", store, "--", "true"}, "--location is required"},
-		{[]string{"run", "--store", "ftp", "--location", "x", "--", "true"}, `--store "ftp": must be s3 or volume`},
+		{[]string{"run", "--store", "ftp", "--location", "x", "--", "true"}, `--store "ftp": must be s3, azure or volume`},
 		{[]string{"run", "--store", "s3", "--s3-bucket", "b", "--location", "x", "--", "true"}, "an access key ID and a secret access key are required"},
 		{[]string{"restore", "--store", "volume", "--volume-path", store, "--location", "shop/1"}, "the command to restore into is required after --"},
 		{[]string{"prune"}, "a subcommand is required"},

@@ -186,7 +186,10 @@ func (r *BackupReconciler) store(ctx context.Context, b *v1alpha1.Backup) (*reso
 		if s3 := cs.Spec.S3; s3 != nil && (s3.CredentialsSecretRef.Namespace != b.Namespace || (s3.CASecretRef != nil && s3.CASecretRef.Namespace != b.Namespace)) {
 			return nil, fmt.Sprintf("spec.store: ClusterBackupStore %s keeps its S3 Secrets in namespace %s, which a backup Job of %s cannot read: use a BackupStore of %s, or a ClusterBackupStore whose Secrets are in %s", cs.Name, s3.CredentialsSecretRef.Namespace, b.Namespace, b.Namespace, b.Namespace), false
 		}
-		return &resolvedStore{spec: v1alpha1.BackupStoreSpec{S3: cs.Spec.S3, Volume: cs.Spec.Volume}, secretNS: b.Namespace}, "", true
+		if az := cs.Spec.Azure; az != nil && az.CredentialsSecretRef.Namespace != b.Namespace {
+			return nil, fmt.Sprintf("spec.store: ClusterBackupStore %s keeps its Azure Secret in namespace %s, which a backup Job of %s cannot read: use a BackupStore of %s, or a ClusterBackupStore whose Secret is in %s", cs.Name, az.CredentialsSecretRef.Namespace, b.Namespace, b.Namespace, b.Namespace), false
+		}
+		return &resolvedStore{spec: v1alpha1.BackupStoreSpec{S3: cs.Spec.S3, Azure: cs.Spec.Azure, Volume: cs.Spec.Volume}, secretNS: b.Namespace}, "", true
 	}
 	s := &v1alpha1.BackupStore{}
 	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: b.Namespace, Name: ref.Name}, s); err != nil {
@@ -456,6 +459,17 @@ func pgEnv(pg *v1alpha1.Postgres) []corev1.EnvVar {
 
 // storeFlags are the agent's flags, environment and volumes for store st.
 func storeFlags(st *resolvedStore) (args []string, env []corev1.EnvVar, volumes []corev1.Volume, mounts []corev1.VolumeMount) {
+	if az := st.spec.Azure; az != nil {
+		args = append(args, "--store", "azure", "--azure-account", az.AccountName, "--azure-container", az.Container)
+		if az.Endpoint != "" {
+			args = append(args, "--azure-endpoint", az.Endpoint)
+		}
+		if az.Prefix != "" {
+			args = append(args, "--azure-prefix", az.Prefix)
+		}
+		env = append(env, corev1.EnvVar{Name: "CHARTPILOT_AZURE_ACCOUNT_KEY", ValueFrom: secretKey(az.CredentialsSecretRef.Name, "accountKey")})
+		return args, env, volumes, mounts
+	}
 	if s3 := st.spec.S3; s3 != nil {
 		args = append(args, "--store", "s3", "--s3-bucket", s3.Bucket)
 		if s3.Endpoint != "" {
@@ -597,23 +611,22 @@ func jobCondition(job *batchv1.Job, t batchv1.JobConditionType) bool {
 // message for a volume (which the operator cannot mount).
 func (r *BackupReconciler) manifest(ctx context.Context, b *v1alpha1.Backup, job *batchv1.Job) (*backup.Manifest, string) {
 	st, why, _ := r.store(ctx, b)
-	if st != nil && st.spec.S3 != nil {
+	if st == nil {
+		return nil, fmt.Sprintf("Job %s succeeded, but its backup cannot be checked: %s", job.Name, why)
+	}
+	if st.spec.Volume == nil {
 		ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 		defer cancel()
-		caNS := st.secretNS
-		bucket, cfg, _, msg := openS3(ctx, r.Reader, st.spec.S3, st.secretNS, caNS)
+		bucket, scrubbed, msg := openStore(ctx, r.Reader, st.spec, st.secretNS)
 		if bucket == nil {
 			return nil, fmt.Sprintf("Job %s succeeded, but its backup cannot be checked: %s", job.Name, msg)
 		}
 		defer bucket.Close()
 		m, err := backup.ReadManifest(ctx, bucket, b.Status.Location)
 		if err != nil {
-			return nil, fmt.Sprintf("Job %s succeeded, but the store has no complete backup at %s: %s", job.Name, b.Status.Location, scrub(err, cfg))
+			return nil, fmt.Sprintf("Job %s succeeded, but the store has no complete backup at %s: %s", job.Name, b.Status.Location, scrubbed(err))
 		}
 		return m, ""
-	}
-	if st == nil {
-		return nil, fmt.Sprintf("Job %s succeeded, but its backup cannot be checked: %s", job.Name, why)
 	}
 	msg := podMessage(ctx, r.Reader, job)
 	m := &backup.Manifest{}

@@ -66,7 +66,7 @@ func redisCLI(t *testing.T, port int, password string, args ...string) string {
 // in with an init container and runs redis-cli --rdb - in the block's
 // image, the password by reference to the release's Secret. The Job's
 // command, run here against a real redis-server, stores an RDB snapshot
-// the Backup completes with; a second redis-server started on that
+// in an Azure Blob Storage container (Azurite) the Backup completes with; a second redis-server started on that
 // snapshot has every key.
 func TestPassthroughBackup(t *testing.T) {
 	cluster.Skip(t)
@@ -84,7 +84,7 @@ func TestPassthroughBackup(t *testing.T) {
 		t.Fatal("watches.yaml has no backup block for Redis")
 	}
 	agent := buildAgent(t)
-	s3 := backuptest.StartS3(t, t.TempDir())
+	az := backuptest.StartAzure(t, t.TempDir())
 	const password = "redis-password-never-shown"
 	port := startRedis(t, t.TempDir(), password)
 	for i := range 200 {
@@ -120,10 +120,10 @@ func TestPassthroughBackup(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = cluster.Cordon(context.Background(), false) })
 	for _, o := range []client.Object{
-		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "s3"}, Data: map[string][]byte{"accessKeyID": []byte(s3.AccessKeyID), "secretAccessKey": []byte(s3.SecretAccessKey)}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "azure"}, Data: map[string][]byte{"accountKey": []byte(az.AccountKey)}},
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cache-auth"}, Data: map[string][]byte{"password": []byte(password)}},
-		&v1alpha1.BackupStore{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "s3"}, Spec: v1alpha1.BackupStoreSpec{S3: &v1alpha1.S3Store{
-			Endpoint: s3.Endpoint, Bucket: s3.Bucket, ForcePathStyle: true, CredentialsSecretRef: v1alpha1.SecretRef{Name: "s3"}}}},
+		&v1alpha1.BackupStore{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "azure"}, Spec: v1alpha1.BackupStoreSpec{Azure: &v1alpha1.AzureStore{
+			Endpoint: az.Endpoint, AccountName: az.AccountName, Container: az.Container, Prefix: "team-a", CredentialsSecretRef: v1alpha1.SecretRef{Name: "azure"}}}},
 	} {
 		if err := c.Create(ctx, o); err != nil {
 			t.Fatal(err)
@@ -140,7 +140,7 @@ func TestPassthroughBackup(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := &v1alpha1.Backup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "rb"}, Spec: v1alpha1.BackupSpec{
-		Target: v1alpha1.BackupTarget{Kind: "Redis", Name: "cache"}, Store: v1alpha1.StoreRef{Name: "s3"}}}
+		Target: v1alpha1.BackupTarget{Kind: "Redis", Name: "cache"}, Store: v1alpha1.StoreRef{Name: "azure"}}}
 	if err := c.Create(ctx, b); err != nil {
 		t.Fatal(err)
 	}
@@ -168,6 +168,9 @@ func TestPassthroughBackup(t *testing.T) {
 		t.Errorf("Job %s: init containers %v, main %s %v", job.Name, pod.InitContainers, pod.Containers[0].Image, pod.Containers[0].Command)
 	}
 	for _, e := range pod.Containers[0].Env {
+		if e.Name == "CHARTPILOT_AZURE_ACCOUNT_KEY" && (e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil || e.ValueFrom.SecretKeyRef.Name != "azure") {
+			t.Errorf("the account key is not a reference to Secret azure: %+v", e)
+		}
 		if e.Name == "REDISCLI_AUTH" && (e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil || e.ValueFrom.SecretKeyRef.Name != "cache-auth") {
 			t.Errorf("REDISCLI_AUTH is not a reference to Secret cache-auth: %+v", e)
 		}
@@ -190,9 +193,9 @@ func TestPassthroughBackup(t *testing.T) {
 
 	// The snapshot, restored as the data file of a new server, has every key.
 	restored := t.TempDir()
-	restore := exec.CommandContext(ctx, agent, "backup", "restore", "--store", "s3", "--s3-endpoint", s3.Endpoint, "--s3-bucket", s3.Bucket,
-		"--s3-force-path-style", "--location", done.Status.Location, "--", "sh", "-c", "cat > "+filepath.Join(restored, "dump.rdb"))
-	restore.Env = []string{"PATH=" + os.Getenv("PATH"), "CHARTPILOT_S3_ACCESS_KEY_ID=" + s3.AccessKeyID, "CHARTPILOT_S3_SECRET_ACCESS_KEY=" + s3.SecretAccessKey}
+	restore := exec.CommandContext(ctx, agent, "backup", "restore", "--store", "azure", "--azure-endpoint", az.Endpoint, "--azure-account", az.AccountName,
+		"--azure-container", az.Container, "--azure-prefix", "team-a", "--location", done.Status.Location, "--", "sh", "-c", "cat > "+filepath.Join(restored, "dump.rdb"))
+	restore.Env = []string{"PATH=" + os.Getenv("PATH"), "CHARTPILOT_AZURE_ACCOUNT_KEY=" + az.AccountKey}
 	if out, err := restore.CombinedOutput(); err != nil {
 		t.Fatalf("restoring the snapshot: %v\n%s", err, out)
 	}

@@ -86,7 +86,7 @@ func (r *StoreReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 			return ctrl.Result{}, client.IgnoreNotFound(err)
 		}
 		obj, status = s, &s.Status
-		spec = v1alpha1.BackupStoreSpec{S3: s.Spec.S3, Volume: s.Spec.Volume}
+		spec = v1alpha1.BackupStoreSpec{S3: s.Spec.S3, Azure: s.Spec.Azure, Volume: s.Spec.Volume}
 		secretNS = ""
 	} else {
 		s := &v1alpha1.BackupStore{}
@@ -157,9 +157,27 @@ func (r *StoreReconciler) check(ctx context.Context, obj client.Object, spec v1a
 		}
 		return "Checked", fmt.Sprintf("PersistentVolumeClaim %s is bound", spec.Volume.ClaimName)
 	}
+	if az := spec.Azure; az != nil {
+		if !r.Cluster && az.Endpoint != "" && !allowed(az.Endpoint, r.Endpoints) {
+			return "EndpointNotAllowed", fmt.Sprintf("spec.azure.endpoint %q does not start with one of the endpoints the operator allows namespaced stores (--backup-store-endpoints: %s): use an allowed endpoint, or ask an admin for a ClusterBackupStore", az.Endpoint, strings.Join(orNone(r.Endpoints), ", "))
+		}
+		secretNS := obj.GetNamespace()
+		if r.Cluster {
+			secretNS = az.CredentialsSecretRef.Namespace
+		}
+		b, secret, reason, msg := openAzure(ctx, r.Reader, az, secretNS)
+		if b == nil {
+			return reason, msg
+		}
+		defer b.Close()
+		if err := probe(ctx, b); err != nil {
+			return "ProbeFailed", "writing, reading and deleting a probe object failed: " + scrubSecret(err, secret)
+		}
+		return "Checked", fmt.Sprintf("a probe object was written to container %s, read back and deleted", az.Container)
+	}
 	s3 := spec.S3
 	if s3 == nil {
-		return "Invalid", "set exactly one of spec.s3 or spec.volume"
+		return "Invalid", "set exactly one of spec.s3, spec.azure or spec.volume"
 	}
 	if !r.Cluster && s3.Endpoint != "" && !allowed(s3.Endpoint, r.Endpoints) {
 		return "EndpointNotAllowed", fmt.Sprintf("spec.s3.endpoint %q does not start with one of the endpoints the operator allows namespaced stores (--backup-store-endpoints: %s): use an allowed endpoint, or ask an admin for a ClusterBackupStore", s3.Endpoint, strings.Join(orNone(r.Endpoints), ", "))
@@ -213,12 +231,60 @@ func openS3(ctx context.Context, reader client.Reader, s3 *v1alpha1.S3Store, sec
 	return b, cfg, "", ""
 }
 
+// openAzure opens the container of az with the account key of its Secret
+// in secretNS; nil and the reason and message (never the key) when it
+// cannot. The key is returned for scrubbing errors.
+func openAzure(ctx context.Context, reader client.Reader, az *v1alpha1.AzureStore, secretNS string) (*blob.Bucket, string, string, string) {
+	ref := az.CredentialsSecretRef
+	sec := &corev1.Secret{}
+	if err := reader.Get(ctx, types.NamespacedName{Namespace: secretNS, Name: ref.Name}, sec); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, "", "CredentialsNotFound", fmt.Sprintf("spec.azure.credentialsSecretRef: Secret %s/%s does not exist: create it with key accountKey", secretNS, ref.Name)
+		}
+		return nil, "", "CredentialsUnreadable", "reading the credentials Secret: " + redact.Error(err).Error()
+	}
+	key := string(sec.Data["accountKey"])
+	if key == "" {
+		return nil, "", "CredentialsIncomplete", fmt.Sprintf("spec.azure.credentialsSecretRef: Secret %s/%s needs key accountKey", secretNS, ref.Name)
+	}
+	b, err := backup.OpenAzure(ctx, backup.Azure{Endpoint: az.Endpoint, AccountName: az.AccountName, Container: az.Container, Prefix: az.Prefix, AccountKey: key})
+	if err != nil {
+		return nil, key, "Invalid", scrubSecret(err, key)
+	}
+	return b, key, "", ""
+}
+
+// scrubSecret is err's message without secret.
+func scrubSecret(err error, secret string) string {
+	msg := redact.Error(err).Error()
+	if len(secret) >= 4 {
+		msg = strings.ReplaceAll(msg, secret, "[redacted]")
+	}
+	return msg
+}
+
+// openStore opens a remote store (S3 or Azure) of spec with the Secrets of
+// secretNS; nil and why when it cannot, or when spec is a volume.
+func openStore(ctx context.Context, reader client.Reader, spec v1alpha1.BackupStoreSpec, secretNS string) (*blob.Bucket, func(error) string, string) {
+	switch {
+	case spec.S3 != nil:
+		b, cfg, _, msg := openS3(ctx, reader, spec.S3, secretNS, secretNS)
+		return b, func(err error) string { return scrub(err, cfg) }, msg
+	case spec.Azure != nil:
+		b, key, _, msg := openAzure(ctx, reader, spec.Azure, secretNS)
+		return b, func(err error) string { return scrubSecret(err, key) }, msg
+	}
+	return nil, nil, "a volume store cannot be read by the operator"
+}
+
 // probe writes a random object, reads it back and deletes it.
 func probe(ctx context.Context, b *blob.Bucket) error {
 	token := make([]byte, 16)
 	_, _ = rand.Read(token)
 	key := ".chartpilot-probe/" + hex.EncodeToString(token)
-	if err := b.WriteAll(ctx, key, token, nil); err != nil {
+	// Upload, not WriteAll: one call per object, which every driver aborts
+	// cleanly on an error.
+	if err := b.Upload(ctx, key, bytes.NewReader(token), &blob.WriterOptions{ContentType: "application/octet-stream"}); err != nil {
 		return fmt.Errorf("write: %w", err)
 	}
 	got, err := b.ReadAll(ctx, key)

@@ -76,6 +76,15 @@ func TestStoresChecked(t *testing.T) {
 		return &v1alpha1.BackupStore{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: v1alpha1.BackupStoreSpec{S3: &v1alpha1.S3Store{
 			Endpoint: endpoint, Bucket: s3.Bucket, Prefix: "probe-test", ForcePathStyle: true, CredentialsSecretRef: v1alpha1.SecretRef{Name: secretName}}}}
 	}
+	az := backuptest.StartAzure(t, t.TempDir())
+	mustCreate(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "azure"}, Data: map[string][]byte{"accountKey": []byte(az.AccountKey)}})
+	mustCreate(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "azure-wrong"}, Data: map[string][]byte{"accountKey": []byte("d3Jvbmcta2V5LW5ldmVyLXNob3du")}})
+	azureStore := func(name, secretName string) *v1alpha1.BackupStore {
+		return &v1alpha1.BackupStore{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: v1alpha1.BackupStoreSpec{Azure: &v1alpha1.AzureStore{
+			Endpoint: az.Endpoint, AccountName: az.AccountName, Container: az.Container, Prefix: "probe-test", CredentialsSecretRef: v1alpha1.SecretRef{Name: secretName}}}}
+	}
+	mustCreate(azureStore("azure", "azure"))
+	mustCreate(azureStore("azure-wrong-key", "azure-wrong"))
 	mustCreate(store("good", s3.Endpoint, "good"))
 	mustCreate(store("wrong-secret", s3.Endpoint, "bad"))
 	mustCreate(store("no-secret", s3.Endpoint, "absent"))
@@ -106,6 +115,8 @@ func TestStoresChecked(t *testing.T) {
 		status             metav1.ConditionStatus
 	}{
 		{"good", "Checked", "read back and deleted", metav1.ConditionTrue},
+		{"azure", "Checked", "written to container backups, read back and deleted", metav1.ConditionTrue},
+		{"azure-wrong-key", "ProbeFailed", "write", metav1.ConditionFalse},
 		{"wrong-secret", "ProbeFailed", "write", metav1.ConditionFalse},
 		{"no-secret", "CredentialsNotFound", "spec.s3.credentialsSecretRef: Secret " + ns + "/absent does not exist", metav1.ConditionFalse},
 		{"not-allowed", "EndpointNotAllowed", "--backup-store-endpoints: http://127.0.0.1:", metav1.ConditionFalse},
@@ -116,7 +127,7 @@ func TestStoresChecked(t *testing.T) {
 		if !strings.Contains(msg, tc.want) {
 			t.Errorf("%s: message %q does not say %q", tc.name, msg, tc.want)
 		}
-		for _, secret := range []string{s3.SecretAccessKey, "wrong-secret-key-never-shown"} {
+		for _, secret := range []string{s3.SecretAccessKey, "wrong-secret-key-never-shown", az.AccountKey, "d3Jvbmcta2V5LW5ldmVyLXNob3du"} {
 			if strings.Contains(msg, secret) {
 				t.Errorf("%s: the message shows a secret", tc.name)
 			}
@@ -127,7 +138,7 @@ func TestStoresChecked(t *testing.T) {
 	// Refused at admission.
 	both := store("both", s3.Endpoint, "good")
 	both.Spec.Volume = &v1alpha1.VolumeStore{ClaimName: "x"}
-	if err := c.Create(ctx, both); err == nil || !strings.Contains(err.Error(), "set exactly one of s3 or volume") {
+	if err := c.Create(ctx, both); err == nil || !strings.Contains(err.Error(), "set exactly one of s3, azure or volume") {
 		t.Errorf("a store with s3 and volume: %v", err)
 	}
 	other := store("other-namespace", s3.Endpoint, "good")

@@ -1,6 +1,7 @@
 package backup
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -104,31 +105,44 @@ func Write(ctx context.Context, b *blob.Bucket, location string, src io.Reader, 
 	}
 	m.Created = now().UTC().Truncate(time.Second)
 
+	// The encoded stream is uploaded with one Upload call reading a pipe
+	// (drivers stream it: multipart for S3, blocks for Azure). An encoding
+	// error cancels the upload's context before the pipe reports it, so
+	// that the driver aborts instead of committing what it has.
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	w, err := b.NewWriter(wctx, dataKey(location), &blob.WriterOptions{IfNotExist: true, ContentType: "application/octet-stream"})
-	if err != nil {
-		return nil, err
-	}
+	pr, pw := io.Pipe()
 	stored := &counter{h: sha256.New()}
 	plain := &counter{}
-	if err := encode(io.MultiWriter(w, stored), src, plain, m.Compression, recipient); err != nil {
-		cancel() // a cancelled writer stores nothing
-		_ = w.Close()
+	encoded := make(chan error, 1)
+	go func() {
+		err := encode(io.MultiWriter(pw, stored), src, plain, m.Compression, recipient)
+		if err != nil {
+			cancel() // a cancelled upload stores nothing
+		}
+		_ = pw.CloseWithError(err) // nil: end of stream
+		encoded <- err
+	}()
+	upErr := b.Upload(wctx, dataKey(location), pr, &blob.WriterOptions{IfNotExist: true, ContentType: "application/octet-stream"})
+	if upErr != nil {
+		cancel()
+		_ = pr.CloseWithError(upErr) // unblocks the encoder
+	}
+	if err := <-encoded; err != nil {
 		return nil, fmt.Errorf("backing up to %s: %w", location, err)
 	}
-	if err := w.Close(); err != nil {
-		if gcerrors.Code(err) == gcerrors.FailedPrecondition {
+	if upErr != nil {
+		if gcerrors.Code(upErr) == gcerrors.FailedPrecondition {
 			return nil, fmt.Errorf("%s: %w", location, ErrExists)
 		}
-		return nil, fmt.Errorf("uploading %s: %w", dataKey(location), err)
+		return nil, fmt.Errorf("uploading %s: %w", dataKey(location), upErr)
 	}
 	m.Size, m.SHA256, m.PlainSize = stored.n, hex.EncodeToString(stored.h.Sum(nil)), plain.n
 	body, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return nil, err
 	}
-	if err := b.WriteAll(ctx, manifestKey(location), body, &blob.WriterOptions{IfNotExist: true, ContentType: "application/json"}); err != nil {
+	if err := b.Upload(ctx, manifestKey(location), bytes.NewReader(body), &blob.WriterOptions{IfNotExist: true, ContentType: "application/json"}); err != nil {
 		return nil, fmt.Errorf("writing the manifest of %s (the data is stored, but without a manifest the backup is not complete): %w", location, err)
 	}
 	return m, nil

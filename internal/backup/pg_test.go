@@ -188,3 +188,30 @@ func TestPostgresRoundTrip(t *testing.T) {
 	}
 	t.Logf("wrong credentials: %v", err)
 }
+
+// TestAzureWrongKey: a backup to Azure with a wrong account key fails
+// with the service's refusal, without the key in the error, and stores
+// nothing (the same data with the right key is then accepted).
+func TestAzureWrongKey(t *testing.T) {
+	az := backuptest.StartAzure(t, t.TempDir())
+	good := az
+	az.AccountKey = "d3Jvbmcta2V5LW5ldmVyLXNob3du"
+	ctx := context.Background()
+	b, err := backup.OpenAzure(ctx, az)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	_, err = backup.Write(ctx, b, "db/1", strings.NewReader(strings.Repeat("row\n", 10000)), backup.Options{})
+	if err == nil || strings.Contains(err.Error(), az.AccountKey) {
+		t.Fatalf("a backup with a wrong key: %v", err)
+	}
+	gb, err := backup.OpenAzure(ctx, good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gb.Close()
+	if _, err := backup.Write(ctx, gb, "db/1", strings.NewReader("row\n"), backup.Options{}); err != nil {
+		t.Errorf("the same location with the right key: %v (the refused backup left something behind?)", err)
+	}
+}

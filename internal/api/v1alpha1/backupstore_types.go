@@ -4,13 +4,17 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// BackupStoreSpec is where backups go: exactly one of s3 or volume.
-// +kubebuilder:validation:XValidation:rule="has(self.s3) != has(self.volume)",message="set exactly one of s3 or volume"
+// BackupStoreSpec is where backups go: exactly one of s3, azure or volume.
+// +kubebuilder:validation:XValidation:rule="(has(self.s3) ? 1 : 0) + (has(self.azure) ? 1 : 0) + (has(self.volume) ? 1 : 0) == 1",message="set exactly one of s3, azure or volume"
 // +kubebuilder:validation:XValidation:rule="!has(self.s3) || (!has(self.s3.credentialsSecretRef.__namespace__) && (!has(self.s3.caSecretRef) || !has(self.s3.caSecretRef.__namespace__)))",message="a BackupStore reads Secrets of its own namespace only: remove the namespace of s3.credentialsSecretRef and s3.caSecretRef"
+// +kubebuilder:validation:XValidation:rule="!has(self.azure) || !has(self.azure.credentialsSecretRef.__namespace__)",message="a BackupStore reads Secrets of its own namespace only: remove the namespace of azure.credentialsSecretRef"
 type BackupStoreSpec struct {
 	// S3 is a bucket of S3 or of an S3-compatible server.
 	// +optional
 	S3 *S3Store `json:"s3,omitempty"`
+	// Azure is a container of Azure Blob Storage.
+	// +optional
+	Azure *AzureStore `json:"azure,omitempty"`
 	// Volume is a PersistentVolumeClaim of the backups' namespace, mounted
 	// by the backup Jobs.
 	// +optional
@@ -69,6 +73,29 @@ type SecretKeyRef struct {
 	Namespace string `json:"namespace,omitempty"`
 }
 
+// AzureStore is a container of Azure Blob Storage.
+type AzureStore struct {
+	// Endpoint is the blob service's URL; empty:
+	// https://<accountName>.blob.core.windows.net. For a namespaced
+	// BackupStore it must start with one of the operator's
+	// --backup-store-endpoints.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^https?://[^\s]+$`
+	Endpoint string `json:"endpoint,omitempty"`
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]{3,24}$`
+	AccountName string `json:"accountName"`
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([a-z0-9-]{1,61}[a-z0-9])$`
+	Container string `json:"container"`
+	// Prefix is prepended to every key.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^[^.][^\s]*$`
+	Prefix string `json:"prefix,omitempty"`
+	// CredentialsSecretRef names a Secret with key accountKey (the
+	// storage account's shared key): in the store's namespace for a
+	// BackupStore; a ClusterBackupStore names the namespace.
+	CredentialsSecretRef SecretRef `json:"credentialsSecretRef"`
+}
+
 // VolumeStore is a directory of a PersistentVolumeClaim.
 type VolumeStore struct {
 	// +kubebuilder:validation:MinLength=1
@@ -119,11 +146,14 @@ type BackupStoreList struct {
 
 // ClusterBackupStoreSpec is a BackupStoreSpec an admin offers to the
 // namespaces NamespaceSelector matches.
-// +kubebuilder:validation:XValidation:rule="has(self.s3) != has(self.volume)",message="set exactly one of s3 or volume"
+// +kubebuilder:validation:XValidation:rule="(has(self.s3) ? 1 : 0) + (has(self.azure) ? 1 : 0) + (has(self.volume) ? 1 : 0) == 1",message="set exactly one of s3, azure or volume"
 // +kubebuilder:validation:XValidation:rule="!has(self.s3) || (has(self.s3.credentialsSecretRef.__namespace__) && (!has(self.s3.caSecretRef) || has(self.s3.caSecretRef.__namespace__)))",message="a ClusterBackupStore names the namespace of its Secrets: set s3.credentialsSecretRef.namespace (and s3.caSecretRef.namespace)"
+// +kubebuilder:validation:XValidation:rule="!has(self.azure) || has(self.azure.credentialsSecretRef.__namespace__)",message="a ClusterBackupStore names the namespace of its Secrets: set azure.credentialsSecretRef.namespace"
 type ClusterBackupStoreSpec struct {
 	// +optional
 	S3 *S3Store `json:"s3,omitempty"`
+	// +optional
+	Azure *AzureStore `json:"azure,omitempty"`
 	// +optional
 	Volume *VolumeStore `json:"volume,omitempty"`
 	// NamespaceSelector chooses the namespaces whose backups may use the

@@ -23,7 +23,7 @@ import (
 
 // notReleases are chartpilot kinds of the "chartpilot" category that are
 // not releases.
-var notReleases = []string{"tenants", "backupstores", "clusterbackupstores"}
+var notReleases = []string{"tenants", "backups", "backupstores", "clusterbackupstores"}
 
 // getRow is one resource as `chartpilot get` shows it.
 type getRow struct {

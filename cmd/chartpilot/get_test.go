@@ -68,6 +68,11 @@ func TestGet(t *testing.T) {
 	if _, err := dyn.Resource(schema.GroupVersionResource{Group: "chartpilot.dev", Version: "v1alpha1", Resource: "backupstores"}).Namespace(ns).Create(ctx, bs, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	bk := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "chartpilot.dev/v1alpha1", "kind": "Backup", "metadata": map[string]any{"name": "nightly", "namespace": ns},
+		"spec": map[string]any{"target": map[string]any{"kind": "Postgres", "name": "orders"}, "store": map[string]any{"name": "store"}}}}
+	if _, err := dyn.Resource(schema.GroupVersionResource{Group: "chartpilot.dev", Version: "v1alpha1", Resource: "backups"}).Namespace(ns).Create(ctx, bk, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 
 	run := func(args ...string) string {
 		t.Helper()
@@ -80,7 +85,7 @@ func TestGet(t *testing.T) {
 	out := run("-n", ns)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if len(lines) != 4 {
-		t.Fatalf("want a header and 3 resources (not the backup store):\n%s", out)
+		t.Fatalf("want a header and 3 resources (not the backup store, not the backup):\n%s", out)
 	}
 	for _, want := range []string{
 		"Postgres  " + ns + "  billing   False (UpgradeQueued)  postgresql 0.1.0 → 0.2.0  1         UpgradeQueued  3h",

@@ -19,10 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/chartpilot/chartpilot/hooks"
 	"github.com/chartpilot/chartpilot/hooks/backup"
@@ -158,34 +156,18 @@ func TestBackupRunsAsJob(t *testing.T) {
 	pg := testpg.Start(t)
 	pg.Query(t, "postgres", "create table items (id int primary key, name text); insert into items select i, 'item ' || i from generate_series(1, 3000) i")
 	ns := cluster.Namespace(t)
-	scheme := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = v1alpha1.AddToScheme(scheme)
-	mgr, err := ctrl.NewManager(cluster.Config, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stores := &backup.StoreReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"),
-		Endpoints: []string{"http://127.0.0.1:"}, SkipNameValidation: true}
-	backups := &backup.BackupReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"),
-		Image: "chartpilot:test", SkipNameValidation: true}
-	restores := &backup.RestoreReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"),
-		Image: "chartpilot:test", SkipNameValidation: true}
 	clk := &clock{t: time.Now()}
-	schedules := &backup.ScheduleReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"),
-		Image: "chartpilot:test", SkipNameValidation: true, Now: clk.now}
-	for _, setup := range []func(ctrl.Manager) error{stores.SetupWithManager, backups.SetupWithManager, restores.SetupWithManager, schedules.SetupWithManager} {
-		if err := setup(mgr); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() { _ = mgr.Start(ctx) }()
-	c, err := client.New(cluster.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, c := startControllers(t, func(mgr ctrl.Manager) []controller {
+		stores := &backup.StoreReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"),
+			Endpoints: []string{"http://127.0.0.1:"}, SkipNameValidation: true}
+		backups := &backup.BackupReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"),
+			Image: "chartpilot:test", SkipNameValidation: true}
+		restores := &backup.RestoreReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"),
+			Image: "chartpilot:test", SkipNameValidation: true}
+		schedules := &backup.ScheduleReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"),
+			Image: "chartpilot:test", SkipNameValidation: true, Now: clk.now}
+		return []controller{stores, backups, restores, schedules}
+	})
 	mustCreate := func(o client.Object) {
 		t.Helper()
 		if err := c.Create(ctx, o); err != nil {

@@ -15,11 +15,8 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/chartpilot/chartpilot/hooks/backup"
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
@@ -92,29 +89,13 @@ func TestPassthroughBackup(t *testing.T) {
 	}
 
 	ns := cluster.Namespace(t)
-	scheme := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = v1alpha1.AddToScheme(scheme)
-	mgr, err := ctrl.NewManager(cluster.Config, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stores := &backup.StoreReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"),
-		Endpoints: []string{"http://127.0.0.1:"}, SkipNameValidation: true}
-	backups := &backup.BackupReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"),
-		Image: "chartpilot:test", Kinds: kinds, SkipNameValidation: true}
-	for _, setup := range []func(ctrl.Manager) error{stores.SetupWithManager, backups.SetupWithManager} {
-		if err := setup(mgr); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() { _ = mgr.Start(ctx) }()
-	c, err := client.New(cluster.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, c := startControllers(t, func(mgr ctrl.Manager) []controller {
+		stores := &backup.StoreReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"),
+			Endpoints: []string{"http://127.0.0.1:"}, SkipNameValidation: true}
+		backups := &backup.BackupReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"),
+			Image: "chartpilot:test", Kinds: kinds, SkipNameValidation: true}
+		return []controller{stores, backups}
+	})
 	if err := cluster.Cordon(ctx, true); err != nil {
 		t.Fatal(err)
 	}
@@ -217,36 +198,20 @@ func TestBackupJobRunsAsIdentity(t *testing.T) {
 	cluster.Skip(t)
 	s3 := backuptest.StartS3(t, t.TempDir())
 	ns := cluster.Namespace(t)
-	scheme := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = v1alpha1.AddToScheme(scheme)
-	mgr, err := ctrl.NewManager(cluster.Config, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	user := "system:serviceaccount:" + ns + ":deployer"
-	stores := &backup.StoreReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"),
-		Endpoints: []string{"http://127.0.0.1:"}, SkipNameValidation: true}
-	backups := &backup.BackupReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"),
-		Image: "chartpilot:test", SkipNameValidation: true,
-		Identity: &backup.Identity{Config: cluster.Config, Of: func(_ context.Context, u *unstructured.Unstructured) (string, error) {
-			if u.GetKind() != "Postgres" || u.GetName() != "db" {
-				t.Errorf("identity asked for %s %s", u.GetKind(), u.GetName())
-			}
-			return user, nil
-		}}}
-	for _, setup := range []func(ctrl.Manager) error{stores.SetupWithManager, backups.SetupWithManager} {
-		if err := setup(mgr); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() { _ = mgr.Start(ctx) }()
-	c, err := client.New(cluster.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, c := startControllers(t, func(mgr ctrl.Manager) []controller {
+		stores := &backup.StoreReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"),
+			Endpoints: []string{"http://127.0.0.1:"}, SkipNameValidation: true}
+		backups := &backup.BackupReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"),
+			Image: "chartpilot:test", SkipNameValidation: true,
+			Identity: &backup.Identity{Config: cluster.Config, Of: func(_ context.Context, u *unstructured.Unstructured) (string, error) {
+				if u.GetKind() != "Postgres" || u.GetName() != "db" {
+					t.Errorf("identity asked for %s %s", u.GetKind(), u.GetName())
+				}
+				return user, nil
+			}}}
+		return []controller{stores, backups}
+	})
 	db := &v1alpha1.Postgres{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db"}, Spec: v1alpha1.PostgresSpec{Version: "15", Storage: v1alpha1.PostgresStorage{Size: "1Gi"}}}
 	for _, o := range []client.Object{
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "deployer"}},

@@ -17,7 +17,6 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/chartpilot/chartpilot/hooks"
 	"github.com/chartpilot/chartpilot/hooks/backup"
@@ -47,25 +46,11 @@ func (c *clock) add(d time.Duration) {
 func TestScheduledBackups(t *testing.T) {
 	cluster.Skip(t)
 	ns := cluster.Namespace(t)
-	scheme := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = v1alpha1.AddToScheme(scheme)
-	mgr, err := ctrl.NewManager(cluster.Config, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	clk := &clock{t: time.Now()}
-	r := &backup.ScheduleReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorderFor("test"), SkipNameValidation: true, Now: clk.now}
-	if err := r.SetupWithManager(mgr); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() { _ = mgr.Start(ctx) }()
-	c, err := client.New(cluster.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, c := startControllers(t, func(mgr ctrl.Manager) []controller {
+		r := &backup.ScheduleReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorderFor("test"), SkipNameValidation: true, Now: clk.now}
+		return []controller{r}
+	})
 	pg := &v1alpha1.Postgres{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db"}, Spec: v1alpha1.PostgresSpec{
 		Version: "15", Storage: v1alpha1.PostgresStorage{Size: "1Gi"},
 		Backup: &v1alpha1.PostgresBackup{Store: v1alpha1.StoreRef{Name: "s3"}, Schedule: "0 * * * *", Retention: &v1alpha1.BackupRetention{Count: 2}},

@@ -25,6 +25,38 @@ import (
 
 var cluster *testcluster.Cluster
 
+// controller is a reconciler that sets itself up on a manager.
+type controller interface {
+	SetupWithManager(ctrl.Manager) error
+}
+
+// startControllers runs a manager on the test cluster with the
+// controllers build makes from it, stopped when the test ends, and
+// returns a client of the cluster.
+func startControllers(t *testing.T, build func(mgr ctrl.Manager) []controller) (context.Context, client.Client) {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = v1alpha1.AddToScheme(scheme)
+	mgr, err := ctrl.NewManager(cluster.Config, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range build(mgr) {
+		if err := r.SetupWithManager(mgr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go func() { _ = mgr.Start(ctx) }()
+	c, err := client.New(cluster.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx, c
+}
+
 func TestMain(m *testing.M) {
 	ctrl.SetLogger(logr.Discard())
 	os.Exit(testcluster.RunMain(m, testcluster.Options{Tier: testcluster.TierFull}, &cluster))
@@ -40,27 +72,14 @@ func TestStoresChecked(t *testing.T) {
 	cluster.Skip(t)
 	s3 := backuptest.StartS3(t, t.TempDir())
 	ns := cluster.Namespace(t)
-	scheme := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = v1alpha1.AddToScheme(scheme)
-	mgr, err := ctrl.NewManager(cluster.Config, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range []bool{false, true} {
-		r := &backup.StoreReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"),
-			Cluster: c, Endpoints: []string{"http://127.0.0.1:"}, SkipNameValidation: true}
-		if err := r.SetupWithManager(mgr); err != nil {
-			t.Fatal(err)
+	ctx, c := startControllers(t, func(mgr ctrl.Manager) []controller {
+		var out []controller
+		for _, clusterWide := range []bool{false, true} {
+			out = append(out, &backup.StoreReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"),
+				Cluster: clusterWide, Endpoints: []string{"http://127.0.0.1:"}, SkipNameValidation: true})
 		}
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() { _ = mgr.Start(ctx) }()
-	c, err := client.New(cluster.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+		return out
+	})
 	mustCreate := func(o client.Object) {
 		t.Helper()
 		if err := c.Create(ctx, o); err != nil {

@@ -99,6 +99,22 @@ func runJobWith(t *testing.T, ctx context.Context, c client.Client, job *batchv1
 	return string(msg)
 }
 
+// waitBackup waits (3 minutes at most) for Backup ns/name to be in phase
+// with message containing msg, and returns it.
+func waitBackup(t *testing.T, ctx context.Context, c client.Client, ns, name, phase, msg string) *v1alpha1.Backup {
+	t.Helper()
+	b := &v1alpha1.Backup{}
+	deadline := time.Now().Add(3 * time.Minute)
+	for time.Now().Before(deadline) {
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, b); err == nil && b.Status.Phase == phase && strings.Contains(b.Status.Message, msg) {
+			return b
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("Backup %s never %s with %q; last status %+v", name, phase, msg, b.Status)
+	return nil
+}
+
 // finishPod plays the kubelet at the end of job's pod (which the cordoned
 // cluster never started): Succeeded, with the agent's termination message.
 func finishPod(t *testing.T, ctx context.Context, c client.Client, job *batchv1.Job, message string) {
@@ -205,16 +221,7 @@ func TestBackupRunsAsJob(t *testing.T) {
 	}
 	wait := func(name, phase, message string) *v1alpha1.Backup {
 		t.Helper()
-		b := &v1alpha1.Backup{}
-		deadline := time.Now().Add(3 * time.Minute)
-		for time.Now().Before(deadline) {
-			if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, b); err == nil && b.Status.Phase == phase && strings.Contains(b.Status.Message, message) {
-				return b
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
-		t.Fatalf("Backup %s never %s with %q; last status %+v", name, phase, message, b.Status)
-		return nil
+		return waitBackup(t, ctx, c, ns, name, phase, message)
 	}
 
 	first := newBackup("first", "s3", "")

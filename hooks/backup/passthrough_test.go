@@ -125,20 +125,7 @@ func TestPassthroughBackup(t *testing.T) {
 	if err := c.Create(ctx, b); err != nil {
 		t.Fatal(err)
 	}
-	phase := func(want, msg string) *v1alpha1.Backup {
-		t.Helper()
-		got := &v1alpha1.Backup{}
-		deadline := time.Now().Add(3 * time.Minute)
-		for time.Now().Before(deadline) {
-			if err := c.Get(ctx, client.ObjectKeyFromObject(b), got); err == nil && got.Status.Phase == want && strings.Contains(got.Status.Message, msg) {
-				return got
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
-		t.Fatalf("Backup rb never %s with %q; last %+v", want, msg, got.Status)
-		return nil
-	}
-	running := phase(v1alpha1.BackupRunning, "")
+	running := waitBackup(t, ctx, c, ns, "rb", v1alpha1.BackupRunning, "")
 	job := &batchv1.Job{}
 	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: running.Status.Job}, job); err != nil {
 		t.Fatal(err)
@@ -167,7 +154,7 @@ func TestPassthroughBackup(t *testing.T) {
 		return nil
 	}
 	finishPod(t, ctx, c, job, runJobWith(t, ctx, c, job, agent, "", 0, toLoopback))
-	done := phase(v1alpha1.BackupCompleted, "bytes stored")
+	done := waitBackup(t, ctx, c, ns, "rb", v1alpha1.BackupCompleted, "bytes stored")
 	if done.Status.ChartVersion != "0.2.0" || !strings.HasPrefix(done.Status.Location, ns+"/redis/cache/") {
 		t.Errorf("Backup status %+v", done.Status)
 	}
@@ -229,19 +216,6 @@ func TestBackupJobRunsAsIdentity(t *testing.T) {
 	if err := c.Status().Update(ctx, db); err != nil {
 		t.Fatal(err)
 	}
-	phase := func(name, want, msg string) *v1alpha1.Backup {
-		t.Helper()
-		got := &v1alpha1.Backup{}
-		deadline := time.Now().Add(3 * time.Minute)
-		for time.Now().Before(deadline) {
-			if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, got); err == nil && got.Status.Phase == want && strings.Contains(got.Status.Message, msg) {
-				return got
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
-		t.Fatalf("Backup %s never %s with %q; last %+v", name, want, msg, got.Status)
-		return nil
-	}
 	newBackup := func(name string) {
 		t.Helper()
 		if err := c.Create(ctx, &v1alpha1.Backup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: v1alpha1.BackupSpec{
@@ -250,7 +224,7 @@ func TestBackupJobRunsAsIdentity(t *testing.T) {
 		}
 	}
 	newBackup("denied")
-	phase("denied", v1alpha1.BackupFailed, user+" may not create Job")
+	waitBackup(t, ctx, c, ns, "denied", v1alpha1.BackupFailed, user+" may not create Job")
 	jobs := &batchv1.JobList{}
 	if err := c.List(ctx, jobs, client.InNamespace(ns)); err != nil || len(jobs.Items) != 0 {
 		t.Fatalf("Jobs after the refusal: %d (%v)", len(jobs.Items), err)
@@ -266,7 +240,7 @@ func TestBackupJobRunsAsIdentity(t *testing.T) {
 		}
 	}
 	newBackup("allowed")
-	running := phase("allowed", v1alpha1.BackupRunning, "")
+	running := waitBackup(t, ctx, c, ns, "allowed", v1alpha1.BackupRunning, "")
 	job := &batchv1.Job{}
 	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: running.Status.Job}, job); err != nil {
 		t.Fatal(err)

@@ -19,6 +19,8 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
+
+	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 )
 
 // notReleases are chartpilot kinds of the "chartpilot" category that are
@@ -37,6 +39,7 @@ type getRow struct {
 	Desired   string `json:"desiredVersion,omitempty"`
 	Revision  int64  `json:"revision,omitempty"`
 	Upgrade   string `json:"upgrade,omitempty"`
+	Tenant    string `json:"tenant,omitempty"`
 	Message   string `json:"message,omitempty"`
 	Created   string `json:"created"`
 }
@@ -45,7 +48,7 @@ const getUsage = `Usage:
   chartpilot get [KIND] [-n NAMESPACE | -A] [-o wide|json]
 
 One line per resource of a kind chartpilot manages: Ready (and why not),
-chart deployed (→ desired), revision, upgrade state, age. Without KIND,
+chart deployed (→ desired), revision, upgrade state, tenant, age. Without KIND,
 every kind of the "chartpilot" category (add it to your CRD's
 spec.names.categories to have it listed). Reads through the API server
 with your kubeconfig: one list per kind.
@@ -183,6 +186,12 @@ func listReleases(ctx context.Context, cfg *rest.Config, kind, namespace string)
 			}
 		}
 	}
+	if len(rows) > 0 {
+		tenants := tenantsByNamespace(ctx, dyn)
+		for i := range rows {
+			rows[i].Tenant = tenants[rows[i].Namespace]
+		}
+	}
 	sort.SliceStable(rows, func(i, j int) bool {
 		a, b := rows[i], rows[j]
 		if a.Kind != b.Kind {
@@ -194,6 +203,31 @@ func listReleases(ctx context.Context, cfg *rest.Config, kind, namespace string)
 		return a.Name < b.Name
 	})
 	return rows, nil
+}
+
+// tenantsByNamespace maps each namespace a Tenant claims (its
+// status.namespaces, as the operator resolved them) to the Tenant's name:
+// one list; none where the Tenant kind is not installed or readable.
+func tenantsByNamespace(ctx context.Context, dyn dynamic.Interface) map[string]string {
+	out := map[string]string{}
+	list, err := dyn.Resource(v1alpha1.GroupVersion.WithResource("tenants")).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return out
+	}
+	for i := range list.Items {
+		t, err := tenantOf(&list.Items[i])
+		if err != nil {
+			continue
+		}
+		for _, ns := range t.Status.Namespaces {
+			if prev := out[ns]; prev != "" {
+				out[ns] = prev + "," + t.Name // overlapping Tenants: both
+			} else {
+				out[ns] = t.Name
+			}
+		}
+	}
+	return out
 }
 
 // rowOf reads a resource's status as the reconciler writes it.
@@ -244,7 +278,7 @@ func printRows(w io.Writer, rows []getRow, output string, now time.Time) error {
 		return enc.Encode(rows)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	header := "KIND\tNAMESPACE\tNAME\tREADY\tCHART\tREVISION\tUPGRADE\tAGE"
+	header := "KIND\tNAMESPACE\tNAME\tREADY\tCHART\tREVISION\tUPGRADE\tTENANT\tAGE"
 	if output == "wide" {
 		header += "\tMESSAGE"
 	}
@@ -270,7 +304,7 @@ func printRows(w io.Writer, rows []getRow, output string, now time.Time) error {
 			upgrade = "-"
 		}
 		created, _ := time.Parse(time.RFC3339, r.Created)
-		line := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", r.Kind, r.Namespace, r.Name, ready, chart, rev, upgrade, shortAge(now.Sub(created)))
+		line := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", r.Kind, r.Namespace, r.Name, ready, chart, rev, upgrade, orDash(r.Tenant), shortAge(now.Sub(created)))
 		if output == "wide" {
 			line += "\t" + oneLineMsg(r.Message)
 		}

@@ -68,6 +68,19 @@ func TestGet(t *testing.T) {
 	if _, err := dyn.Resource(schema.GroupVersionResource{Group: "chartpilot.dev", Version: "v1alpha1", Resource: "backupstores"}).Namespace(ns).Create(ctx, bs, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// A Tenant claiming the namespace, as the operator resolves it.
+	tenantGVR := schema.GroupVersionResource{Group: "chartpilot.dev", Version: "v1alpha1", Resource: "tenants"}
+	tn := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "chartpilot.dev/v1alpha1", "kind": "Tenant", "metadata": map[string]any{"name": ns + "-team"},
+		"spec": map[string]any{"namespaces": []any{ns}}}}
+	tn, err = dyn.Resource(tenantGVR).Create(ctx, tn, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = dyn.Resource(tenantGVR).Delete(context.Background(), ns+"-team", metav1.DeleteOptions{}) })
+	tn.Object["status"] = map[string]any{"namespaces": []any{ns}}
+	if _, err := dyn.Resource(tenantGVR).UpdateStatus(ctx, tn, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	bk := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "chartpilot.dev/v1alpha1", "kind": "Backup", "metadata": map[string]any{"name": "nightly", "namespace": ns},
 		"spec": map[string]any{"target": map[string]any{"kind": "Postgres", "name": "orders"}, "store": map[string]any{"name": "store"}}}}
 	if _, err := dyn.Resource(schema.GroupVersionResource{Group: "chartpilot.dev", Version: "v1alpha1", Resource: "backups"}).Namespace(ns).Create(ctx, bk, metav1.CreateOptions{}); err != nil {
@@ -88,9 +101,9 @@ func TestGet(t *testing.T) {
 		t.Fatalf("want a header and 3 resources (not the backup store, not the backup):\n%s", out)
 	}
 	for _, want := range []string{
-		"Postgres  " + ns + "  billing   False (UpgradeQueued)  postgresql 0.1.0 → 0.2.0  1         UpgradeQueued  3h",
-		"Postgres  " + ns + "  orders    True                   postgresql 0.1.0          3         -              3h",
-		"Redis     " + ns + "  sessions  Unknown                -                         -         -              3h",
+		"Postgres  " + ns + "  billing   False (UpgradeQueued)  postgresql 0.1.0 → 0.2.0  1         UpgradeQueued  " + ns + "-team  3h",
+		"Postgres  " + ns + "  orders    True                   postgresql 0.1.0          3         -              " + ns + "-team  3h",
+		"Redis     " + ns + "  sessions  Unknown                -                         -         -              " + ns + "-team  3h",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("missing line %q in:\n%s", want, out)
@@ -100,7 +113,7 @@ func TestGet(t *testing.T) {
 		t.Errorf("get pg lists other kinds or misses postgres:\n%s", out)
 	}
 	var rows []getRow
-	if err := json.Unmarshal([]byte(run("postgres", "-n", ns, "-o", "json")), &rows); err != nil || len(rows) != 2 || rows[0].Name != "billing" || rows[0].Desired != "0.2.0" || rows[0].Reason != "UpgradeQueued" {
+	if err := json.Unmarshal([]byte(run("postgres", "-n", ns, "-o", "json")), &rows); err != nil || len(rows) != 2 || rows[0].Name != "billing" || rows[0].Desired != "0.2.0" || rows[0].Reason != "UpgradeQueued" || rows[0].Tenant != ns+"-team" {
 		t.Errorf("json: %+v (%v)", rows, err)
 	}
 	if out := run("-A"); !strings.Contains(out, ns) {

@@ -115,6 +115,13 @@ func printDescription(w io.Writer, kind string, u *unstructured.Unstructured, st
 		}
 		_ = tw.Flush()
 	}
+	if len(st.ValuesLayers) > 0 {
+		fmt.Fprintln(w, "\nValues layers (later ones win; keys only):")
+		for _, l := range st.ValuesLayers {
+			fmt.Fprintf(tw, "  %s\t%s\n", l.Name, strings.Join(l.Keys, ", "))
+		}
+		_ = tw.Flush()
+	}
 	if f := st.LastFailure; f != nil {
 		fmt.Fprintf(w, "\nLast failure: %s, %d time(s) in a row, %s ago: %s\n", f.Action, f.Count, shortAge(now.Sub(f.Time.Time)), oneLineMsg(f.Message))
 	}

@@ -52,6 +52,10 @@ func TestGet(t *testing.T) {
 		"conditions": []any{cond("Ready", "True", "UpgradeSucceeded"), cond("Released", "True", "UpgradeSucceeded")},
 		"chart":      map[string]any{"name": "postgresql", "deployedVersion": "0.1.0", "desiredVersion": "0.1.0"},
 		"release":    map[string]any{"name": "orders", "revision": int64(3), "chartName": "postgresql", "chartVersion": "0.1.0", "status": "deployed"},
+		"valuesLayers": []any{
+			map[string]any{"name": "cr", "keys": []any{"image", "replicas", "storage"}},
+			map[string]any{"name": "hook:tenancy", "keys": []any{"resources"}},
+		},
 		"history": []any{
 			map[string]any{"action": "Upgrade", "revision": int64(3), "chartVersion": "0.1.0", "succeeded": true, "time": "2026-11-30T01:00:00Z", "message": "upgraded to postgresql 0.1.0 as revision 3"},
 			map[string]any{"action": "Upgrade", "revision": int64(2), "chartVersion": "0.1.0", "succeeded": false, "time": "2026-11-30T00:30:00Z", "message": "Upgrade failed: timed out"},
@@ -162,6 +166,9 @@ func TestGet(t *testing.T) {
 		"Upgrade  2         0.1.0  failed",
 		"Upgrade  3         0.1.0  succeeded",
 		"Normal  UpgradeSucceeded",
+		"Values layers (later ones win; keys only):",
+		"cr            image, replicas, storage",
+		"hook:tenancy  resources",
 	} {
 		if !strings.Contains(desc.String(), want) {
 			t.Errorf("describe lacks %q:\n%s", want, desc.String())

@@ -130,6 +130,7 @@ func (r *Reconciler) desire(ctx context.Context, p *pass, deployed deployedState
 		return d
 	}
 	d.vals = values.Merge(layers...)
+	p.status.ValuesLayers = layerSummary(layers)
 	d.force = p.obj.GetAnnotations()[v1alpha1.AnnotationForceUpgrade]
 	if d.digest, err = values.Digest(d.chart.Digest, d.vals, map[string]string{v1alpha1.AnnotationForceUpgrade: d.force}); err != nil {
 		d.stall = asStall(err, "ValuesInvalid")

@@ -35,6 +35,9 @@ func TestLifecycle(t *testing.T) {
 	if st.Release == nil || st.Release.Revision != 1 || st.Release.Status != "deployed" || st.Release.ChartVersion != "1.0.0" || st.Release.ValuesDigest == "" {
 		t.Fatalf("status.release after install = %+v", st.Release)
 	}
+	if l := st.ValuesLayers; len(l) != 1 || l[0].Name != "cr" || len(l[0].Keys) != 1 || l[0].Keys[0] != "message" {
+		t.Errorf("status.valuesLayers after install = %+v, want the resource's own layer with key message", l)
+	}
 	if len(u.GetFinalizers()) != 1 || u.GetFinalizers()[0] != v1alpha1.Finalizer {
 		t.Errorf("finalizers = %v", u.GetFinalizers())
 	}

@@ -3,6 +3,7 @@ package release
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/helm"
 	"github.com/chartpilot/chartpilot/internal/redact"
+	"github.com/chartpilot/chartpilot/internal/values"
 )
 
 // historyLimit bounds status.history.
@@ -28,7 +30,7 @@ const historyLimit = 10
 
 // sharedStatusFields are the status fields this reconciler owns for every
 // kind; a typed kind's own fields live beside them.
-var sharedStatusFields = []string{"observedGeneration", "conditions", "release", "chart", "history", "lastFailure"}
+var sharedStatusFields = []string{"observedGeneration", "conditions", "release", "chart", "history", "lastFailure", "valuesLayers"}
 
 // readStatus decodes the resource's status.
 // A status someone else wrote in another shape is replaced, not fatal.
@@ -320,4 +322,22 @@ func (r redactingRecorder) Eventf(obj runtime.Object, eventtype, reason, format 
 
 func (r redactingRecorder) AnnotatedEventf(obj runtime.Object, annotations map[string]string, eventtype, reason, format string, args ...any) {
 	r.EventRecorder.AnnotatedEventf(obj, annotations, eventtype, reason, "%s", redact.Text(fmt.Sprintf(format, args...)))
+}
+
+// layerSummary is what status.valuesLayers shows of layers: the name and
+// the sorted top-level keys of each layer that sets any.
+func layerSummary(layers []values.Layer) []v1alpha1.ValuesLayer {
+	var out []v1alpha1.ValuesLayer
+	for _, l := range layers {
+		if len(l.Values) == 0 {
+			continue
+		}
+		keys := make([]string, 0, len(l.Values))
+		for k := range l.Values {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		out = append(out, v1alpha1.ValuesLayer{Name: l.Name, Keys: keys})
+	}
+	return out
 }

@@ -97,6 +97,18 @@ type ReleaseStatus struct {
 	// LastFailure is the last failed action, for back-off; cleared on success.
 	// +optional
 	LastFailure *Failure `json:"lastFailure,omitempty"`
+	// ValuesLayers are the values layers the release is rendered from, in
+	// order (later ones win), each with its top-level keys: which layer
+	// set what, never the values themselves.
+	// +optional
+	ValuesLayers []ValuesLayer `json:"valuesLayers,omitempty"`
+}
+
+// ValuesLayer is one values layer: its name ("cr", "hook:tenancy",
+// "overrides", ...) and its top-level keys.
+type ValuesLayer struct {
+	Name string   `json:"name"`
+	Keys []string `json:"keys,omitempty"`
 }
 
 // ReleaseInfo says what is deployed.

@@ -47,7 +47,8 @@ type getRow struct {
 const getUsage = `Usage:
   chartpilot get [KIND] [-n NAMESPACE | -A] [-o wide|json]
 
-One line per resource of a kind chartpilot manages: Ready (and why not),
+One line per resource of a kind chartpilot manages: Ready (and why not;
+in colour on a terminal, unless NO_COLOR is set),
 chart deployed (→ desired), revision, upgrade state, tenant, age. Without KIND,
 every kind of the "chartpilot" category (add it to your CRD's
 spec.names.categories to have it listed). Reads through the API server
@@ -94,7 +95,15 @@ func getCommand(ctx context.Context, args []string, stdout, stderr io.Writer, no
 	if err != nil {
 		return err
 	}
-	return printRows(stdout, rows, *output, now)
+	if *output == "json" || !colourful(stdout) {
+		return printRows(stdout, rows, *output, now)
+	}
+	var table strings.Builder
+	if err := printRows(&table, rows, *output, now); err != nil {
+		return err
+	}
+	_, err = io.WriteString(stdout, colourReady(table.String()))
+	return err
 }
 
 // kindTarget is a kind to list: its resource and its Kind.

@@ -385,27 +385,42 @@ func TestBackupRunsAsJob(t *testing.T) {
 		t.Errorf("changing a Backup's spec: %v", err)
 	}
 
-	evs := &corev1.EventList{}
-	if err := c.List(ctx, evs, client.InNamespace(ns)); err != nil {
-		t.Fatal(err)
+	// Events are written asynchronously: wait until every kind expected is
+	// there (3 minutes at most), then look at all of them.
+	wantEvents := []string{"BackupStarted", "BackupCompleted", "BackupFailed", "BackupWaiting"}
+	var all string
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		evs := &corev1.EventList{}
+		if err := c.List(ctx, evs, client.InNamespace(ns)); err != nil {
+			t.Fatal(err)
+		}
+		var seen []string
+		for _, e := range evs.Items {
+			seen = append(seen, e.Reason+": "+e.Message)
+		}
+		for _, name := range []string{"first", "second", "unoffered"} {
+			b := &v1alpha1.Backup{}
+			_ = c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, b)
+			st, _ := json.Marshal(b.Status)
+			seen = append(seen, string(st))
+		}
+		all = strings.Join(seen, "\n")
+		missing := false
+		for _, want := range wantEvents {
+			missing = missing || !strings.Contains(all, want+": ")
+		}
+		if !missing || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
-	var seen []string
-	for _, e := range evs.Items {
-		seen = append(seen, e.Reason+": "+e.Message)
-	}
-	for _, name := range []string{"first", "second", "unoffered"} {
-		b := &v1alpha1.Backup{}
-		_ = c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, b)
-		st, _ := json.Marshal(b.Status)
-		seen = append(seen, string(st))
-	}
-	all := strings.Join(seen, "\n")
 	for _, secret := range []string{s3.SecretAccessKey, "db-password-never-shown", key.String()} {
 		if strings.Contains(all, secret) {
 			t.Errorf("a secret reached a Backup's status or events")
 		}
 	}
-	for _, want := range []string{"BackupStarted", "BackupCompleted", "BackupFailed", "BackupWaiting"} {
+	for _, want := range wantEvents {
 		if !strings.Contains(all, want+": ") {
 			t.Errorf("no %s event:\n%s", want, all)
 		}

@@ -178,17 +178,19 @@ func TestScheduledBackups(t *testing.T) {
 		return c.Get(ctx, key, g) == nil && g.Status.Backup == nil && apimeta.FindStatusCondition(g.Status.Conditions, v1alpha1.ConditionLastBackupSucceeded) == nil
 	})
 
-	evs := &corev1.EventList{}
-	if err := c.List(ctx, evs, client.InNamespace(ns)); err != nil {
-		t.Fatal(err)
-	}
-	var caughtUp bool
-	for _, e := range evs.Items {
-		caughtUp = caughtUp || (e.Reason == "BackupScheduled" && strings.Contains(e.Message, "one backup for 5 schedule times missed"))
-	}
-	if !caughtUp {
-		t.Error("no BackupScheduled event saying five schedule times were made up by one backup")
-	}
+	// Events are written asynchronously: wait for it.
+	eventually("a BackupScheduled event saying five schedule times were made up by one backup", func() bool {
+		evs := &corev1.EventList{}
+		if err := c.List(ctx, evs, client.InNamespace(ns)); err != nil {
+			return false
+		}
+		for _, e := range evs.Items {
+			if e.Reason == "BackupScheduled" && strings.Contains(e.Message, "one backup for 5 schedule times missed") {
+				return true
+			}
+		}
+		return false
+	})
 }
 
 func names(bs []v1alpha1.Backup) []string {

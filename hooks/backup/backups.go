@@ -27,7 +27,6 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
@@ -93,15 +92,9 @@ type BackupReconciler struct {
 
 // SetupWithManager builds the controller: Backups and the Jobs they own.
 func (r *BackupReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	if r.Now == nil {
-		r.Now = time.Now
-	}
-	if r.Deadline == 0 {
-		r.Deadline = DefaultDeadline
-	}
-	skip := r.SkipNameValidation
+	withDefaults(&r.Now, &r.Deadline)
 	return ctrl.NewControllerManagedBy(mgr).Named("backup").For(&v1alpha1.Backup{}).Owns(&batchv1.Job{}).
-		WithOptions(controller.Options{SkipNameValidation: &skip, MaxConcurrentReconciles: Workers}).Complete(r)
+		WithOptions(options(r.SkipNameValidation)).Complete(r)
 }
 
 // Reconcile moves one Backup on: Pending → Running (its Job created) →

@@ -20,7 +20,6 @@ import (
 	"k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/chartpilot/chartpilot/hooks"
@@ -91,15 +90,9 @@ type RestoreReconciler struct {
 
 // SetupWithManager builds the controller: Postgres and the Jobs it owns.
 func (r *RestoreReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	if r.Now == nil {
-		r.Now = time.Now
-	}
-	if r.Deadline == 0 {
-		r.Deadline = DefaultDeadline
-	}
-	skip := r.SkipNameValidation
+	withDefaults(&r.Now, &r.Deadline)
 	return ctrl.NewControllerManagedBy(mgr).Named("restore").For(&v1alpha1.Postgres{}).Owns(&batchv1.Job{}).
-		WithOptions(controller.Options{SkipNameValidation: &skip, MaxConcurrentReconciles: Workers}).Complete(r)
+		WithOptions(options(r.SkipNameValidation)).Complete(r)
 }
 
 // RestoreJobName is the name of pg's restore Job.

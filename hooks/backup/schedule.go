@@ -17,7 +17,6 @@ import (
 	"k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/robfig/cron/v3"
@@ -57,12 +56,9 @@ type ScheduleReconciler struct {
 
 // SetupWithManager builds the controller: Postgres and the Backups it owns.
 func (r *ScheduleReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	if r.Now == nil {
-		r.Now = time.Now
-	}
-	skip := r.SkipNameValidation
+	withDefaults(&r.Now, nil)
 	return ctrl.NewControllerManagedBy(mgr).Named("backupschedule").For(&v1alpha1.Postgres{}).Owns(&v1alpha1.Backup{}).Owns(&batchv1.Job{}).
-		WithOptions(controller.Options{SkipNameValidation: &skip, MaxConcurrentReconciles: Workers}).Complete(r)
+		WithOptions(options(r.SkipNameValidation)).Complete(r)
 }
 
 // Reconcile makes what the schedule of one Postgres asks for now.

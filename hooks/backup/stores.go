@@ -36,6 +36,22 @@ const Recheck = 10 * time.Minute
 // probeTimeout bounds one check of a store.
 const probeTimeout = 30 * time.Second
 
+// withDefaults fills a controller's clock and Job deadline when unset
+// (deadline may be nil: no Jobs of its own to bound).
+func withDefaults(now *func() time.Time, deadline *time.Duration) {
+	if *now == nil {
+		*now = time.Now
+	}
+	if deadline != nil && *deadline == 0 {
+		*deadline = DefaultDeadline
+	}
+}
+
+// options are the controller options of every backup controller.
+func options(skipNameValidation bool) controller.Options {
+	return controller.Options{SkipNameValidation: &skipNameValidation, MaxConcurrentReconciles: Workers}
+}
+
 // Workers is how many stores (Backups, restores, schedules) each
 // controller handles at once: a store that does not answer holds one
 // worker for probeTimeout, never the stores of other namespaces.
@@ -67,9 +83,7 @@ func (r *StoreReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Cluster {
 		obj, name = &v1alpha1.ClusterBackupStore{}, "clusterbackupstore"
 	}
-	skip := r.SkipNameValidation
-	return ctrl.NewControllerManagedBy(mgr).Named(name).For(obj).
-		WithOptions(controller.Options{SkipNameValidation: &skip, MaxConcurrentReconciles: Workers}).Complete(r)
+	return ctrl.NewControllerManagedBy(mgr).Named(name).For(obj).WithOptions(options(r.SkipNameValidation)).Complete(r)
 }
 
 // Reconcile checks one store and writes its Ready condition.

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/chartpilot/chartpilot/hooks"
@@ -43,6 +44,9 @@ type Handler struct {
 	// MaxObjectSize bounds a created or spec-changed resource, in bytes of
 	// JSON (0: DefaultMaxObjectSize).
 	MaxObjectSize int
+	// StorageClasses reads StorageClasses for the growth checks of typed
+	// kinds' volumes (nil: not checked here; the reconciler still refuses).
+	StorageClasses client.Reader
 }
 
 func (h *Handler) maxObjectSize() int {
@@ -73,9 +77,12 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 			return admission.Denied(err.Error())
 		}
 	}
+	var old *unstructured.Unstructured
 	if len(req.OldObject.Raw) > 0 {
-		old := &unstructured.Unstructured{}
-		if err := json.Unmarshal(req.OldObject.Raw, &old.Object); err == nil && equality.Semantic.DeepEqual(old.Object["spec"], obj.Object["spec"]) {
+		old = &unstructured.Unstructured{}
+		if err := json.Unmarshal(req.OldObject.Raw, &old.Object); err != nil {
+			old = nil
+		} else if equality.Semantic.DeepEqual(old.Object["spec"], obj.Object["spec"]) {
 			// Metadata changes (finalizers, annotations such as pause) are
 			// never refused: only a new spec is checked.
 			return admission.Allowed("spec unchanged")
@@ -84,6 +91,13 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 	if n, max := len(req.Object.Raw), h.maxObjectSize(); n > max {
 		return admission.Denied(fmt.Sprintf("%s %s is %d KiB and a resource of a watched kind may be at most %d KiB (its spec is stored twice in a release record, which must fit in a Secret): make spec smaller, or raise the manager's --max-resource-size",
 			gvk.Kind, obj.GetName(), (n+1023)/1024, max/1024))
+	}
+	if old != nil {
+		if msg, err := h.checkStorage(ctx, k.Kind, old, obj); err != nil {
+			return admission.Errored(http.StatusInternalServerError, err)
+		} else if msg != "" {
+			return admission.Denied(msg)
+		}
 	}
 	if len(k.Hooks) == 0 {
 		return admission.Allowed("")

@@ -451,6 +451,28 @@ func (c *Client) Upgrade(ctx context.Context, ch *Chart, o ActionOptions) (*Rele
 	return fromHelm(rel), err
 }
 
+// RenderUpgrade renders the manifest an Upgrade with the same chart and
+// options would apply, without applying or storing anything (Helm's
+// client-side dry run: lookups see nothing, so objects a chart fills from
+// the cluster may differ; workload specs do not).
+func (c *Client) RenderUpgrade(ctx context.Context, ch *Chart, o ActionOptions) (string, error) {
+	cfg, err := c.actionConfig(Scope{Namespace: o.Namespace, ClusterKinds: o.ClusterKinds})
+	if err != nil {
+		return "", err
+	}
+	up := action.NewUpgrade(cfg)
+	up.Namespace = o.Namespace
+	up.ResetValues = true
+	up.DryRun = true
+	up.PostRenderer = &postRenderer{decorate: o.Decorate}
+	up.DisableOpenAPIValidation = true
+	rel, err := up.RunWithContext(ctx, o.Name, ch.chart, copyValues(o.Values))
+	if err != nil {
+		return "", err
+	}
+	return rel.Manifest, nil
+}
+
 // Rollback rolls a release back to revision (0: the previous one).
 func (c *Client) Rollback(scope Scope, name string, revision int, timeout time.Duration, maxHistory int) error {
 	cfg, err := c.actionConfig(scope)

@@ -42,6 +42,18 @@ type Kind struct {
 	// status; it stands in for releases deployed before chartpilot labelled
 	// release records with it.
 	DeployedAppMajor func(obj *unstructured.Unstructured) string
+	// Storage reads the per-pod data volume the resource asks for, for the
+	// growth checks of admission; nil when the kind has no such field.
+	Storage func(obj *unstructured.Unstructured) Storage
+}
+
+// Storage is a typed kind's data volume request and where it is set.
+type Storage struct {
+	// Size is a quantity ("10Gi"); Class a StorageClass name, "" for the
+	// cluster's default.
+	Size, Class string
+	// SizeField and ClassField are the fields' paths, for messages.
+	SizeField, ClassField string
 }
 
 // Typed reports whether the kind has its own translator (spec fields such as

@@ -361,7 +361,7 @@ func addReconcilers(o Options, mgr manager.Manager, scheme *runtime.Scheme, sour
 // addWebhook serves the validating webhook, with self-signed certificates
 // made now (the server reads them when it starts) and rotated, when asked.
 func addWebhook(o Options, mgr manager.Manager, scheme *runtime.Scheme, admitted map[schema.GroupVersionKind]admission.Kind) error {
-	mgr.GetWebhookServer().Register(admission.Path, &webhook.Admission{Handler: &admission.Handler{Kinds: admitted, MaxObjectSize: o.MaxResourceSize}})
+	mgr.GetWebhookServer().Register(admission.Path, &webhook.Admission{Handler: &admission.Handler{Kinds: admitted, MaxObjectSize: o.MaxResourceSize, StorageClasses: mgr.GetAPIReader()}})
 	// Ready only once the webhook serves: its failurePolicy is Fail.
 	if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
 		return err

@@ -89,7 +89,10 @@ func ownRules(o Options, tenancyUsed bool) []rbacv1.PolicyRule {
 		{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
 		// Backup stores: checked, their status written; a volume store's claim read.
 		{APIGroups: []string{"chartpilot.dev"}, Resources: []string{"backupstores", "backupstores/status", "clusterbackupstores", "clusterbackupstores/status"}, Verbs: []string{"get", "list", "watch", "update", "patch"}},
-		{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims"}, Verbs: []string{"get"}},
+		// and storage growth: the claims of a StatefulSet whose volumes grow are listed and expanded, their
+		// StorageClasses read (does the class expand volumes? which one is the default?).
+		{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims"}, Verbs: []string{"get", "list", "patch"}},
+		{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"storageclasses"}, Verbs: []string{"get", "list"}},
 		// Backups: made by schedules and pruned by retention, run as Jobs (their pods' termination messages read), a
 		// ClusterBackupStore's namespaceSelector matched against namespaces.
 		{APIGroups: []string{"chartpilot.dev"}, Resources: []string{"backups", "backups/status"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},

@@ -25,6 +25,10 @@ func (r *Reconciler) upgrade(ctx context.Context, p *pass, d *desired, o Observa
 	if res, held := r.preUpgrade(ctx, p, d, from); held {
 		return res, nil
 	}
+	if res, held, err := r.growVolumes(ctx, p, d, o, opts); held || err != nil {
+		r.slots.end(p.key)
+		return res, err
+	}
 	setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionTrue, "Upgrading", "upgrading to chart "+d.chart.Name+" "+d.chart.Version)
 	rel, err := timed("upgrade", func() (*helm.Release, error) { return r.Helm.As(d.identity).Upgrade(ctx, d.chart, opts) })
 	if err != nil {

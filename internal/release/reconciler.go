@@ -149,6 +149,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	if err != nil {
 		return res, err
 	}
+	res = r.followStorage(ctx, p, res)
 	return r.kindStatus(ctx, p, res)
 }
 

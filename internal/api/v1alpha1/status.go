@@ -38,6 +38,10 @@ const (
 	// ConditionRestored is False while spec.restore has not completed; it
 	// keeps the resource not Ready until it has.
 	ConditionRestored = "Restored"
+	// ConditionStorageResizing is True while volumes of the release's
+	// StatefulSets grow (the message gives each claim's state), False once
+	// every claim has its new size; absent until storage first grows.
+	ConditionStorageResizing = "StorageResizing"
 )
 
 // Annotations on a managed custom resource.

@@ -25,7 +25,14 @@ var GVK = v1alpha1.GroupVersion.WithKind("Postgres")
 
 // Kind returns the translator and status reporter of Postgres.
 func Kind() kinds.Kind {
-	return kinds.Kind{Values: Values, Status: Status, Facts: Facts, AppMajor: Major, DeployedAppMajor: DeployedMajor}
+	return kinds.Kind{Values: Values, Status: Status, Facts: Facts, AppMajor: Major, DeployedAppMajor: DeployedMajor, Storage: Storage}
+}
+
+// Storage is spec.storage.
+func Storage(obj *unstructured.Unstructured) kinds.Storage {
+	size, _, _ := unstructured.NestedString(obj.Object, "spec", "storage", "size")
+	class, _, _ := unstructured.NestedString(obj.Object, "spec", "storage", "storageClass")
+	return kinds.Storage{Size: size, Class: class, SizeField: "spec.storage.size", ClassField: "spec.storage.storageClass"}
 }
 
 // Facts are the policy figures of a Postgres, read from the values it

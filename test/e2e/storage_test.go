@@ -181,7 +181,9 @@ func TestStorageChangesRefused(t *testing.T) {
 	if _, err := e.cs.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = e.cs.StorageV1().StorageClasses().Delete(context.Background(), fixed, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = e.cs.StorageV1().StorageClasses().Delete(context.Background(), fixed, metav1.DeleteOptions{})
+	})
 
 	// Postgres: refused at admission, naming the field and the fix.
 	e.apply(postgresGVR, "Postgres", "pinned", map[string]any{

@@ -44,6 +44,10 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if kc := os.Getenv(operatorProcessEnv); kc != "" {
+		ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr)))
+		os.Exit(runOperatorProcess(kc))
+	}
 	f, err := os.CreateTemp("", "chartpilot-e2e-*.log")
 	if err == nil {
 		fmt.Fprintf(os.Stderr, "operator logs: %s\n", f.Name())
@@ -99,8 +103,23 @@ func setup(t *testing.T) *env {
 		})
 	}
 	t.Cleanup(stop)
-	// The webhook's failurePolicy is Fail: wait until this operator serves
-	// it, or the first create races the server's start.
+	waitWebhook(t)
+	dyn, err := dynamic.NewForConfig(cluster.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(cluster.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{t: t, ns: ns, dyn: dyn, cs: cs, stop: stop}
+}
+
+// waitWebhook waits until an operator serves the webhook: its
+// failurePolicy is Fail, so the first create would race the server's start.
+func waitWebhook(t *testing.T) {
+	t.Helper()
+	wh := cluster.Env.WebhookInstallOptions
 	addr := net.JoinHostPort(wh.LocalServingHost, strconv.Itoa(wh.LocalServingPort))
 	if err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		conn, err := net.DialTimeout("tcp", addr, time.Second)
@@ -112,15 +131,6 @@ func setup(t *testing.T) *env {
 	}); err != nil {
 		t.Fatalf("the webhook server at %s did not start: %v", addr, err)
 	}
-	dyn, err := dynamic.NewForConfig(cluster.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cs, err := kubernetes.NewForConfig(cluster.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &env{t: t, ns: ns, dyn: dyn, cs: cs, stop: stop}
 }
 
 func (e *env) apply(gvr schema.GroupVersionResource, kind, name string, spec map[string]any) {

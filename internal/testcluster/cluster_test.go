@@ -296,3 +296,50 @@ func processAlive(pid int) bool {
 	i := strings.LastIndexByte(s, ')')
 	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
 }
+
+// TestKubeletStatsThroughNodeProxy: volume statistics set for a pod are
+// read back through the API server's node proxy of the pod's node.
+func TestKubeletStatsThroughNodeProxy(t *testing.T) {
+	cs := clientset(t)
+	ctx := context.Background()
+	ns := cluster.Namespace(t)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "stats", Namespace: ns},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}},
+	}
+	if _, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var node string
+	waitFor(t, "the pod scheduled", time.Minute, func(ctx context.Context) (bool, string, error) {
+		p, err := cs.CoreV1().Pods(ns).Get(ctx, "stats", metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		node = p.Spec.NodeName
+		return node != "", "unscheduled", nil
+	})
+	ks, err := cluster.ServeKubeletStats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ks.Stop)
+	if err := ks.SetVolume(ctx, ns, "stats", "data-stats-0", 850, 1000); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := cs.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", node, "proxy", "stats", "summary").DoRaw(ctx)
+	if err != nil {
+		t.Fatalf("GET stats/summary of %s through the node proxy: %v", node, err)
+	}
+	if !strings.Contains(string(raw), `"name":"data-stats-0"`) || !strings.Contains(string(raw), `"usedBytes":850`) {
+		t.Errorf("summary of %s lacks the claim's statistics: %s", node, raw)
+	}
+	for i := range 3 {
+		if other := NodeName(i); other != node {
+			raw, err := cs.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", other, "proxy", "stats", "summary").DoRaw(ctx)
+			if err != nil || strings.Contains(string(raw), "data-stats-0") {
+				t.Errorf("summary of %s (not the pod's node): %v %s", other, err, raw)
+			}
+		}
+	}
+}

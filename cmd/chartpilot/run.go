@@ -18,6 +18,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/chartpilot/chartpilot/hooks/storage"
 	"github.com/chartpilot/chartpilot/internal/admission"
 	"github.com/chartpilot/chartpilot/internal/cliutil"
 	"github.com/chartpilot/chartpilot/internal/operator"
@@ -54,6 +55,7 @@ type runOptions struct {
 	maxIndexSize            int64
 	maxResourceSize         int
 	maxArchiveSize          int64
+	volumeStatsInterval     time.Duration
 	qps                     float64
 	burst                   int
 	zap                     zap.Options
@@ -80,6 +82,7 @@ func parseRunFlags(args []string) (*runOptions, error) {
 	fs.Int64Var(&o.maxRecordSize, "max-release-record-size", 16<<20, "largest decompressed size of a release record, in bytes; a larger record is refused, not decoded")
 	fs.Int64Var(&o.maxIndexSize, "max-index-size", source.DefaultMaxIndexSize, "largest repository index (index.yaml) a remote chart source downloads, in bytes; a larger one is cut off and refused")
 	fs.Int64Var(&o.maxArchiveSize, "max-chart-size", source.DefaultMaxArchiveSize, "largest chart archive, OCI manifest or OCI layer a remote chart source downloads, in bytes; a larger one is cut off and refused")
+	fs.DurationVar(&o.volumeStatsInterval, "volume-stats-interval", storage.DefaultInterval, "how often the volumes of a resource that asks for automatic growth are looked at (one read of each node's kubelet statistics through the API server)")
 	fs.IntVar(&o.maxResourceSize, "max-resource-size", admission.DefaultMaxObjectSize, "largest resource of a watched kind the admission webhook lets be created or have its spec changed, in bytes of JSON")
 	fs.StringVar(&o.chartCacheDir, "chart-cache-dir", "", "directory for remote charts and their version lists (default: the user cache directory, e.g. ~/.cache/chartpilot/charts)")
 	fs.IntVar(&o.webhookPort, "webhook-port", 0, "port of the validating admission webhook; 0 disables it (config/manager uses 9443)")
@@ -130,6 +133,9 @@ func parseRunFlags(args []string) (*runOptions, error) {
 	}
 	if o.maxArchiveSize < 64<<10 {
 		return nil, fmt.Errorf("--max-chart-size %d: at least 65536 (64 KiB)", o.maxArchiveSize)
+	}
+	if o.volumeStatsInterval < time.Second {
+		return nil, fmt.Errorf("--volume-stats-interval %s: at least 1s", o.volumeStatsInterval)
 	}
 	if o.maxResourceSize < 4<<10 {
 		return nil, fmt.Errorf("--max-resource-size %d: at least 4096", o.maxResourceSize)
@@ -230,6 +236,7 @@ func run(ctx context.Context, args []string) error {
 		MaxIndexSize:            o.maxIndexSize,
 		MaxArchiveSize:          o.maxArchiveSize,
 		MaxResourceSize:         o.maxResourceSize,
+		VolumeStatsInterval:     o.volumeStatsInterval,
 	})
 	if err != nil {
 		return err

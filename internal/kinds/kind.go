@@ -8,13 +8,17 @@ package kinds
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/chartpilot/chartpilot/hooks"
+	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/values"
 )
 
@@ -54,6 +58,61 @@ type Storage struct {
 	Size, Class string
 	// SizeField and ClassField are the fields' paths, for messages.
 	SizeField, ClassField string
+	// AutoExpand is the automatic growth asked for (nil: none), and
+	// AutoExpandField where it is set; AutoExpandErr a malformed one.
+	AutoExpand      *v1alpha1.StorageAutoExpand
+	AutoExpandField string
+	AutoExpandErr   error
+}
+
+// PassthroughStorage reads the data volume size of a passthrough kind from
+// the values path sizeValue (watches.yaml storage.sizeValue) and its
+// automatic growth from the chartpilot.dev/auto-expand annotation.
+func PassthroughStorage(sizeValue []string) func(obj *unstructured.Unstructured) Storage {
+	return func(obj *unstructured.Unstructured) Storage {
+		size, _, _ := unstructured.NestedString(obj.Object, append([]string{"spec"}, sizeValue...)...)
+		st := Storage{Size: size, SizeField: "spec." + strings.Join(sizeValue, "."), AutoExpandField: "annotation " + v1alpha1.AnnotationAutoExpand}
+		if a, ok := obj.GetAnnotations()[v1alpha1.AnnotationAutoExpand]; ok {
+			st.AutoExpand, st.AutoExpandErr = ParseAutoExpand(a)
+		}
+		return st
+	}
+}
+
+// ParseAutoExpand reads "max=20Gi,threshold=80,step=25%,window=10m" (only
+// max is required).
+func ParseAutoExpand(s string) (*v1alpha1.StorageAutoExpand, error) {
+	a := &v1alpha1.StorageAutoExpand{Enabled: true}
+	for _, part := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok || v == "" {
+			return nil, fmt.Errorf("annotation %s: %q is not key=value: write max=20Gi[,threshold=80][,step=25%%][,window=10m]", v1alpha1.AnnotationAutoExpand, part)
+		}
+		switch k {
+		case "max":
+			a.Max = v
+		case "step":
+			a.Step = v
+		case "threshold":
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 50 || n > 99 {
+				return nil, fmt.Errorf("annotation %s: threshold=%s must be a percentage from 50 to 99", v1alpha1.AnnotationAutoExpand, v)
+			}
+			a.ThresholdPercent = int32(n)
+		case "window":
+			d, err := time.ParseDuration(v)
+			if err != nil || d < time.Minute {
+				return nil, fmt.Errorf("annotation %s: window=%s must be a duration of at least 1m, such as 10m", v1alpha1.AnnotationAutoExpand, v)
+			}
+			a.Window = &metav1.Duration{Duration: d}
+		default:
+			return nil, fmt.Errorf("annotation %s: unknown key %q: the keys are max, threshold, step and window", v1alpha1.AnnotationAutoExpand, k)
+		}
+	}
+	if a.Max == "" {
+		return nil, fmt.Errorf("annotation %s: max is required: the largest size the volumes may grow to, e.g. max=20Gi", v1alpha1.AnnotationAutoExpand)
+	}
+	return a, nil
 }
 
 // Typed reports whether the kind has its own translator (spec fields such as

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
@@ -31,6 +32,7 @@ import (
 	"github.com/chartpilot/chartpilot/hooks"
 	"github.com/chartpilot/chartpilot/hooks/backup"
 	"github.com/chartpilot/chartpilot/hooks/monitoring"
+	"github.com/chartpilot/chartpilot/hooks/storage"
 	"github.com/chartpilot/chartpilot/hooks/tenancy"
 	"github.com/chartpilot/chartpilot/internal/admission"
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
@@ -101,6 +103,9 @@ type Options struct {
 	// SeveralInProcess allows more than one manager per process (tests):
 	// controller names then need not be unique.
 	SeveralInProcess bool
+	// VolumeStatsInterval is how often the volumes of a resource that
+	// asks for automatic growth are looked at (0: storage.DefaultInterval).
+	VolumeStatsInterval time.Duration
 }
 
 // WebhookOptions configure the admission webhook server.
@@ -319,6 +324,9 @@ func addReconcilers(o Options, mgr manager.Manager, scheme *runtime.Scheme, sour
 		}
 		gvks = append(gvks, w.GVK)
 		admitted[w.GVK] = admission.Kind{Kind: o.Kinds[w.GVK], Hooks: hs, Chart: newestOf(w, sources[i])}
+		if err := addAutoExpander(o, mgr, w, hs, newestOf(w, sources[i])); err != nil {
+			return nil, nil, err
+		}
 		tenancyUsed = tenancyUsed || slices.Contains(w.Hooks, tenancy.Name)
 	}
 	// The Tenant kind (and its CRD) is needed only when a watch uses tenancy.
@@ -356,6 +364,31 @@ func addReconcilers(o Options, mgr manager.Manager, scheme *runtime.Scheme, sour
 		return "", nil
 	}
 	return admitted, identity, nil
+}
+
+// addAutoExpander grows the volumes of a watch's resources that ask for
+// it: typed kinds with a storage field, passthrough kinds whose watch names
+// the size's value (storage.sizeValue).
+func addAutoExpander(o Options, mgr manager.Manager, w watches.Watch, hs []*hooks.Hook, chart func() (string, string)) error {
+	k := o.Kinds[w.GVK]
+	st := k.Storage
+	if st == nil && w.StorageSizeValue != nil {
+		st = kinds.PassthroughStorage(w.StorageSizeValue)
+	}
+	if st == nil {
+		return nil
+	}
+	cs, err := kubernetes.NewForConfig(mgr.GetConfig())
+	if err != nil {
+		return err
+	}
+	a := &storage.AutoExpander{
+		GVK: w.GVK, Storage: st, Kind: k, Hooks: hs, Chart: chart,
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Nodes: cs.CoreV1().RESTClient(),
+		Recorder: mgr.GetEventRecorderFor("chartpilot-storage"), Interval: o.VolumeStatsInterval,
+		SeveralInProcess: o.SeveralInProcess,
+	}
+	return a.SetupWithManager(mgr)
 }
 
 // addWebhook serves the validating webhook, with self-signed certificates

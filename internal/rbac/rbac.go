@@ -93,6 +93,8 @@ func ownRules(o Options, tenancyUsed bool) []rbacv1.PolicyRule {
 		// StorageClasses read (does the class expand volumes? which one is the default?).
 		{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims"}, Verbs: []string{"get", "list", "patch"}},
 		{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"storageclasses"}, Verbs: []string{"get", "list"}},
+		// Automatic volume growth: each volume's use, from the kubelets' statistics through the API server's node proxy.
+		{APIGroups: []string{""}, Resources: []string{"nodes/proxy"}, Verbs: []string{"get"}},
 		// Backups: made by schedules and pruned by retention, run as Jobs (their pods' termination messages read), a
 		// ClusterBackupStore's namespaceSelector matched against namespaces.
 		{APIGroups: []string{"chartpilot.dev"}, Resources: []string{"backups", "backups/status"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},

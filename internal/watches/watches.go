@@ -59,6 +59,13 @@ type entry struct {
 	AllowClusterScoped      []string              `json:"allowClusterScoped,omitempty"`
 	Monitoring              *Monitoring           `json:"monitoring,omitempty"`
 	Backup                  *Backup               `json:"backup,omitempty"`
+	Storage                 *storageEntry         `json:"storage,omitempty"`
+}
+
+// storageEntry is `storage`: where a passthrough kind's values set the
+// size of its data volumes, for automatic growth.
+type storageEntry struct {
+	SizeValue string `json:"sizeValue"`
 }
 
 // Backup is how a resource of a kind without typed backups is backed up:
@@ -202,6 +209,11 @@ type Watch struct {
 	// Monitoring is the values the monitoring hook adds for resources that
 	// ask for monitoring (nil: none).
 	Monitoring *Monitoring
+	// StorageSizeValue is the values path of the data volumes' size
+	// ("persistence.size"), which automatic growth (annotation
+	// chartpilot.dev/auto-expand) raises; nil: the kind's volumes do not
+	// grow by themselves.
+	StorageSizeValue []string
 	// AllowClusterScoped lists the cluster-scoped kinds ("ClusterRole",
 	// "PriorityClass.scheduling.k8s.io") a release of this kind may contain;
 	// any other object outside the resource's namespace is refused.
@@ -336,6 +348,15 @@ func validate(e entry, baseDir string, lookupEnv func(string) (string, bool)) (W
 			return w, errors.New("field monitoring.values: give the values that turn the chart's exporter on, e.g. {metrics: {enabled: true}}")
 		}
 		w.Monitoring = m
+	}
+	if st := e.Storage; st != nil {
+		path := strings.Split(st.SizeValue, ".")
+		for _, seg := range path {
+			if seg == "" {
+				return w, fmt.Errorf("field storage.sizeValue: %q is not a values path: write the dotted path of the size value, e.g. persistence.size", st.SizeValue)
+			}
+		}
+		w.StorageSizeValue = path
 	}
 	if b := e.Backup; b != nil {
 		if b.Image == "" || len(b.Command) == 0 {

@@ -71,7 +71,7 @@ type env struct {
 }
 
 // setup starts an operator with the repository's watches.yaml for the test.
-func setup(t *testing.T) *env {
+func setup(t *testing.T, opts ...func(*operator.Options)) *env {
 	t.Helper()
 	ns := cluster.Namespace(t)
 	ws, err := watches.Load(filepath.Join("..", "..", "watches.yaml"))
@@ -83,10 +83,14 @@ func setup(t *testing.T) *env {
 		t.Fatalf("the manager's ServiceAccount: %v", err)
 	}
 	wh := cluster.Env.WebhookInstallOptions
-	mgr, err := operator.New(operator.Options{
+	o := operator.Options{
 		Config: cfg, Watches: ws, MetricsAddr: "0", ProbeAddr: "0", SeveralInProcess: true,
 		Webhook: &operator.WebhookOptions{Host: wh.LocalServingHost, Port: wh.LocalServingPort, CertDir: wh.LocalServingCertDir},
-	})
+	}
+	for _, f := range opts {
+		f(&o)
+	}
+	mgr, err := operator.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}

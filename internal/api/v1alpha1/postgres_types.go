@@ -235,6 +235,7 @@ type PostgresBackupStatus struct {
 // PostgresStorage is the data volume of each pod.
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.size) || quantity(self.size).compareTo(quantity(oldSelf.size)) >= 0",message="storage.size can grow but never shrink: set it to at least the current size"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.storageClass) || self.storageClass == oldSelf.storageClass",message="storage.storageClass cannot change: volumes are not moved between classes"
+// +kubebuilder:validation:XValidation:rule="!has(self.autoExpand) || !self.autoExpand.enabled || (has(self.autoExpand.max) && quantity(self.autoExpand.max).compareTo(quantity(self.size)) >= 0)",message="storage.autoExpand.max is required when autoExpand is enabled, and must be at least storage.size: set the largest size the volumes may grow to"
 type PostgresStorage struct {
 	// Size of each data volume, e.g. 10Gi.
 	// +kubebuilder:validation:Pattern=`^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?$`
@@ -245,6 +246,9 @@ type PostgresStorage struct {
 	// +kubebuilder:validation:MaxLength=253
 	// +kubebuilder:validation:Pattern=`^([a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$`
 	StorageClass string `json:"storageClass,omitempty"`
+	// AutoExpand grows Size, a step at a time, when a volume fills up.
+	// +optional
+	AutoExpand *StorageAutoExpand `json:"autoExpand,omitempty"`
 }
 
 // PostgresEndpoints are the Services clients connect to.
@@ -278,6 +282,9 @@ type PostgresStatus struct {
 	// Restore reports spec.restore.
 	// +optional
 	Restore *PostgresRestoreStatus `json:"restore,omitempty"`
+	// Storage is the volumes' fullness and automatic growth.
+	// +optional
+	Storage *StorageStatus `json:"storage,omitempty"`
 }
 
 // Postgres is a PostgreSQL cluster managed as a Helm release of charts/postgresql.

@@ -42,7 +42,63 @@ const (
 	// StatefulSets grow (the message gives each claim's state), False once
 	// every claim has its new size; absent until storage first grows.
 	ConditionStorageResizing = "StorageResizing"
+	// ConditionStorageAutoExpand says whether automatic growth of the
+	// volumes is watching (True) or cannot act (False: at its maximum, a
+	// tenant limit, no volume statistics); absent when not asked for.
+	ConditionStorageAutoExpand = "StorageAutoExpand"
 )
+
+// AnnotationAutoExpand turns automatic volume growth on for a resource of a
+// kind without typed storage fields (watches.yaml storage.sizeValue names
+// the value it grows): "max=20Gi" with optional ",threshold=80,step=25%,window=10m".
+const AnnotationAutoExpand = "chartpilot.dev/auto-expand"
+
+// StorageAutoExpand grows a resource's volumes before they fill up: when the
+// fullest volume is used above ThresholdPercent (the kubelets' volume
+// statistics), the size grows by Step, never above Max, at most once per Window.
+type StorageAutoExpand struct {
+	// Enabled turns automatic growth on.
+	Enabled bool `json:"enabled"`
+	// ThresholdPercent of a volume used that triggers a step (default 80).
+	// +optional
+	// +kubebuilder:validation:Minimum=50
+	// +kubebuilder:validation:Maximum=99
+	ThresholdPercent int32 `json:"thresholdPercent,omitempty"`
+	// Step is a percentage of the size ("25%", the default) or a quantity
+	// ("5Gi"); a step is at least 1Gi.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^([1-9][0-9]?%|[0-9]+(\.[0-9]+)?(Mi|Gi|Ti|M|G|T))$`
+	Step string `json:"step,omitempty"`
+	// Max is the largest size the volumes grow to (required when enabled).
+	// +optional
+	// +kubebuilder:validation:Pattern=`^[0-9]+(\.[0-9]+)?(Mi|Gi|Ti|Pi|M|G|T|P)$`
+	Max string `json:"max,omitempty"`
+	// Window is the least time between two steps (default 10m).
+	// +optional
+	Window *metav1.Duration `json:"window,omitempty"`
+}
+
+// StorageStatus is what the operator last saw of a resource's volumes.
+type StorageStatus struct {
+	// UsedPercent of the fullest volume at the last check that changed it
+	// by 5 points or more.
+	// +optional
+	UsedPercent int32 `json:"usedPercent,omitempty"`
+	// Fullest is that volume's claim.
+	// +optional
+	Fullest string `json:"fullest,omitempty"`
+	// LastExpansion is the newest automatic growth.
+	// +optional
+	LastExpansion *StorageExpansion `json:"lastExpansion,omitempty"`
+}
+
+// StorageExpansion is one automatic growth of a resource's volumes.
+type StorageExpansion struct {
+	At          metav1.Time `json:"at"`
+	From        string      `json:"from"`
+	To          string      `json:"to"`
+	UsedPercent int32       `json:"usedPercent"`
+}
 
 // Annotations on a managed custom resource.
 const (

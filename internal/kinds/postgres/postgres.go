@@ -32,7 +32,16 @@ func Kind() kinds.Kind {
 func Storage(obj *unstructured.Unstructured) kinds.Storage {
 	size, _, _ := unstructured.NestedString(obj.Object, "spec", "storage", "size")
 	class, _, _ := unstructured.NestedString(obj.Object, "spec", "storage", "storageClass")
-	return kinds.Storage{Size: size, Class: class, SizeField: "spec.storage.size", ClassField: "spec.storage.storageClass"}
+	st := kinds.Storage{Size: size, Class: class, SizeField: "spec.storage.size", ClassField: "spec.storage.storageClass", AutoExpandField: "spec.storage.autoExpand"}
+	if raw, ok, _ := unstructured.NestedMap(obj.Object, "spec", "storage", "autoExpand"); ok {
+		a := &v1alpha1.StorageAutoExpand{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, a); err != nil {
+			st.AutoExpandErr = fmt.Errorf("spec.storage.autoExpand: %w", err)
+		} else {
+			st.AutoExpand = a
+		}
+	}
+	return st
 }
 
 // Facts are the policy figures of a Postgres, read from the values it

@@ -15,7 +15,7 @@ func TestParseAutoExpand(t *testing.T) {
 		t.Errorf("parsed %+v", a)
 	}
 	for in, says := range map[string]string{
-		"threshold=80":        "max is required",
+		"threshold=80":         "max is required",
 		"max=20Gi,threshold=5": "threshold=5",
 		"max=20Gi,window=1s":   "window=1s",
 		"max=20Gi,speed=fast":  `unknown key "speed"`,

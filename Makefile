@@ -9,7 +9,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 TEST_TIMEOUT ?= 30m
 TEST_FLAGS ?=
 
-.PHONY: all build test test-unit tools tools-dev generate manifests monitoring-crds lint verify demo bench fuzz fmt vet clean
+.PHONY: image all build test test-unit tools tools-dev generate manifests monitoring-crds lint verify demo bench fuzz fmt vet clean
 
 all: build
 
@@ -18,6 +18,20 @@ build:
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN)/chartpilot ./cmd/chartpilot
 	ln -sf chartpilot $(BIN)/kubectl-chartpilot
 	$(GO) build -o $(BIN)/devcluster ./cmd/devcluster
+
+## image: the multi-arch (linux/amd64, linux/arm64) OCI image, built without Docker or a base image, as an OCI layout in bin/image/oci; IMAGE=registry/repo:tag pushes it ($$IMAGE_USERNAME/$$IMAGE_PASSWORD)
+IMAGE_PLATFORMS ?= linux/amd64 linux/arm64
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+image:
+	@for p in $(IMAGE_PLATFORMS); do \
+		arch=$${p#linux/}; echo "building chartpilot for $$p"; \
+		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" \
+			-o $(BIN)/image/linux-$$arch/chartpilot ./cmd/chartpilot || exit 1; \
+	done
+	$(GO) run ./hack/image -out $(BIN)/image/oci -version $(VERSION) -revision $(REVISION) -created $(SOURCE_DATE_EPOCH) \
+		$(foreach p,$(IMAGE_PLATFORMS),-binary $(p)=$(BIN)/image/linux-$(subst linux/,,$(p))/chartpilot) \
+		$(if $(IMAGE),-push $(IMAGE))
 
 ## tools: control-plane binaries (kube-apiserver, controller manager, scheduler, kubectl, etcd, kwok), the S3 server of the backup tests (versitygw), promtool, Azurite (npm)
 tools:

@@ -25,6 +25,7 @@ func rbacCommand(args []string, out io.Writer) error {
 	kubeVersion := fs.String("kube-version", "v1.37.2", "Kubernetes version the charts are rendered for")
 	sa := fs.String("service-account", "chartpilot-system/manager", "namespace/name of the manager's ServiceAccount")
 	crds := fs.String("crds", "config/crd", "directory of the CustomResourceDefinitions of the watched kinds (for their plural names)")
+	rulesOnly := fs.Bool("rules-only", false, "print only the ClusterRole's rules, a YAML list (for charts/chartpilot)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -50,7 +51,11 @@ func rbacCommand(args []string, out io.Writer) error {
 			o.Impersonate = append(o.Impersonate, n)
 		}
 	}
-	b, err := rbac.Render(o)
+	render := rbac.Render
+	if *rulesOnly {
+		render = rbac.RenderRules
+	}
+	b, err := render(o)
 	if err != nil {
 		return err
 	}

@@ -15,7 +15,7 @@ func TestGeneratedManifestsAreCurrent(t *testing.T) {
 	root := filepath.Join("..", "..")
 	t.Chdir(root)
 	for file, args := range map[string][]string{
-		"config/rbac/role.yaml":                     {"--watches", "watches.yaml", "--crds", "config/crd"},
+		"config/rbac/role.yaml":                      {"--watches", "watches.yaml", "--crds", "config/crd"},
 		"charts/chartpilot/files/manager-rules.yaml": {"--watches", "watches.yaml", "--crds", "config/crd", "--rules-only"},
 	} {
 		var out bytes.Buffer

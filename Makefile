@@ -69,7 +69,7 @@ generate: tools-dev
 manifests: tools-dev
 	@if [ -d internal/api ]; then $(BIN)/controller-gen crd paths=./internal/api/... output:crd:artifacts:config=config/crd/bases; fi
 	$(GO) run ./cmd/chartpilot rbac --watches watches.yaml --crds config/crd > config/rbac/role.yaml
-	$(GO) run ./cmd/chartpilot rbac --watches watches.yaml --crds config/crd --rules-only > charts/chartpilot/files/manager-rules.yaml
+	$(GO) run ./cmd/chartpilot rbac --watches watches.yaml --crds config/crd --rules-only --webhook-configuration "" > charts/chartpilot/files/manager-rules.yaml
 	rm -f charts/chartpilot/crds/*.yaml && cp config/crd/bases/*.yaml config/crd/passthrough/*.yaml charts/chartpilot/crds/
 
 ## monitoring-crds: the Prometheus Operator's ServiceMonitor and PrometheusRule CRDs the tests install, generated from its API module

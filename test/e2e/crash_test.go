@@ -89,6 +89,13 @@ func (e *env) startOperatorProcess() *exec.Cmd {
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	return e.startOperatorProcessAs(cfg)
+}
+
+// startOperatorProcessAs runs an operator with cfg's credentials in a child
+// process (killed with the test) and waits for its webhook.
+func (e *env) startOperatorProcessAs(cfg *rest.Config) *exec.Cmd {
+	e.t.Helper()
 	kubeconfig := filepath.Join(e.t.TempDir(), "kubeconfig")
 	if err := writeKubeconfig(cfg, kubeconfig); err != nil {
 		e.t.Fatal(err)

@@ -25,5 +25,3 @@ app.kubernetes.io/component: manager
 {{- if .Values.image.digest }}{{ printf "%s@%s" .Values.image.repository .Values.image.digest }}{{ else }}{{ printf "%s:%s" .Values.image.repository $tag }}{{ end }}
 {{- end }}
 
-{{- /* The webhook configuration's name is fixed: the manager's role may patch only it. */ -}}
-{{- define "chartpilot.webhookConfiguration" -}}chartpilot-validating{{- end }}

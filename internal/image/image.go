@@ -2,7 +2,7 @@
 // without a base image: for each platform, one layer with what a static
 // binary needs of an operating system (CA certificates, /etc/passwd and
 // /etc/group with the nonroot user 65532, /tmp), one with the binary, and
-// one with the shipped charts and watches.yaml at /etc/chartpilot. Every
+// one with watches.yaml and the charts it names at /etc/chartpilot. Every
 // file has a fixed owner, mode and time, and the files are in order, so
 // the same inputs give the same digest.
 package image
@@ -25,6 +25,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/chartpilot/chartpilot/internal/watches"
 )
 
 // Paths inside the image.
@@ -228,22 +230,50 @@ func systemLayer(o Options) (v1.Layer, error) {
 // dataLayer holds watches.yaml and the charts under /etc/chartpilot, so
 // that the default watches need no volume.
 func dataLayer(o Options) (v1.Layer, error) {
-	watches, err := os.ReadFile(filepath.Join(o.Root, "watches.yaml"))
+	raw, err := os.ReadFile(filepath.Join(o.Root, "watches.yaml"))
 	if err != nil {
 		return nil, err
 	}
-	files := []file{{name: WatchesPath, mode: 0o644, data: watches}}
-	charts := filepath.Join(o.Root, "charts")
-	err = filepath.WalkDir(charts, func(p string, d fs.DirEntry, err error) error {
+	files := []file{{name: WatchesPath, mode: 0o644, data: raw}}
+	ws, err := watches.Load(filepath.Join(o.Root, "watches.yaml")) // chart paths resolved as the manager resolves them
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range ws {
+		if w.Chart == "" {
+			continue // a remote chart: fetched at run time
+		}
+		fs, err := chartFiles(o.Root, w.Chart)
+		if err != nil {
+			return nil, fmt.Errorf("watch %s: %w", w, err)
+		}
+		files = append(files, fs...)
+	}
+	return layer(o.Created, files)
+}
+
+// chartFiles are a chart directory's files at their path under DataDir
+// (relative to the repository, as watches.yaml names them).
+func chartFiles(root, chart string) ([]file, error) {
+	absRoot, err := filepath.Abs(root)
+	if err != nil {
+		return nil, err
+	}
+	var files []file
+	err = filepath.WalkDir(chart, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
 		}
 		if !d.Type().IsRegular() {
 			return fmt.Errorf("%s: only regular files are copied into the image", p)
 		}
-		rel, err := filepath.Rel(o.Root, p)
+		abs, err := filepath.Abs(p)
 		if err != nil {
 			return err
+		}
+		rel, err := filepath.Rel(absRoot, abs)
+		if err != nil || strings.HasPrefix(rel, "..") {
+			return fmt.Errorf("chart %s is outside the repository: only charts under it are copied into the image", chart)
 		}
 		b, err := os.ReadFile(p)
 		if err != nil {
@@ -252,8 +282,5 @@ func dataLayer(o Options) (v1.Layer, error) {
 		files = append(files, file{name: path.Join(DataDir, filepath.ToSlash(rel)), mode: 0o644, data: b})
 		return nil
 	})
-	if err != nil {
-		return nil, fmt.Errorf("charts: %w", err)
-	}
-	return layer(o.Created, files)
+	return files, err
 }

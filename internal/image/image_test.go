@@ -138,6 +138,9 @@ func TestImageBuiltPushedAndRun(t *testing.T) {
 			t.Errorf("%s is not in the image", f)
 		}
 	}
+	if _, ok := files["etc/chartpilot/charts/chartpilot/Chart.yaml"]; ok {
+		t.Errorf("the operator's own chart is in the image: only the charts watches.yaml names belong there")
+	}
 	if !strings.Contains(string(files["etc/passwd"].data), "nonroot:x:65532:65532:") {
 		t.Errorf("/etc/passwd has no nonroot user 65532:\n%s", files["etc/passwd"].data)
 	}

@@ -9,7 +9,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 TEST_TIMEOUT ?= 30m
 TEST_FLAGS ?=
 
-.PHONY: image all build test test-unit tools tools-dev generate manifests monitoring-crds lint verify demo bench fuzz fmt vet clean
+.PHONY: image bundle all build test test-unit tools tools-dev generate manifests monitoring-crds lint verify demo bench fuzz fmt vet clean
 
 all: build
 
@@ -32,6 +32,11 @@ image:
 	$(GO) run ./hack/image -out $(BIN)/image/oci -version $(VERSION) -revision $(REVISION) -created $(SOURCE_DATE_EPOCH) \
 		$(foreach p,$(IMAGE_PLATFORMS),-binary $(p)=$(BIN)/image/linux-$(subst linux/,,$(p))/chartpilot) \
 		$(if $(IMAGE),-push $(IMAGE))
+
+## bundle: the OLM bundle (ClusterServiceVersion, CRDs, annotations) in bundle/, from config/; BUNDLE_VERSION sets its version
+BUNDLE_VERSION ?= 0.1.0
+bundle:
+	$(GO) run ./hack/bundle -version $(BUNDLE_VERSION) -created $(SOURCE_DATE_EPOCH) -out bundle
 
 ## tools: control-plane binaries (kube-apiserver, controller manager, scheduler, kubectl, etcd, kwok), the S3 server of the backup tests (versitygw), promtool, Azurite (npm)
 tools:

@@ -1,0 +1,509 @@
+// Package instance is chartpilot's instance manager (`chartpilot instance`):
+// it runs in each PostgreSQL pod around the server and holds, through a
+// Kubernetes Lease per cluster, the primary role. The Lease's holder runs
+// its server as the primary; the others run theirs as streaming standbys of
+// it. When the holder stops renewing (its lease expires: not a guess), the
+// most advanced healthy standby takes the Lease and promotes; the others
+// follow it; the old primary, back, is rewound and rejoins as a standby. A
+// primary that cannot renew its Lease stops its server before the Lease can
+// expire (fencing), so two primaries never accept writes at once.
+//
+// Each member also keeps a Lease of its own (CLUSTER-MEMBER) whose
+// annotations say where its server listens, its role and its WAL position,
+// read by the others to choose the most advanced standby.
+package instance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+)
+
+// Annotations of a member's Lease, and the label of the primary's pod.
+const (
+	AnnotationAddress = "chartpilot.dev/address"
+	AnnotationRole    = "chartpilot.dev/role"
+	AnnotationLSN     = "chartpilot.dev/lsn"
+	LabelRole         = "chartpilot.dev/role"
+	LabelCluster      = "chartpilot.dev/cluster"
+)
+
+// Roles a member reports.
+const (
+	RolePrimary = "primary"
+	RoleStandby = "standby"
+	RoleStopped = "stopped"
+	RoleFenced  = "fenced"
+)
+
+// Config is one member of a cluster.
+type Config struct {
+	// Cluster names the cluster (its Leases: CLUSTER-primary, CLUSTER-MEMBER).
+	Cluster, Namespace, Member string
+	Client                     kubernetes.Interface
+	// Pod, when set, is the member's pod: it carries LabelRole=primary while
+	// the member is primary, so that the read-write Service follows it.
+	Pod string
+	// Bin holds the PostgreSQL binaries; DataDir the data directory;
+	// SocketDir the server's socket; LogDir the server's log.
+	Bin, DataDir, SocketDir, LogDir string
+	// Address is where the other members and clients reach this server
+	// (host:port); ListenAddress and Port what it listens on.
+	Address, ListenAddress string
+	Port                   int
+	// User is the superuser, also used for replication; Password its
+	// password (empty with trust); HostAuth the pg_hba method for other
+	// hosts (scram-sha-256; trust only on a private test network);
+	// ReplicationNetwork the CIDR members connect from.
+	User, Password, HostAuth, ReplicationNetwork string
+	// Credential runs the server as another user (nil: this process's).
+	Credential *syscall.Credential
+	// LeaseDuration is how long a primary's Lease lasts unrenewed;
+	// RenewDeadline how long a primary tries to renew before it fences
+	// itself (less than LeaseDuration); Period the loop's period.
+	LeaseDuration, RenewDeadline, Period time.Duration
+	// Synchronous is the number of synchronous standbys (0 or 1).
+	Synchronous int
+	// MaxLagBytes: a standby further behind the last primary's position
+	// than this does not promote (0: no limit).
+	MaxLagBytes int64
+	Log         logr.Logger
+	// Now is the clock (tests).
+	Now func() time.Time
+}
+
+func (c *Config) defaults() {
+	if c.LeaseDuration == 0 {
+		c.LeaseDuration = 10 * time.Second
+	}
+	if c.RenewDeadline == 0 {
+		c.RenewDeadline = c.LeaseDuration * 2 / 3
+	}
+	if c.Period == 0 {
+		c.Period = time.Second
+	}
+	if c.User == "" {
+		c.User = "postgres"
+	}
+	if c.HostAuth == "" {
+		c.HostAuth = "scram-sha-256"
+	}
+	if c.ReplicationNetwork == "" {
+		c.ReplicationNetwork = "0.0.0.0/0"
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+// Check reports the first configuration error, naming the flag.
+func (c *Config) Check() error {
+	switch {
+	case c.Cluster == "" || c.Namespace == "" || c.Member == "":
+		return errors.New("--cluster, --namespace and --member are required")
+	case c.Address == "":
+		return errors.New("--address (host:port the other members reach this server at) is required")
+	case c.DataDir == "" || c.Bin == "":
+		return errors.New("--data-dir and --bin are required")
+	case c.RenewDeadline >= c.LeaseDuration:
+		return fmt.Errorf("--renew-deadline %s must be shorter than --lease-duration %s: a primary must stop before its lease can pass to another", c.RenewDeadline, c.LeaseDuration)
+	case c.Synchronous < 0 || c.Synchronous > 1:
+		return fmt.Errorf("--synchronous %d: 0 or 1", c.Synchronous)
+	}
+	return nil
+}
+
+// Manager runs one member.
+type Manager struct {
+	cfg       Config
+	pg        *server
+	role      string
+	lastRenew time.Time
+	// lastPrimaryLSN is the newest position the primary reported.
+	lastPrimaryLSN uint64
+	// following is the primary's address this standby was pointed at.
+	following string
+	// podLabelled is the pod's role label as last written (nil: unknown).
+	podLabelled *bool
+}
+
+// New checks cfg and makes a Manager.
+func New(cfg Config) (*Manager, error) {
+	cfg.defaults()
+	if err := cfg.Check(); err != nil {
+		return nil, err
+	}
+	m := &Manager{cfg: cfg, role: RoleStopped}
+	m.pg = &server{cfg: &m.cfg}
+	return m, nil
+}
+
+// Run runs the member until ctx ends; the server is stopped (fast) then.
+func (m *Manager) Run(ctx context.Context) error {
+	defer m.pg.stop(false)
+	t := time.NewTicker(m.cfg.Period)
+	defer t.Stop()
+	for {
+		if err := m.tick(ctx); err != nil && ctx.Err() == nil {
+			m.cfg.Log.Info("Instance step failed", "error", err.Error())
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+func (m *Manager) primaryLease() string { return m.cfg.Cluster + "-primary" }
+func (m *Manager) memberLease(member string) string {
+	return m.cfg.Cluster + "-" + member
+}
+
+// member is what a member's Lease says.
+type member struct {
+	name, address, role string
+	lsn                 uint64
+	fresh               bool
+}
+
+// tick is one step: look at the primary's Lease and act on it.
+func (m *Manager) tick(ctx context.Context) error {
+	now := m.cfg.Now()
+	if m.role == RolePrimary && !m.pg.running() {
+		m.role = RoleStopped // the server died: the Lease must pass on
+	}
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.RenewDeadline/2+time.Second)
+	defer cancel()
+	leases := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace)
+	lease, err := leases.Get(ctx, m.primaryLease(), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		lease, err = leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: m.primaryLease(), Namespace: m.cfg.Namespace, Labels: map[string]string{LabelCluster: m.cfg.Cluster}}}, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+	}
+	if err != nil {
+		return m.unreachable(now, err)
+	}
+	holder := ptr.Deref(lease.Spec.HolderIdentity, "")
+	expired := holder == "" || lease.Spec.RenewTime == nil ||
+		now.After(lease.Spec.RenewTime.Add(time.Duration(ptr.Deref(lease.Spec.LeaseDurationSeconds, 0))*time.Second))
+	switch {
+	case holder == m.cfg.Member && !expired:
+		err = m.lead(ctx, lease, now)
+	case !expired:
+		err = m.follow(ctx, holder)
+	default:
+		err = m.elect(ctx, lease, holder, now)
+	}
+	m.report(ctx)
+	return err
+}
+
+// unreachable handles an API server that does not answer: a primary that
+// has not renewed for RenewDeadline stops its server.
+func (m *Manager) unreachable(now time.Time, err error) error {
+	if m.role == RolePrimary && now.Sub(m.lastRenew) >= m.cfg.RenewDeadline {
+		m.cfg.Log.Info("Fencing: the primary's lease could not be renewed; stopping the server before it can pass to another", "since", m.lastRenew)
+		m.pg.stop(true)
+		m.role = RoleFenced
+	}
+	return fmt.Errorf("reading the primary's lease: %w", err)
+}
+
+// lead keeps the Lease and the server running as the primary.
+func (m *Manager) lead(ctx context.Context, lease *coordinationv1.Lease, now time.Time) error {
+	if m.role != RolePrimary {
+		// Holding the Lease at start (a restart within its duration): the
+		// server is the primary only if its data is not a standby's.
+		if !m.pg.initialized() || m.pg.isStandby() {
+			return m.release(ctx, lease)
+		}
+		if err := m.pg.start(ctx); err != nil {
+			return err
+		}
+		m.role = RolePrimary
+	}
+	lease.Spec.RenewTime = &metav1.MicroTime{Time: now}
+	if _, err := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace).Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
+		return m.unreachable(now, err)
+	}
+	m.lastRenew = now
+	m.labelPod(ctx, true)
+	return m.synchronous()
+}
+
+// release gives the Lease up.
+func (m *Manager) release(ctx context.Context, lease *coordinationv1.Lease) error {
+	lease.Spec.HolderIdentity = nil
+	_, err := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace).Update(ctx, lease, metav1.UpdateOptions{})
+	return err
+}
+
+// synchronous sets synchronous_standby_names for Synchronous.
+func (m *Manager) synchronous() error {
+	want := ""
+	if m.cfg.Synchronous == 1 {
+		want = "ANY 1 (*)"
+	}
+	have, err := m.pg.query("SHOW synchronous_standby_names")
+	if err != nil || have == want {
+		return err
+	}
+	if _, err := m.pg.query(fmt.Sprintf("ALTER SYSTEM SET synchronous_standby_names = '%s'", want)); err != nil {
+		return err
+	}
+	_, err = m.pg.query("SELECT pg_reload_conf()")
+	return err
+}
+
+// follow runs the server as a standby of holder.
+func (m *Manager) follow(ctx context.Context, holder string) error {
+	m.labelPod(ctx, false)
+	if m.role == RolePrimary {
+		// Another holds the Lease: this server must stop writing now.
+		m.cfg.Log.Info("Another member holds the primary's lease: stopping this primary", "holder", holder)
+		m.pg.stop(true)
+		m.role = RoleStopped
+	}
+	p, err := m.readMember(ctx, holder)
+	if err != nil {
+		return err
+	}
+	if p.address == "" || p.role != RolePrimary {
+		return nil // the new primary has not started yet
+	}
+	m.lastPrimaryLSN = max(m.lastPrimaryLSN, p.lsn)
+	switch {
+	case !m.pg.initialized():
+		m.cfg.Log.Info("Cloning from the primary", "primary", holder)
+		if err := m.pg.basebackup(p.address); err != nil {
+			return err
+		}
+	case !m.pg.isStandby():
+		// This data was a primary's: rewind it onto the new timeline.
+		m.pg.stop(false)
+		m.cfg.Log.Info("Rewinding onto the new primary", "primary", holder)
+		if err := m.pg.rewind(p.address); err != nil {
+			return err
+		}
+	}
+	if m.following != p.address || !m.pg.running() {
+		if err := m.pg.follow(p.address); err != nil && m.pg.running() {
+			return err
+		}
+		m.following = p.address
+	}
+	if !m.pg.running() {
+		if err := m.pg.start(ctx); err != nil {
+			return err
+		}
+	}
+	m.role = RoleStandby
+	return nil
+}
+
+// elect takes an expired (or never held) Lease when this member should:
+// the first member of a new cluster, or the most advanced healthy standby.
+func (m *Manager) elect(ctx context.Context, lease *coordinationv1.Lease, previous string, now time.Time) error {
+	m.labelPod(ctx, false)
+	if m.role == RolePrimary {
+		// Our own Lease ran out: we could not renew in time. Fence.
+		m.pg.stop(true)
+		m.role = RoleFenced
+		return errors.New("the primary's lease expired under this member: stopped its server")
+	}
+	members, err := m.members(ctx)
+	if err != nil {
+		return err
+	}
+	if previous == "" && !m.pg.initialized() {
+		for _, o := range members {
+			if o.name != m.cfg.Member && o.fresh && o.role != RoleStopped {
+				return nil // another member has data: it leads
+			}
+		}
+		if err := m.take(ctx, lease, now); err != nil {
+			return err
+		}
+		m.cfg.Log.Info("Bootstrapping a new cluster")
+		if err := m.pg.initdb(); err != nil {
+			return err
+		}
+		if err := m.pg.start(ctx); err != nil {
+			return err
+		}
+		m.role = RolePrimary
+		return m.synchronous()
+	}
+	if m.role != RoleStandby || !m.pg.running() {
+		return nil // only a running standby promotes
+	}
+	mine, err := m.pg.lsn(false)
+	if err != nil {
+		return err
+	}
+	for _, o := range members {
+		if o.name == m.cfg.Member || !o.fresh || o.role != RoleStandby {
+			continue
+		}
+		if o.lsn > mine || (o.lsn == mine && o.name < m.cfg.Member) {
+			return nil // a more advanced standby promotes
+		}
+	}
+	if p, ok := find(members, previous); ok {
+		m.lastPrimaryLSN = max(m.lastPrimaryLSN, p.lsn)
+	}
+	if lag := int64(m.lastPrimaryLSN) - int64(mine); m.cfg.MaxLagBytes > 0 && lag > m.cfg.MaxLagBytes {
+		m.cfg.Log.Info("Not promoting: this standby is further behind the last primary than maxLagBytes", "lagBytes", lag)
+		return nil
+	}
+	if err := m.take(ctx, lease, now); err != nil {
+		return err
+	}
+	lag := int64(m.lastPrimaryLSN) - int64(mine)
+	m.cfg.Log.Info("Promoting: the primary's lease expired", "previous", previous, "lsn", formatLSN(mine), "lagBytes", max(lag, 0))
+	if _, err := m.pg.query("SELECT pg_promote(true, 60)"); err != nil {
+		return fmt.Errorf("promoting: %w", err)
+	}
+	// The new timeline reaches the control file with a checkpoint: until
+	// then pg_rewind, run by the old primary against this one, would see
+	// one timeline and rewind nothing.
+	if _, err := m.pg.query("CHECKPOINT"); err != nil {
+		m.cfg.Log.Info("Checkpoint after promotion failed", "error", err.Error())
+	}
+	m.role = RolePrimary
+	m.lastRenew = now
+	// The read-write Service leaves the old primary's pod, then selects this one.
+	if previous != "" && previous != m.cfg.Member && m.cfg.Pod != "" {
+		m.patchRole(ctx, previous, false)
+	}
+	m.labelPod(ctx, true)
+	return m.synchronous()
+}
+
+func find(ms []member, name string) (member, bool) {
+	for _, o := range ms {
+		if o.name == name {
+			return o, true
+		}
+	}
+	return member{}, false
+}
+
+// take acquires the primary's Lease (optimistically: one member wins).
+func (m *Manager) take(ctx context.Context, lease *coordinationv1.Lease, now time.Time) error {
+	secs := int32(m.cfg.LeaseDuration / time.Second)
+	lease.Spec.HolderIdentity = ptr.To(m.cfg.Member)
+	lease.Spec.LeaseDurationSeconds = &secs
+	lease.Spec.AcquireTime = &metav1.MicroTime{Time: now}
+	lease.Spec.RenewTime = &metav1.MicroTime{Time: now}
+	lease.Spec.LeaseTransitions = ptr.To(ptr.Deref(lease.Spec.LeaseTransitions, 0) + 1)
+	_, err := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace).Update(ctx, lease, metav1.UpdateOptions{})
+	if err != nil {
+		return fmt.Errorf("taking the primary's lease: %w", err)
+	}
+	m.lastRenew = now
+	return nil
+}
+
+// members reads every member's Lease.
+func (m *Manager) members(ctx context.Context) ([]member, error) {
+	list, err := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: LabelCluster + "=" + m.cfg.Cluster})
+	if err != nil {
+		return nil, err
+	}
+	var out []member
+	for i := range list.Items {
+		if list.Items[i].Name == m.primaryLease() {
+			continue
+		}
+		out = append(out, m.parseMember(&list.Items[i]))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	return out, nil
+}
+
+func (m *Manager) readMember(ctx context.Context, name string) (member, error) {
+	l, err := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace).Get(ctx, m.memberLease(name), metav1.GetOptions{})
+	if err != nil {
+		return member{}, fmt.Errorf("reading member %s: %w", name, err)
+	}
+	return m.parseMember(l), nil
+}
+
+func (m *Manager) parseMember(l *coordinationv1.Lease) member {
+	o := member{name: ptr.Deref(l.Spec.HolderIdentity, ""), address: l.Annotations[AnnotationAddress], role: l.Annotations[AnnotationRole]}
+	o.lsn, _ = parseLSN(l.Annotations[AnnotationLSN])
+	if l.Spec.RenewTime != nil {
+		o.fresh = m.cfg.Now().Sub(l.Spec.RenewTime.Time) < m.cfg.LeaseDuration
+	}
+	return o
+}
+
+// report writes this member's Lease: address, role and position.
+func (m *Manager) report(ctx context.Context) {
+	lsn := ""
+	if m.pg.running() {
+		if l, err := m.pg.lsn(m.role == RolePrimary); err == nil {
+			lsn = formatLSN(l)
+		}
+	}
+	leases := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace)
+	now := metav1.MicroTime{Time: m.cfg.Now()}
+	ann := map[string]string{AnnotationAddress: m.cfg.Address, AnnotationRole: m.role, AnnotationLSN: lsn}
+	l, err := leases.Get(ctx, m.memberLease(m.cfg.Member), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		_, _ = leases.Create(ctx, &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: m.memberLease(m.cfg.Member), Namespace: m.cfg.Namespace, Labels: map[string]string{LabelCluster: m.cfg.Cluster}, Annotations: ann},
+			Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(m.cfg.Member), RenewTime: &now},
+		}, metav1.CreateOptions{})
+		return
+	}
+	if err != nil {
+		return
+	}
+	l.Annotations = ann
+	l.Spec.HolderIdentity = ptr.To(m.cfg.Member)
+	l.Spec.RenewTime = &now
+	_, _ = leases.Update(ctx, l, metav1.UpdateOptions{})
+}
+
+// labelPod moves LabelRole=primary onto (or off) the member's pod, which
+// the read-write Service selects.
+func (m *Manager) labelPod(ctx context.Context, primary bool) {
+	if m.cfg.Pod == "" || (m.podLabelled != nil && *m.podLabelled == primary) {
+		return
+	}
+	if m.patchRole(ctx, m.cfg.Pod, primary) {
+		m.podLabelled = &primary
+	}
+}
+
+// patchRole sets or removes a member pod's role label (the pods of the
+// members share the member's names).
+func (m *Manager) patchRole(ctx context.Context, pod string, primary bool) bool {
+	value := "null"
+	if primary {
+		value = strconv.Quote(RolePrimary)
+	}
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%s}}}`, LabelRole, value)
+	if _, err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Patch(ctx, pod, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		m.cfg.Log.Info("Labelling a pod failed", "pod", pod, "error", err.Error())
+		return false
+	}
+	return true
+}

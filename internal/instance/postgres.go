@@ -1,0 +1,337 @@
+package instance
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// server runs one PostgreSQL server and the client commands against it.
+type server struct {
+	cfg *Config
+	cmd *exec.Cmd
+	// exited is closed when the running server exits.
+	exited chan struct{}
+}
+
+func (s *server) bin(name string) string { return filepath.Join(s.cfg.Bin, name) }
+
+// command is a binary of the server's installation as the server's user.
+func (s *server) command(name string, args ...string) *exec.Cmd {
+	cmd := exec.Command(s.bin(name), args...)
+	cmd.Env = []string{"PATH=" + s.cfg.Bin + ":/usr/bin:/bin", "LANG=C", "PGCONNECT_TIMEOUT=3"}
+	if s.cfg.Password != "" {
+		cmd.Env = append(cmd.Env, "PGPASSWORD="+s.cfg.Password)
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cfg.Credential, Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	return cmd
+}
+
+func (s *server) run(name string, args ...string) (string, error) {
+	cmd := s.command(name, args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	if err != nil {
+		return out.String(), fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(lastLines(out.String(), 5)))
+	}
+	return out.String(), nil
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// initialized reports whether the data directory holds a cluster.
+func (s *server) initialized() bool {
+	_, err := os.Stat(filepath.Join(s.cfg.DataDir, "PG_VERSION"))
+	return err == nil
+}
+
+// isStandby reports whether the data directory starts as a standby.
+func (s *server) isStandby() bool {
+	_, err := os.Stat(filepath.Join(s.cfg.DataDir, "standby.signal"))
+	return err == nil
+}
+
+func (s *server) running() bool {
+	if s.cmd == nil {
+		return false
+	}
+	select {
+	case <-s.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// conninfo reaches a member's server for replication and rewinds.
+func (s *server) conninfo(address string) string {
+	host, port, _ := strings.Cut(address, ":")
+	ci := fmt.Sprintf("host=%s port=%s user=%s application_name=%s connect_timeout=3", host, port, s.cfg.User, s.cfg.Member)
+	return ci
+}
+
+// settings are written to postgresql.conf's include (chartpilot.conf).
+func (s *server) settings() string {
+	return fmt.Sprintf(`listen_addresses = '%s'
+port = %d
+unix_socket_directories = '%s'
+wal_level = replica
+max_wal_senders = 10
+max_replication_slots = 10
+hot_standby = on
+wal_log_hints = on
+wal_keep_size = '256MB'
+`, s.cfg.ListenAddress, s.cfg.Port, s.cfg.SocketDir)
+}
+
+// initdb makes a new cluster (the first primary).
+func (s *server) initdb() error {
+	if _, err := s.run("initdb", "-D", s.cfg.DataDir, "-U", s.cfg.User, "--auth-local=trust", "--auth-host="+s.cfg.HostAuth, "--no-sync"); err != nil {
+		return err
+	}
+	return s.configure()
+}
+
+// configure writes chartpilot.conf, includes it and admits replication
+// from the members' network.
+func (s *server) configure() error {
+	conf := filepath.Join(s.cfg.DataDir, "chartpilot.conf")
+	if err := writeAs(s.cfg, conf, []byte(s.settings())); err != nil {
+		return err
+	}
+	main := filepath.Join(s.cfg.DataDir, "postgresql.conf")
+	b, err := os.ReadFile(main)
+	if err != nil {
+		return err
+	}
+	if !bytes.Contains(b, []byte("include_if_exists = 'chartpilot.conf'")) {
+		b = append(b, []byte("\ninclude_if_exists = 'chartpilot.conf'\n")...)
+		if err := writeAs(s.cfg, main, b); err != nil {
+			return err
+		}
+	}
+	hba := filepath.Join(s.cfg.DataDir, "pg_hba.conf")
+	b, err = os.ReadFile(hba)
+	if err != nil {
+		return err
+	}
+	line := fmt.Sprintf("host replication %s %s %s\n", s.cfg.User, s.cfg.ReplicationNetwork, s.cfg.HostAuth)
+	if !bytes.Contains(b, []byte(line)) {
+		b = append(b, []byte(line)...)
+		return writeAs(s.cfg, hba, b)
+	}
+	return nil
+}
+
+func writeAs(cfg *Config, path string, b []byte) error {
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		return err
+	}
+	if cfg.Credential != nil {
+		return os.Chown(path, int(cfg.Credential.Uid), int(cfg.Credential.Gid))
+	}
+	return nil
+}
+
+// basebackup clones a new standby from the primary at address.
+func (s *server) basebackup(address string) error {
+	host, port, _ := strings.Cut(address, ":")
+	if err := os.RemoveAll(s.cfg.DataDir); err != nil {
+		return err
+	}
+	if err := mkdirAs(s.cfg, s.cfg.DataDir); err != nil {
+		return err
+	}
+	if _, err := s.run("pg_basebackup", "-h", host, "-p", port, "-U", s.cfg.User, "-D", s.cfg.DataDir, "-X", "stream", "-R", "--no-sync",
+		"-d", "application_name="+s.cfg.Member); err != nil {
+		_ = os.RemoveAll(s.cfg.DataDir)
+		return err
+	}
+	return s.configure()
+}
+
+func mkdirAs(cfg *Config, dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	if cfg.Credential != nil {
+		return os.Chown(dir, int(cfg.Credential.Uid), int(cfg.Credential.Gid))
+	}
+	return nil
+}
+
+// start runs the server; it returns once it accepts connections.
+func (s *server) start(ctx context.Context) error {
+	if s.running() {
+		return nil
+	}
+	cmd := s.command("postgres", "-D", s.cfg.DataDir)
+	logf, err := os.OpenFile(filepath.Join(s.cfg.LogDir, s.cfg.Member+"-postgres.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return err
+	}
+	s.cmd, s.exited = cmd, make(chan struct{})
+	exited := s.exited
+	go func() {
+		_ = cmd.Wait()
+		logf.Close()
+		close(exited)
+	}()
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) {
+		if !s.running() {
+			return fmt.Errorf("postgres exited at start (log %s)", logf.Name())
+		}
+		if _, err := s.run("pg_isready", "-h", s.cfg.SocketDir, "-p", strconv.Itoa(s.cfg.Port), "-U", s.cfg.User, "-t", "1"); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return errors.New("postgres did not accept connections within 2 minutes")
+}
+
+// stop stops the server: fast (a clean shutdown) or immediate (fencing:
+// no more writes, now).
+func (s *server) stop(immediate bool) {
+	if !s.running() {
+		return
+	}
+	sig := syscall.SIGINT // fast shutdown
+	if immediate {
+		sig = syscall.SIGQUIT
+	}
+	_ = s.cmd.Process.Signal(sig)
+	select {
+	case <-s.exited:
+	case <-time.After(30 * time.Second):
+		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+		<-s.exited
+	}
+}
+
+// query runs SQL on the local server through its socket.
+func (s *server) query(sql string) (string, error) {
+	out, err := s.run("psql", "-X", "-A", "-t", "-q", "-h", s.cfg.SocketDir, "-p", strconv.Itoa(s.cfg.Port), "-U", s.cfg.User, "-d", "postgres", "-v", "ON_ERROR_STOP=1", "-c", sql)
+	return strings.TrimSpace(out), err
+}
+
+// recoverCleanly runs crash recovery without accepting any connection
+// (single-user mode), so that a data directory left by a crash can be
+// rewound.
+func (s *server) recoverCleanly() error {
+	cmd := s.command("postgres", "--single", "-D", s.cfg.DataDir, "-c", "listen_addresses=", "postgres")
+	cmd.Stdin = strings.NewReader("")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("crash recovery in single-user mode: %w: %s", err, lastLines(out.String(), 5))
+	}
+	return nil
+}
+
+// rewind makes this stopped server a standby of the primary at address,
+// undoing what it wrote after the two diverged.
+func (s *server) rewind(address string) error {
+	if err := s.recoverCleanly(); err != nil {
+		return err
+	}
+	if _, err := s.run("pg_rewind", "-D", s.cfg.DataDir, "--source-server="+s.conninfo(address)+" dbname=postgres", "-R", "--no-sync"); err != nil {
+		return err
+	}
+	return s.configure()
+}
+
+// follow points this standby at the primary at address (written for the
+// next start, and reloaded when running).
+func (s *server) follow(address string) error {
+	auto := filepath.Join(s.cfg.DataDir, "postgresql.auto.conf")
+	b, _ := os.ReadFile(auto)
+	var keep []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(strings.TrimSpace(l), "primary_conninfo") || strings.TrimSpace(l) == "" {
+			continue
+		}
+		keep = append(keep, l)
+	}
+	keep = append(keep, fmt.Sprintf("primary_conninfo = '%s'", strings.ReplaceAll(s.conninfo(address), "'", "''")))
+	if err := writeAs(s.cfg, auto, []byte(strings.Join(keep, "\n")+"\n")); err != nil {
+		return err
+	}
+	if err := writeAs(s.cfg, filepath.Join(s.cfg.DataDir, "standby.signal"), nil); err != nil {
+		return err
+	}
+	if s.running() {
+		_, err := s.query("SELECT pg_reload_conf()")
+		return err
+	}
+	return nil
+}
+
+// primaryConninfo is the standby's current primary_conninfo.
+func (s *server) primaryConninfo() string {
+	out, err := s.query("SHOW primary_conninfo")
+	if err != nil {
+		return ""
+	}
+	return out
+}
+
+// lsn is the server's position: written WAL on a primary, WAL received and
+// flushed on a standby.
+func (s *server) lsn(primary bool) (uint64, error) {
+	q := "SELECT pg_last_wal_receive_lsn()"
+	if primary {
+		q = "SELECT pg_current_wal_lsn()"
+	}
+	out, err := s.query(q)
+	if err != nil {
+		return 0, err
+	}
+	if out == "" { // a standby that has received nothing yet
+		out, err = s.query("SELECT pg_last_wal_replay_lsn()")
+		if err != nil || out == "" {
+			return 0, err
+		}
+	}
+	return parseLSN(out)
+}
+
+// parseLSN reads "16/B374D848".
+func parseLSN(s string) (uint64, error) {
+	hi, lo, ok := strings.Cut(strings.TrimSpace(s), "/")
+	if !ok {
+		return 0, fmt.Errorf("LSN %q", s)
+	}
+	h, err1 := strconv.ParseUint(hi, 16, 32)
+	l, err2 := strconv.ParseUint(lo, 16, 32)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("LSN %q", s)
+	}
+	return h<<32 | l, nil
+}
+
+func formatLSN(l uint64) string { return fmt.Sprintf("%X/%X", l>>32, uint32(l)) }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -42,7 +43,9 @@ func TestMain(m *testing.M) {
 }
 
 type memberSpec struct {
-	Kubeconfig, Namespace, Cluster, Member string
+	// APIServer, when set, replaces the kubeconfig's server (a proxy the
+	// test can cut).
+	Kubeconfig, APIServer, Namespace, Cluster, Member string
 	Bin, DataDir, SocketDir, LogDir        string
 	Port                                   int
 	UID, GID                               uint32
@@ -68,6 +71,9 @@ func runMember(raw string) int {
 		return 1
 	}
 	rc.Timeout = 2 * time.Second
+	if s.APIServer != "" {
+		rc.Host = s.APIServer
+	}
 	cs, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -109,6 +115,8 @@ type pgCluster struct {
 	procs   map[string]*exec.Cmd
 	rwPort  int
 	members []string
+	// apis are the members' ways to the API server, each one cuttable.
+	apis map[string]*cutProxy
 }
 
 func newPGCluster(t *testing.T, sync int, members ...string) *pgCluster {
@@ -121,8 +129,13 @@ func newPGCluster(t *testing.T, sync int, members ...string) *pgCluster {
 		t.Fatal(err)
 	}
 	c := &pgCluster{t: t, ns: cluster.Namespace(t), cs: cs, runner: r, bin: bin, dir: r.TempDir(t), sync: sync,
-		ports: map[string]int{}, procs: map[string]*exec.Cmd{}, members: members}
+		ports: map[string]int{}, procs: map[string]*exec.Cmd{}, members: members, apis: map[string]*cutProxy{}}
 	for _, m := range members {
+		api, err := url.Parse(cluster.Config.Host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.apis[m] = newCutProxy(t, api.Host)
 		c.ports[m] = testpg.FreePort(t)
 		// The member's pod (the local API tier runs no pods: the object
 		// carries the role label the read-write Service would select).
@@ -160,7 +173,7 @@ func newPGCluster(t *testing.T, sync int, members ...string) *pgCluster {
 func (c *pgCluster) start(m string) {
 	c.t.Helper()
 	spec, _ := json.Marshal(memberSpec{
-		Kubeconfig: cluster.KubeconfigPath, Namespace: c.ns, Cluster: "pg", Member: m,
+		Kubeconfig: cluster.KubeconfigPath, APIServer: "https://" + c.apis[m].addr(), Namespace: c.ns, Cluster: "pg", Member: m,
 		Bin: c.bin, DataDir: filepath.Join(c.dir, m, "data"), SocketDir: filepath.Join(c.dir, m), LogDir: filepath.Join(c.dir, m),
 		Port: c.ports[m], UID: uint32(c.runner.UID), GID: uint32(c.runner.GID), Synchronous: c.sync,
 	})
@@ -470,4 +483,124 @@ func TestFailoverLosesNothingSynchronous(t *testing.T) {
 	if out, _ := c.psql(c.ports[old], 5*time.Second, "SELECT pg_is_in_recovery()"); out != "t" {
 		t.Errorf("the old primary is not a standby: pg_is_in_recovery = %q", out)
 	}
+}
+
+// cutProxy forwards TCP connections to the API server until cut: then it
+// drops every connection and accepts none (a network partition).
+type cutProxy struct {
+	l      net.Listener
+	target string
+	mu     sync.Mutex
+	cut    bool
+	conns  []net.Conn
+}
+
+func newCutProxy(t *testing.T, target string) *cutProxy {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{l: l, target: target}
+	t.Cleanup(func() { l.Close(); p.setCut(true) })
+	go func() {
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			p.mu.Lock()
+			if p.cut {
+				p.mu.Unlock()
+				conn.Close()
+				continue
+			}
+			up, err := net.DialTimeout("tcp", target, 2*time.Second)
+			if err != nil {
+				p.mu.Unlock()
+				conn.Close()
+				continue
+			}
+			p.conns = append(p.conns, conn, up)
+			p.mu.Unlock()
+			go func() { _, _ = io.Copy(up, conn); up.Close() }()
+			go func() { _, _ = io.Copy(conn, up); conn.Close() }()
+		}
+	}()
+	return p
+}
+
+func (p *cutProxy) addr() string { return p.l.Addr().String() }
+
+func (p *cutProxy) setCut(on bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = on
+	if on {
+		for _, c := range p.conns {
+			c.Close()
+		}
+		p.conns = nil
+	}
+}
+
+// TestFencedBeforeAnotherPromotes: the primary's manager loses the API
+// server (a partition: it cannot renew the Lease). Its server stops
+// accepting writes before a standby takes the Lease, and once the API
+// server is back it rejoins as a standby of the new primary.
+func TestFencedBeforeAnotherPromotes(t *testing.T) {
+	c := newPGCluster(t, 1, "pg-0", "pg-1", "pg-2")
+	c.waitSettled("")
+	old := c.primaries()[0]
+	var standbys []string
+	for _, m := range c.members {
+		if m != old {
+			standbys = append(standbys, m)
+		}
+	}
+	c.waitSettled(old, standbys...)
+	if _, ok := c.psql(c.ports[old], 10*time.Second, "CREATE TABLE t (v int PRIMARY KEY)"); !ok {
+		t.Fatal("creating the table failed")
+	}
+	cut := time.Now()
+	c.apis[old].setCut(true)
+	var fenced time.Time
+	lastOK := time.Time{}
+	for v := 1; fenced.IsZero() && time.Since(cut) < time.Minute; v++ {
+		if _, ok := c.psql(c.ports[old], time.Second, fmt.Sprintf("INSERT INTO t VALUES (%d)", v)); ok {
+			lastOK = time.Now()
+		} else {
+			fenced = time.Now()
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if fenced.IsZero() {
+		t.Fatalf("the partitioned primary %s still accepts writes a minute after the partition", old)
+	}
+	var promoted time.Time
+	var primary string
+	c.waitFor("another member holding the primary's lease", time.Minute, func() (bool, string) {
+		l, err := c.cs.CoordinationV1().Leases(c.ns).Get(context.Background(), "pg-primary", metav1.GetOptions{})
+		if err != nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == old || l.Spec.AcquireTime == nil {
+			return false, fmt.Sprint(err)
+		}
+		promoted, primary = l.Spec.AcquireTime.Time, *l.Spec.HolderIdentity
+		return true, ""
+	})
+	t.Logf("partition at 0; last write on the old primary at %s; fenced (writes refused) by %s; %s took the lease at %s",
+		lastOK.Sub(cut).Round(time.Millisecond), fenced.Sub(cut).Round(time.Millisecond), primary, promoted.Sub(cut).Round(time.Millisecond))
+	if !lastOK.Before(promoted) {
+		t.Errorf("the old primary acknowledged a write at %s, after %s took the lease at %s: two primaries accepted writes", lastOK.Format(time.RFC3339Nano), primary, promoted.Format(time.RFC3339Nano))
+	}
+	if !fenced.Before(promoted) {
+		t.Errorf("the old primary was fenced at %s, not before %s took the lease at %s", fenced.Format(time.RFC3339Nano), primary, promoted.Format(time.RFC3339Nano))
+	}
+	c.apis[old].setCut(false)
+	rest := []string{old}
+	for _, s := range standbys {
+		if s != primary {
+			rest = append(rest, s)
+		}
+	}
+	c.waitSettled(primary, rest...)
 }

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -130,7 +131,12 @@ type Manager struct {
 	cfg       Config
 	pg        *server
 	role      string
-	lastRenew time.Time
+	// lastRenew (Unix nanoseconds) and leading are shared with the fencing
+	// watchdog, which stops the server even while the loop waits on the
+	// API server.
+	lastRenew atomic.Int64
+	leading   atomic.Bool
+	fenced    atomic.Bool
 	// lastPrimaryLSN is the newest position the primary reported.
 	lastPrimaryLSN uint64
 	// following is the primary's address this standby was pointed at.
@@ -153,6 +159,7 @@ func New(cfg Config) (*Manager, error) {
 // Run runs the member until ctx ends; the server is stopped (fast) then.
 func (m *Manager) Run(ctx context.Context) error {
 	defer m.pg.stop(false)
+	go m.watchdog(ctx)
 	t := time.NewTicker(m.cfg.Period)
 	defer t.Stop()
 	for {
@@ -183,7 +190,7 @@ type member struct {
 func (m *Manager) tick(ctx context.Context) error {
 	now := m.cfg.Now()
 	if m.role == RolePrimary && !m.pg.running() {
-		m.role = RoleStopped // the server died: the Lease must pass on
+		m.setRole(RoleStopped) // the server died (or was fenced): the Lease must pass on
 	}
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.RenewDeadline/2+time.Second)
 	defer cancel()
@@ -216,10 +223,8 @@ func (m *Manager) tick(ctx context.Context) error {
 // unreachable handles an API server that does not answer: a primary that
 // has not renewed for RenewDeadline stops its server.
 func (m *Manager) unreachable(now time.Time, err error) error {
-	if m.role == RolePrimary && now.Sub(m.lastRenew) >= m.cfg.RenewDeadline {
-		m.cfg.Log.Info("Fencing: the primary's lease could not be renewed; stopping the server before it can pass to another", "since", m.lastRenew)
-		m.pg.stop(true)
-		m.role = RoleFenced
+	if m.role == RolePrimary && now.Sub(time.Unix(0, m.lastRenew.Load())) >= m.cfg.RenewDeadline {
+		m.fence()
 	}
 	return fmt.Errorf("reading the primary's lease: %w", err)
 }
@@ -235,15 +240,53 @@ func (m *Manager) lead(ctx context.Context, lease *coordinationv1.Lease, now tim
 		if err := m.pg.start(ctx); err != nil {
 			return err
 		}
-		m.role = RolePrimary
+		m.setRole(RolePrimary)
 	}
 	lease.Spec.RenewTime = &metav1.MicroTime{Time: now}
 	if _, err := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace).Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
 		return m.unreachable(now, err)
 	}
-	m.lastRenew = now
+	m.renewed(now)
 	m.labelPod(ctx, true)
 	return m.synchronous()
+}
+
+// renewed records a renewal of the primary's Lease.
+func (m *Manager) renewed(now time.Time) {
+	m.lastRenew.Store(now.UnixNano())
+	m.fenced.Store(false)
+}
+
+// setRole records the member's role (and tells the watchdog whether it leads).
+func (m *Manager) setRole(role string) {
+	m.role = role
+	m.leading.Store(role == RolePrimary)
+}
+
+// fence stops the primary's server at once: its Lease may pass to another
+// member soon, and two primaries must never accept writes together.
+func (m *Manager) fence() {
+	m.cfg.Log.Info("Fencing: the primary's lease was not renewed within the renew deadline; stopping the server before it can pass to another")
+	m.pg.stop(true)
+	m.setRole(RoleFenced)
+}
+
+// watchdog fences a primary whose renewals stopped, whatever the loop is
+// waiting on: it signals the server directly.
+func (m *Manager) watchdog(ctx context.Context) {
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if m.leading.Load() && time.Since(time.Unix(0, m.lastRenew.Load())) >= m.cfg.RenewDeadline && !m.fenced.Swap(true) {
+			m.cfg.Log.Info("Fencing: no renewal of the primary's lease within the renew deadline; stopping the server")
+			m.pg.signal(syscall.SIGQUIT)
+		}
+	}
 }
 
 // release gives the Lease up.
@@ -277,7 +320,7 @@ func (m *Manager) follow(ctx context.Context, holder string) error {
 		// Another holds the Lease: this server must stop writing now.
 		m.cfg.Log.Info("Another member holds the primary's lease: stopping this primary", "holder", holder)
 		m.pg.stop(true)
-		m.role = RoleStopped
+		m.setRole(RoleStopped)
 	}
 	p, err := m.readMember(ctx, holder)
 	if err != nil {
@@ -312,7 +355,7 @@ func (m *Manager) follow(ctx context.Context, holder string) error {
 			return err
 		}
 	}
-	m.role = RoleStandby
+	m.setRole(RoleStandby)
 	return nil
 }
 
@@ -322,8 +365,7 @@ func (m *Manager) elect(ctx context.Context, lease *coordinationv1.Lease, previo
 	m.labelPod(ctx, false)
 	if m.role == RolePrimary {
 		// Our own Lease ran out: we could not renew in time. Fence.
-		m.pg.stop(true)
-		m.role = RoleFenced
+		m.fence()
 		return errors.New("the primary's lease expired under this member: stopped its server")
 	}
 	members, err := m.members(ctx)
@@ -346,7 +388,7 @@ func (m *Manager) elect(ctx context.Context, lease *coordinationv1.Lease, previo
 		if err := m.pg.start(ctx); err != nil {
 			return err
 		}
-		m.role = RolePrimary
+		m.setRole(RolePrimary)
 		return m.synchronous()
 	}
 	if m.role != RoleStandby || !m.pg.running() {
@@ -385,8 +427,8 @@ func (m *Manager) elect(ctx context.Context, lease *coordinationv1.Lease, previo
 	if _, err := m.pg.query("CHECKPOINT"); err != nil {
 		m.cfg.Log.Info("Checkpoint after promotion failed", "error", err.Error())
 	}
-	m.role = RolePrimary
-	m.lastRenew = now
+	m.setRole(RolePrimary)
+	m.renewed(now)
 	// The read-write Service leaves the old primary's pod, then selects this one.
 	if previous != "" && previous != m.cfg.Member && m.cfg.Pod != "" {
 		m.patchRole(ctx, previous, false)
@@ -416,7 +458,7 @@ func (m *Manager) take(ctx context.Context, lease *coordinationv1.Lease, now tim
 	if err != nil {
 		return fmt.Errorf("taking the primary's lease: %w", err)
 	}
-	m.lastRenew = now
+	m.renewed(now)
 	return nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -20,6 +21,9 @@ type server struct {
 	cmd *exec.Cmd
 	// exited is closed when the running server exits.
 	exited chan struct{}
+	// pid is the running server's process (0: none), for signals from
+	// other goroutines.
+	pid atomic.Int64
 }
 
 func (s *server) bin(name string) string { return filepath.Join(s.cfg.Bin, name) }
@@ -191,9 +195,11 @@ func (s *server) start(ctx context.Context) error {
 		return err
 	}
 	s.cmd, s.exited = cmd, make(chan struct{})
+	s.pid.Store(int64(cmd.Process.Pid))
 	exited := s.exited
 	go func() {
 		_ = cmd.Wait()
+		s.pid.Store(0)
 		logf.Close()
 		close(exited)
 	}()
@@ -230,6 +236,13 @@ func (s *server) stop(immediate bool) {
 	case <-time.After(30 * time.Second):
 		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
 		<-s.exited
+	}
+}
+
+// signal sends sig to the running server (safe from any goroutine).
+func (s *server) signal(sig syscall.Signal) {
+	if pid := s.pid.Load(); pid > 0 {
+		_ = syscall.Kill(int(pid), sig)
 	}
 }
 

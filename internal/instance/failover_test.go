@@ -46,10 +46,10 @@ type memberSpec struct {
 	// APIServer, when set, replaces the kubeconfig's server (a proxy the
 	// test can cut).
 	Kubeconfig, APIServer, Namespace, Cluster, Member string
-	Bin, DataDir, SocketDir, LogDir        string
-	Port                                   int
-	UID, GID                               uint32
-	Synchronous                            int
+	Bin, DataDir, SocketDir, LogDir                   string
+	Port                                              int
+	UID, GID                                          uint32
+	Synchronous                                       int
 }
 
 // Lease timing of the tests' members: a failover within seconds.

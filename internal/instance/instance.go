@@ -128,9 +128,9 @@ func (c *Config) Check() error {
 
 // Manager runs one member.
 type Manager struct {
-	cfg       Config
-	pg        *server
-	role      string
+	cfg  Config
+	pg   *server
+	role string
 	// lastRenew (Unix nanoseconds) and leading are shared with the fencing
 	// watchdog, which stops the server even while the loop waits on the
 	// API server.

@@ -34,6 +34,7 @@ Usage:
   chartpilot describe KIND/NAME [-n NS]              conditions, history, last failure and events of one
   chartpilot rollout status KIND [--version V] [--watch]  the fleet by chart version and upgrade state
   chartpilot tenants                                  tenants: namespaces, usage against limits, violations
+  chartpilot instance        the instance manager of a PostgreSQL member (failover through a Lease)
   chartpilot version         print the version
 `
 
@@ -56,6 +57,11 @@ func main() {
 	case "backup":
 		if err := backupCommand(ctrl.SetupSignalHandler(), os.Args[2:], os.Stdout, os.Stderr); err != nil {
 			fmt.Fprintf(os.Stderr, "chartpilot backup: %v\n", err)
+			os.Exit(1)
+		}
+	case "instance":
+		if err := instanceCommand(ctrl.SetupSignalHandler(), os.Args[2:]); err != nil {
+			fmt.Fprintf(os.Stderr, "chartpilot instance: %v\n", err)
 			os.Exit(1)
 		}
 	case "install-agent":

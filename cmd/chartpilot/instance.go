@@ -1,0 +1,83 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/chartpilot/chartpilot/internal/instance"
+)
+
+// instanceCommand runs the instance manager of one PostgreSQL member (the
+// container's entrypoint in each pod of charts/postgresql with failover).
+func instanceCommand(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("chartpilot instance", flag.ContinueOnError)
+	var c instance.Config
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default: in-cluster)")
+	passwordFile := fs.String("password-file", "", "file holding the superuser's password (used for replication and rewinds)")
+	fs.StringVar(&c.Cluster, "cluster", "", "the cluster's name (its Leases: CLUSTER-primary and CLUSTER-MEMBER)")
+	fs.StringVar(&c.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "the cluster's namespace (default $POD_NAMESPACE)")
+	fs.StringVar(&c.Member, "member", os.Getenv("POD_NAME"), "this member's name (default $POD_NAME)")
+	fs.StringVar(&c.Pod, "pod", os.Getenv("POD_NAME"), "this member's pod, labelled chartpilot.dev/role=primary while it is primary (default $POD_NAME; empty: no label)")
+	fs.StringVar(&c.Bin, "bin", "", "directory of the PostgreSQL binaries (postgres, initdb, pg_basebackup, pg_rewind, psql, pg_isready)")
+	fs.StringVar(&c.DataDir, "data-dir", "/var/lib/postgresql/data/pgdata", "the data directory")
+	fs.StringVar(&c.SocketDir, "socket-dir", "/var/run/postgresql", "the server's socket directory")
+	fs.StringVar(&c.LogDir, "log-dir", "/tmp", "directory of the server's log")
+	fs.StringVar(&c.Address, "address", "", "host:port where the other members reach this server (e.g. POD.HEADLESS-SERVICE:5432)")
+	fs.StringVar(&c.ListenAddress, "listen-address", "*", "listen_addresses of the server")
+	fs.IntVar(&c.Port, "port", 5432, "the server's port")
+	fs.StringVar(&c.User, "user", "postgres", "the superuser, also used for replication")
+	fs.StringVar(&c.HostAuth, "host-auth", "scram-sha-256", "pg_hba method for connections from other hosts")
+	fs.StringVar(&c.ReplicationNetwork, "replication-network", "0.0.0.0/0", "CIDR the other members connect from")
+	fs.DurationVar(&c.LeaseDuration, "lease-duration", 10*time.Second, "how long the primary's Lease lasts unrenewed")
+	fs.DurationVar(&c.RenewDeadline, "renew-deadline", 6*time.Second, "how long the primary tries to renew before it stops its server (less than --lease-duration)")
+	fs.DurationVar(&c.Period, "period", time.Second, "period of the manager's loop")
+	fs.IntVar(&c.Synchronous, "synchronous", 0, "synchronous standbys (0 or 1): with 1, a commit is acknowledged once a standby has it, and a failover loses no acknowledged commit")
+	fs.Int64Var(&c.MaxLagBytes, "max-lag-bytes", 0, "a standby further behind the last primary than this does not promote (0: no limit)")
+	opts := zap.Options{}
+	opts.BindFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	log := zap.New(zap.UseFlagOptions(&opts)).WithName("instance")
+	c.Log = log
+	if *passwordFile != "" {
+		b, err := os.ReadFile(*passwordFile)
+		if err != nil {
+			return fmt.Errorf("--password-file: %w", err)
+		}
+		c.Password = strings.TrimSpace(string(b))
+	}
+	if err := c.Check(); err != nil {
+		return err
+	}
+	var cfg *rest.Config
+	var err error
+	if *kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", *kubeconfig)
+	} else {
+		cfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return fmt.Errorf("reaching the API server: %w (give --kubeconfig outside a pod)", err)
+	}
+	cfg.Timeout = c.RenewDeadline / 3
+	if c.Client, err = kubernetes.NewForConfig(cfg); err != nil {
+		return err
+	}
+	m, err := instance.New(c)
+	if err != nil {
+		return err
+	}
+	ctrl.SetLogger(log)
+	return m.Run(ctx)
+}

@@ -24,6 +24,9 @@
 //   - faults (-faults 0,5,10,20 -fault-n 100): the operator behind a proxy
 //     that faults that share of its requests; create and upgrade times and
 //     requests (audit log) relative to no faults;
+//   - failover (-failovers 5): the primary of three `chartpilot instance`
+//     members SIGKILLed under writes, that many times; time to the first
+//     write on the new primary, rows lost;
 //   - backup (-backup-mb 1024): a database of that size backed up and
 //     restored through chartpilot's data path to a local S3 server, beside
 //     plain pg_dump | zstd to a file, in the same run.
@@ -55,6 +58,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/chartpilot/chartpilot/internal/instance/instancetest"
 	"github.com/chartpilot/chartpilot/internal/testcluster"
 )
 
@@ -73,6 +77,7 @@ func main() {
 	crashes := flag.Int("crashes", 200, "resources in the crash matrix (0: skip it)")
 	faults := flag.String("faults", "0,5,10,20", "comma-separated percentages of the operator's requests faulted in the faults table (empty: none)")
 	faultN := flag.Int("fault-n", 100, "resources in the faults table")
+	failovers := flag.Int("failovers", 5, "primary failovers measured in the failover table (0: skip)")
 	backupMB := flag.Int("backup-mb", 1024, "MiB of the database backed up and restored in the backup table (0: skip)")
 	flag.StringVar(&profileDir, "profile", "", "write the operator's heap profile after install and after upgrade into this directory (go tool pprof reads them)")
 	flag.Parse()
@@ -142,11 +147,19 @@ func main() {
 			fail(fmt.Errorf("backup table: %w", err))
 		}
 	}
+	var failoverRows []instancetest.Result
+	if *failovers > 0 {
+		var err error
+		if failoverRows, err = runFailoverBench(root, *failovers); err != nil {
+			fail(fmt.Errorf("failover table: %w", err))
+		}
+	}
 	printTable(rows, *concurrency)
 	printWave(waves)
 	printCrashes(crashRows)
 	printFaults(*faultN, faultRows)
 	printBackup(backupRows)
+	printFailover(failoverRows)
 }
 
 func fail(err error) {

@@ -23,7 +23,7 @@ func instanceCommand(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("chartpilot instance", flag.ContinueOnError)
 	var c instance.Config
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default: in-cluster)")
-	passwordFile := fs.String("password-file", "", "file holding the superuser's password (used for replication and rewinds)")
+	passwordFile := fs.String("password-file", "", "file holding the superuser's password, set at initdb and used for replication and rewinds (default $POSTGRES_PASSWORD)")
 	fs.StringVar(&c.Cluster, "cluster", "", "the cluster's name (its Leases: CLUSTER-primary and CLUSTER-MEMBER)")
 	fs.StringVar(&c.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "the cluster's namespace (default $POD_NAMESPACE)")
 	fs.StringVar(&c.Member, "member", os.Getenv("POD_NAME"), "this member's name (default $POD_NAME)")
@@ -32,10 +32,12 @@ func instanceCommand(ctx context.Context, args []string) error {
 	fs.StringVar(&c.DataDir, "data-dir", "/var/lib/postgresql/data/pgdata", "the data directory")
 	fs.StringVar(&c.SocketDir, "socket-dir", "/var/run/postgresql", "the server's socket directory")
 	fs.StringVar(&c.LogDir, "log-dir", "/tmp", "directory of the server's log")
+	fs.StringVar(&c.ConfigFile, "config-file", "", "the server's postgresql.conf (default: the data directory's)")
+	fs.StringVar(&c.HBAFile, "hba-file", "", "the server's pg_hba.conf, which must admit replication (default: the data directory's)")
 	fs.StringVar(&c.Address, "address", "", "host:port where the other members reach this server (e.g. POD.HEADLESS-SERVICE:5432)")
 	fs.StringVar(&c.ListenAddress, "listen-address", "*", "listen_addresses of the server")
 	fs.IntVar(&c.Port, "port", 5432, "the server's port")
-	fs.StringVar(&c.User, "user", "postgres", "the superuser, also used for replication")
+	fs.StringVar(&c.User, "user", "postgres", "the superuser, also used for replication (default $POSTGRES_USER, else postgres)")
 	fs.StringVar(&c.HostAuth, "host-auth", "scram-sha-256", "pg_hba method for connections from other hosts")
 	fs.StringVar(&c.ReplicationNetwork, "replication-network", "0.0.0.0/0", "CIDR the other members connect from")
 	fs.DurationVar(&c.LeaseDuration, "lease-duration", 10*time.Second, "how long the primary's Lease lasts unrenewed")
@@ -56,6 +58,11 @@ func instanceCommand(ctx context.Context, args []string) error {
 			return fmt.Errorf("--password-file: %w", err)
 		}
 		c.Password = strings.TrimSpace(string(b))
+	} else {
+		c.Password = os.Getenv("POSTGRES_PASSWORD")
+	}
+	if u := os.Getenv("POSTGRES_USER"); u != "" && !userSet(fs) {
+		c.User = u
 	}
 	if err := c.Check(); err != nil {
 		return err
@@ -80,4 +87,11 @@ func instanceCommand(ctx context.Context, args []string) error {
 	}
 	ctrl.SetLogger(log)
 	return m.Run(ctx)
+}
+
+// userSet reports whether --user was given.
+func userSet(fs *flag.FlagSet) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == "user" })
+	return set
 }

@@ -56,6 +56,7 @@ type runOptions struct {
 	maxResourceSize         int
 	maxArchiveSize          int64
 	volumeStatsInterval     time.Duration
+	instanceImage           string
 	qps                     float64
 	burst                   int
 	zap                     zap.Options
@@ -82,6 +83,7 @@ func parseRunFlags(args []string) (*runOptions, error) {
 	fs.Int64Var(&o.maxRecordSize, "max-release-record-size", 16<<20, "largest decompressed size of a release record, in bytes; a larger record is refused, not decoded")
 	fs.Int64Var(&o.maxIndexSize, "max-index-size", source.DefaultMaxIndexSize, "largest repository index (index.yaml) a remote chart source downloads, in bytes; a larger one is cut off and refused")
 	fs.Int64Var(&o.maxArchiveSize, "max-chart-size", source.DefaultMaxArchiveSize, "largest chart archive, OCI manifest or OCI layer a remote chart source downloads, in bytes; a larger one is cut off and refused")
+	fs.StringVar(&o.instanceImage, "instance-image", "ghcr.io/chartpilot/chartpilot:"+version, "image the Postgres pods copy chartpilot's instance manager from (failover); this operator's own image")
 	fs.DurationVar(&o.volumeStatsInterval, "volume-stats-interval", storage.DefaultInterval, "how often the volumes of a resource that asks for automatic growth are looked at (one read of each node's kubelet statistics through the API server)")
 	fs.IntVar(&o.maxResourceSize, "max-resource-size", admission.DefaultMaxObjectSize, "largest resource of a watched kind the admission webhook lets be created or have its spec changed, in bytes of JSON")
 	fs.StringVar(&o.chartCacheDir, "chart-cache-dir", "", "directory for remote charts and their version lists (default: the user cache directory, e.g. ~/.cache/chartpilot/charts)")
@@ -237,6 +239,7 @@ func run(ctx context.Context, args []string) error {
 		MaxArchiveSize:          o.maxArchiveSize,
 		MaxResourceSize:         o.maxResourceSize,
 		VolumeStatsInterval:     o.volumeStatsInterval,
+		InstanceImage:           o.instanceImage,
 	})
 	if err != nil {
 		return err

@@ -39,6 +39,7 @@ func TestChartsLintClean(t *testing.T) {
 	}{
 		{"postgresql", nil},
 		{"postgresql", map[string]any{"replicas": 3, "metrics": map[string]any{"enabled": true}, "networkPolicy": map[string]any{"enabled": true}, "parameters": map[string]any{"work_mem": "8MB"}}},
+		{"postgresql", map[string]any{"replicas": 3, "failover": map[string]any{"enabled": true, "synchronous": 1, "maxLagBytes": 16777216}}},
 		{"redis", nil},
 		{"redis", map[string]any{"persistence": map[string]any{"enabled": true}}},
 		{"chartpilot", nil},

@@ -60,6 +60,12 @@ type Config struct {
 	// Bin holds the PostgreSQL binaries; DataDir the data directory;
 	// SocketDir the server's socket; LogDir the server's log.
 	Bin, DataDir, SocketDir, LogDir string
+	// ConfigFile and HBAFile, when set, are the server's postgresql.conf
+	// and pg_hba.conf (a chart's ConfigMap); the manager's own settings
+	// are given on the command line over them. Empty: the data
+	// directory's, with the manager's settings included and its
+	// replication line added.
+	ConfigFile, HBAFile string
 	// Address is where the other members and clients reach this server
 	// (host:port); ListenAddress and Port what it listens on.
 	Address, ListenAddress string

@@ -89,6 +89,19 @@ func (s *server) conninfo(address string) string {
 	return ci
 }
 
+// overrides are the settings replication and rewinds need, over any
+// configuration file.
+func (s *server) overrides() []string {
+	return []string{
+		"listen_addresses=" + s.cfg.ListenAddress,
+		"port=" + strconv.Itoa(s.cfg.Port),
+		"unix_socket_directories=" + s.cfg.SocketDir,
+		"wal_level=replica",
+		"hot_standby=on",
+		"wal_log_hints=on",
+	}
+}
+
 // settings are written to postgresql.conf's include (chartpilot.conf).
 func (s *server) settings() string {
 	return fmt.Sprintf(`listen_addresses = '%s'
@@ -103,9 +116,19 @@ wal_keep_size = '256MB'
 `, s.cfg.ListenAddress, s.cfg.Port, s.cfg.SocketDir)
 }
 
-// initdb makes a new cluster (the first primary).
+// initdb makes a new cluster (the first primary), with the superuser's
+// password when there is one.
 func (s *server) initdb() error {
-	if _, err := s.run("initdb", "-D", s.cfg.DataDir, "-U", s.cfg.User, "--auth-local=trust", "--auth-host="+s.cfg.HostAuth, "--no-sync"); err != nil {
+	args := []string{"-D", s.cfg.DataDir, "-U", s.cfg.User, "--auth-local=trust", "--auth-host=" + s.cfg.HostAuth, "--no-sync"}
+	if s.cfg.Password != "" {
+		pw := filepath.Join(s.cfg.SocketDir, ".initdb-password")
+		if err := writeAs(s.cfg, pw, []byte(s.cfg.Password+"\n")); err != nil {
+			return err
+		}
+		defer os.Remove(pw)
+		args = append(args, "--pwfile="+pw)
+	}
+	if _, err := s.run("initdb", args...); err != nil {
 		return err
 	}
 	return s.configure()
@@ -128,6 +151,9 @@ func (s *server) configure() error {
 		if err := writeAs(s.cfg, main, b); err != nil {
 			return err
 		}
+	}
+	if s.cfg.HBAFile != "" {
+		return nil // the given pg_hba.conf admits replication
 	}
 	hba := filepath.Join(s.cfg.DataDir, "pg_hba.conf")
 	b, err = os.ReadFile(hba)
@@ -184,7 +210,17 @@ func (s *server) start(ctx context.Context) error {
 	if s.running() {
 		return nil
 	}
-	cmd := s.command("postgres", "-D", s.cfg.DataDir)
+	args := []string{"-D", s.cfg.DataDir}
+	if s.cfg.ConfigFile != "" {
+		args = append(args, "-c", "config_file="+s.cfg.ConfigFile)
+		for _, kv := range s.overrides() {
+			args = append(args, "-c", kv)
+		}
+	}
+	if s.cfg.HBAFile != "" {
+		args = append(args, "-c", "hba_file="+s.cfg.HBAFile)
+	}
+	cmd := s.command("postgres", args...)
 	logf, err := os.OpenFile(filepath.Join(s.cfg.LogDir, s.cfg.Member+"-postgres.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err

@@ -103,6 +103,9 @@ type Options struct {
 	// SeveralInProcess allows more than one manager per process (tests):
 	// controller names then need not be unique.
 	SeveralInProcess bool
+	// InstanceImage is the image the Postgres pods take the instance
+	// manager from (the operator's own; "" keeps the chart's default).
+	InstanceImage string
 	// VolumeStatsInterval is how often the volumes of a resource that
 	// asks for automatic growth are looked at (0: storage.DefaultInterval).
 	VolumeStatsInterval time.Duration
@@ -161,6 +164,9 @@ func New(o Options) (manager.Manager, error) {
 func (o *Options) defaults() {
 	if o.Kinds == nil {
 		o.Kinds = BuiltinKinds()
+		if o.InstanceImage != "" {
+			o.Kinds[postgres.GVK] = postgres.KindWith(o.InstanceImage)
+		}
 	}
 	if o.LeaderElectionID == "" {
 		o.LeaderElectionID = "chartpilot.chartpilot.dev"

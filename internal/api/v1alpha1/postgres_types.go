@@ -8,6 +8,7 @@ import (
 
 // PostgresSpec is what a user asks of a PostgreSQL cluster. The translator
 // (internal/kinds/postgres) maps it onto the values of charts/postgresql.
+// +kubebuilder:validation:XValidation:rule="!has(self.failover) || !has(self.failover.synchronous) || self.failover.synchronous == 0 || (has(self.replicas) && self.replicas >= 2)",message="failover.synchronous 1 needs replicas of at least 2: with no standby no commit could complete"
 type PostgresSpec struct {
 	// Version is the PostgreSQL major or major.minor version, e.g. "17" or "17.2".
 	// +kubebuilder:validation:Pattern=`^[1-9][0-9]*(\.[0-9]+)?$`
@@ -26,6 +27,10 @@ type PostgresSpec struct {
 	// +kubebuilder:default=1
 	// +optional
 	Replicas *int32 `json:"replicas,omitempty"`
+	// Failover runs chartpilot's instance manager in each pod: a standby
+	// takes over when the primary is lost.
+	// +optional
+	Failover *PostgresFailover `json:"failover,omitempty"`
 
 	// Storage of each pod's data volume.
 	Storage PostgresStorage `json:"storage"`
@@ -230,6 +235,26 @@ type PostgresBackupStatus struct {
 	// LastVerifyResult says how the newest drill ended.
 	// +optional
 	LastVerifyResult string `json:"lastVerifyResult,omitempty"`
+}
+
+// PostgresFailover is how the primary role moves between the pods.
+type PostgresFailover struct {
+	// Enabled: each pod's instance manager holds or follows the primary's
+	// Lease (default: true with more than one replica).
+	// +optional
+	Enabled *bool `json:"enabled,omitempty"`
+	// Synchronous standbys, 0 or 1: with 1, a commit is acknowledged once
+	// a standby has it, and a failover loses no acknowledged commit (it
+	// needs replicas of at least 2).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1
+	Synchronous int32 `json:"synchronous,omitempty"`
+	// MaxLagBytes: a standby further behind the lost primary than this
+	// does not promote (0: no limit).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	MaxLagBytes int64 `json:"maxLagBytes,omitempty"`
 }
 
 // PostgresStorage is the data volume of each pod.

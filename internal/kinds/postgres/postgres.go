@@ -28,6 +28,31 @@ func Kind() kinds.Kind {
 	return kinds.Kind{Values: Values, Status: Status, Facts: Facts, AppMajor: Major, DeployedAppMajor: DeployedMajor, Storage: Storage}
 }
 
+// KindWith is Kind whose pods take the instance manager from image
+// (REPOSITORY:TAG, the operator's own image; "" keeps the chart's default).
+func KindWith(instanceImage string) kinds.Kind {
+	k := Kind()
+	if instanceImage == "" {
+		return k
+	}
+	repo, tag := instanceImage, "latest"
+	if i := strings.LastIndex(instanceImage, ":"); i > strings.LastIndex(instanceImage, "/") {
+		repo, tag = instanceImage[:i], instanceImage[i+1:]
+	}
+	values := k.Values
+	k.Values = func(obj *unstructured.Unstructured) (map[string]any, error) {
+		v, err := values(obj)
+		if err != nil {
+			return nil, err
+		}
+		if f, ok := v["failover"].(map[string]any); ok {
+			f["image"] = map[string]any{"repository": repo, "tag": tag}
+		}
+		return v, nil
+	}
+	return k
+}
+
 // Storage is spec.storage.
 func Storage(obj *unstructured.Unstructured) kinds.Storage {
 	size, _, _ := unstructured.NestedString(obj.Object, "spec", "storage", "size")
@@ -90,9 +115,18 @@ func Values(obj *unstructured.Unstructured) (map[string]any, error) {
 	for k, v := range s.Parameters {
 		params[k] = v
 	}
+	failover := map[string]any{"enabled": replicas > 1}
+	if f := s.Failover; f != nil {
+		if f.Enabled != nil {
+			failover["enabled"] = *f.Enabled
+		}
+		failover["synchronous"] = int64(f.Synchronous)
+		failover["maxLagBytes"] = f.MaxLagBytes
+	}
 	typed := map[string]any{
 		"image":    map[string]any{"tag": s.Version},
 		"replicas": replicas,
+		"failover": failover,
 		"storage":  map[string]any{"size": s.Storage.Size, "storageClass": s.Storage.StorageClass},
 		"metrics":  map[string]any{"enabled": s.Metrics || (s.Monitoring != nil && s.Monitoring.Enabled)},
 	}

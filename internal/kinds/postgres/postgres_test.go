@@ -44,6 +44,7 @@ func TestValuesTranslation(t *testing.T) {
 	want := map[string]any{
 		"image":    map[string]any{"repository": "mirror/postgres", "tag": "16.4"},
 		"replicas": int64(3),
+		"failover": map[string]any{"enabled": true}, // more than one replica: on by default
 		"storage":  map[string]any{"size": "20Gi", "storageClass": "fast"},
 		"metrics":  map[string]any{"enabled": true},
 		"parameters": map[string]any{

@@ -38,7 +38,7 @@ func TestPostgresChartFailover(t *testing.T) {
 		t.Errorf("read-write Service selects %v", sel)
 	}
 	rules, _, _ := unstructured.NestedSlice(objs["Role/db-instance"].Object, "rules")
-	names, _, _ := unstructured.NestedStringSlice(rules[1].(map[string]any), "resourceNames")
+	names, _, _ := unstructured.NestedStringSlice(rules[2].(map[string]any), "resourceNames")
 	if strings.Join(names, ",") != "db-0,db-1,db-2" {
 		t.Errorf("the instance managers may patch pods %v, want only the cluster's", names)
 	}

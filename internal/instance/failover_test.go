@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -108,6 +109,24 @@ func TestFailoverLosesNothingSynchronous(t *testing.T) {
 	if r.Lost != 0 {
 		t.Errorf("%d acknowledged rows lost with a synchronous standby", r.Lost)
 	}
+	// The new primary says whom it took over from (status.lastFailover is
+	// read from this), with an event on its pod.
+	l, err := c.CS.CoordinationV1().Leases(c.NS).Get(context.Background(), instancetest.ClusterName+"-primary", metav1.GetOptions{})
+	if err != nil || l.Annotations[instance.AnnotationPrevious] != r.From || l.Annotations[instance.AnnotationLagBytes] == "" {
+		t.Errorf("the primary's Lease after the failover: %v %v", l.GetAnnotations(), err)
+	}
+	c.WaitFor("a Promoted event on the new primary's pod", time.Minute, func() (bool, string) {
+		evs, err := c.CS.CoreV1().Events(c.NS).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + r.To})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, e := range evs.Items {
+			if e.Reason == "Promoted" && strings.Contains(e.Message, r.From) {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%d events", len(evs.Items))
+	})
 	c.Rejoin(old, r.To)
 	if out, _ := c.Psql(c.Ports[old], 5*time.Second, "SELECT pg_is_in_recovery()"); out != "t" {
 		t.Errorf("the old primary is not a standby: pg_is_in_recovery = %q", out)

@@ -25,6 +25,7 @@ import (
 
 	"github.com/go-logr/logr"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -37,8 +38,12 @@ const (
 	AnnotationAddress = "chartpilot.dev/address"
 	AnnotationRole    = "chartpilot.dev/role"
 	AnnotationLSN     = "chartpilot.dev/lsn"
-	LabelRole         = "chartpilot.dev/role"
-	LabelCluster      = "chartpilot.dev/cluster"
+	// On the primary's Lease, written by a member that promoted: the
+	// member it took over from, and how far behind that one it was.
+	AnnotationPrevious = "chartpilot.dev/previous"
+	AnnotationLagBytes = "chartpilot.dev/lag-bytes"
+	LabelRole          = "chartpilot.dev/role"
+	LabelCluster       = "chartpilot.dev/cluster"
 )
 
 // Roles a member reports.
@@ -419,11 +424,16 @@ func (m *Manager) elect(ctx context.Context, lease *coordinationv1.Lease, previo
 		m.cfg.Log.Info("Not promoting: this standby is further behind the last primary than maxLagBytes", "lagBytes", lag)
 		return nil
 	}
+	lag := max(int64(m.lastPrimaryLSN)-int64(mine), 0)
+	if lease.Annotations == nil {
+		lease.Annotations = map[string]string{}
+	}
+	lease.Annotations[AnnotationPrevious] = previous
+	lease.Annotations[AnnotationLagBytes] = strconv.FormatInt(lag, 10)
 	if err := m.take(ctx, lease, now); err != nil {
 		return err
 	}
-	lag := int64(m.lastPrimaryLSN) - int64(mine)
-	m.cfg.Log.Info("Promoting: the primary's lease expired", "previous", previous, "lsn", formatLSN(mine), "lagBytes", max(lag, 0))
+	m.cfg.Log.Info("Promoting: the primary's lease expired", "previous", previous, "lsn", formatLSN(mine), "lagBytes", lag)
 	if _, err := m.pg.query("SELECT pg_promote(true, 60)"); err != nil {
 		return fmt.Errorf("promoting: %w", err)
 	}
@@ -440,7 +450,26 @@ func (m *Manager) elect(ctx context.Context, lease *coordinationv1.Lease, previo
 		m.patchRole(ctx, previous, false)
 	}
 	m.labelPod(ctx, true)
+	m.event(ctx, "Promoted", fmt.Sprintf("%s is the primary: the lease of %s expired; %d bytes behind it at promotion", m.cfg.Member, previous, lag))
 	return m.synchronous()
+}
+
+// event records an event on the member's pod.
+func (m *Manager) event(ctx context.Context, reason, msg string) {
+	if m.cfg.Pod == "" {
+		return
+	}
+	now := metav1.NewTime(m.cfg.Now())
+	ev := &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{GenerateName: m.cfg.Pod + ".", Namespace: m.cfg.Namespace},
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: m.cfg.Namespace, Name: m.cfg.Pod},
+		Reason:         reason, Message: msg, Type: corev1.EventTypeNormal,
+		FirstTimestamp: now, LastTimestamp: now, Count: 1,
+		Source: corev1.EventSource{Component: "chartpilot-instance"},
+	}
+	if _, err := m.cfg.Client.CoreV1().Events(m.cfg.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+		m.cfg.Log.Info("Recording an event failed", "error", err.Error())
+	}
 }
 
 func find(ms []member, name string) (member, bool) {

@@ -257,6 +257,15 @@ type PostgresFailover struct {
 	MaxLagBytes int64 `json:"maxLagBytes,omitempty"`
 }
 
+// PostgresFailoverStatus is one failover: when, from which pod to which,
+// and how far behind the lost primary the promoted standby was.
+type PostgresFailoverStatus struct {
+	At       metav1.Time `json:"at"`
+	From     string      `json:"from"`
+	To       string      `json:"to"`
+	LagBytes int64       `json:"lagBytes"`
+}
+
 // PostgresStorage is the data volume of each pod.
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.size) || quantity(self.size).compareTo(quantity(oldSelf.size)) >= 0",message="storage.size can grow but never shrink: set it to at least the current size"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.storageClass) || self.storageClass == oldSelf.storageClass",message="storage.storageClass cannot change: volumes are not moved between classes"
@@ -307,6 +316,13 @@ type PostgresStatus struct {
 	// Restore reports spec.restore.
 	// +optional
 	Restore *PostgresRestoreStatus `json:"restore,omitempty"`
+	// Primary is the pod running the primary (with failover: the holder of
+	// the cluster's Lease).
+	// +optional
+	Primary string `json:"primary,omitempty"`
+	// LastFailover is the newest change of primary by failover.
+	// +optional
+	LastFailover *PostgresFailoverStatus `json:"lastFailover,omitempty"`
 	// Storage is the volumes' fullness and automatic growth.
 	// +optional
 	Storage *StorageStatus `json:"storage,omitempty"`

@@ -4,15 +4,20 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/chartpilot/chartpilot/hooks"
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
@@ -216,13 +221,24 @@ func Status(ctx context.Context, c client.Reader, obj *unstructured.Unstructured
 	default:
 		st.ReadyReplicas = sts.Status.ReadyReplicas
 	}
+	again := time.Duration(0)
+	if failoverEnabled(pg) {
+		// The primary is whoever holds the cluster's Lease; failovers
+		// happen without any action of the operator, so it looks again.
+		if err := readPrimary(ctx, c, obj, pg, &st); err != nil {
+			return nil, 0, err
+		}
+		again = FailoverCheckPeriod
+	} else {
+		st.Primary = obj.GetName() + "-0"
+	}
 	out, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&st)
 	if err != nil {
 		return nil, 0, err
 	}
 	// Only this kind's own fields: the shared release status is the reconciler's.
 	extras := map[string]any{}
-	for _, k := range []string{"version", "readyReplicas", "endpoints", "tuning"} {
+	for _, k := range []string{"version", "readyReplicas", "endpoints", "tuning", "primary", "lastFailover"} {
 		if v, ok := out[k]; ok {
 			extras[k] = v
 		} else {
@@ -232,8 +248,62 @@ func Status(ctx context.Context, c client.Reader, obj *unstructured.Unstructured
 	if st.ReadyReplicas < want {
 		return extras, 5 * time.Second, nil
 	}
-	return extras, 0, nil
+	return extras, again, nil
 }
+
+// FailoverCheckPeriod is how often the primary of a Postgres with failover
+// is read (one GET of its Lease).
+const FailoverCheckPeriod = 30 * time.Second
+
+var failovers = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "chartpilot_postgres_failovers_total",
+	Help: "Failovers seen in the Postgres resources' Leases (a standby took over a lost primary).",
+}, []string{"namespace", "name"})
+
+func init() { metrics.Registry.MustRegister(failovers) }
+
+func failoverEnabled(pg *v1alpha1.Postgres) bool {
+	if f := pg.Spec.Failover; f != nil && f.Enabled != nil {
+		return *f.Enabled
+	}
+	return pg.Spec.Replicas != nil && *pg.Spec.Replicas > 1
+}
+
+// readPrimary fills status.primary and status.lastFailover from the
+// cluster's Lease (NAME-primary), which the promoting instance manager
+// annotates with the member it took over from and its lag.
+func readPrimary(ctx context.Context, c client.Reader, obj *unstructured.Unstructured, pg *v1alpha1.Postgres, st *v1alpha1.PostgresStatus) error {
+	st.LastFailover = pg.Status.LastFailover
+	lease := &coordinationv1.Lease{}
+	err := c.Get(ctx, types.NamespacedName{Namespace: obj.GetNamespace(), Name: obj.GetName() + "-primary"}, lease)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil // no member has started yet
+	case err != nil:
+		return fmt.Errorf("reading the primary's Lease %s-primary: %w", obj.GetName(), err)
+	}
+	if lease.Spec.HolderIdentity != nil {
+		st.Primary = *lease.Spec.HolderIdentity
+	}
+	prev := lease.Annotations[instanceAnnotationPrevious]
+	if prev == "" || lease.Spec.AcquireTime == nil || st.Primary == "" {
+		return nil
+	}
+	if last := st.LastFailover; last != nil && last.At.Time.Equal(lease.Spec.AcquireTime.Time.Truncate(time.Second)) && last.To == st.Primary {
+		return nil
+	}
+	lag, _ := strconv.ParseInt(lease.Annotations[instanceAnnotationLagBytes], 10, 64)
+	st.LastFailover = &v1alpha1.PostgresFailoverStatus{At: metav1.NewTime(lease.Spec.AcquireTime.Time.Truncate(time.Second)), From: prev, To: st.Primary, LagBytes: lag}
+	failovers.WithLabelValues(obj.GetNamespace(), obj.GetName()).Inc()
+	return nil
+}
+
+// The annotations chartpilot's instance manager writes on the primary's
+// Lease when it promotes (internal/instance).
+const (
+	instanceAnnotationPrevious = "chartpilot.dev/previous"
+	instanceAnnotationLagBytes = "chartpilot.dev/lag-bytes"
+)
 
 // Major is the PostgreSQL major version a resource asks for ("17" of
 // "17.2"): a change of it is a major upgrade (pg_upgrade territory), so it

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -83,8 +84,36 @@ func TestStatusReportsReadyReplicasUntilAllReady(t *testing.T) {
 	}
 	sts.Status.ReadyReplicas = 2
 	c = fake.NewClientBuilder().WithScheme(scheme).WithObjects(sts).Build()
-	if _, again, _ := Status(context.Background(), c, obj); again != 0 {
-		t.Errorf("all ready: asked to be called again in %s", again)
+	// Failover (on with two replicas): the primary is read again every
+	// FailoverCheckPeriod; before any member has started there is none.
+	if extras, again, _ := Status(context.Background(), c, obj); again != FailoverCheckPeriod || extras["primary"] != nil {
+		t.Errorf("all ready with failover: again in %s, primary %v", again, extras["primary"])
+	}
+	noFailover := pgObject(map[string]any{"version": "17", "replicas": int64(2), "storage": map[string]any{"size": "1Gi"}, "failover": map[string]any{"enabled": false}})
+	if extras, again, _ := Status(context.Background(), c, noFailover); again != 0 || extras["primary"] != "db-0" {
+		t.Errorf("all ready without failover: again in %s, primary %v (want db-0)", again, extras["primary"])
+	}
+}
+
+// TestStatusReportsFailover: the primary is the holder of the cluster's
+// Lease, and a Lease the promoting member annotated gives lastFailover.
+func TestStatusReportsFailover(t *testing.T) {
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	at := metav1.NewMicroTime(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	lease := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: "db-primary", Namespace: "ns", Annotations: map[string]string{"chartpilot.dev/previous": "db-0", "chartpilot.dev/lag-bytes": "128"}},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: new("db-1"), AcquireTime: &at},
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(lease).Build()
+	obj := pgObject(map[string]any{"version": "17", "replicas": int64(3), "storage": map[string]any{"size": "1Gi"}})
+	extras, _, err := Status(context.Background(), c, obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, _ := extras["lastFailover"].(map[string]any)
+	if extras["primary"] != "db-1" || last["from"] != "db-0" || last["to"] != "db-1" || last["lagBytes"] != int64(128) || last["at"] != "2026-11-30T12:00:00Z" {
+		t.Errorf("primary %v, lastFailover %v", extras["primary"], last)
 	}
 }
 

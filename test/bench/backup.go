@@ -49,14 +49,7 @@ func runBackupBench(mb int) ([]backupRow, error) {
 	ctx := context.Background()
 	pg := testpg.Start(t)
 	logf("backup: filling a database of about %d MiB", mb)
-	rows := mb * (1 << 20) / 300
-	pg.Query(t, "postgres", "create database big")
-	pg.Query(t, "big", fmt.Sprintf(`create table events (id bigint primary key, at timestamptz, kind int, payload text);
-insert into events select i, timestamptz '2026-01-01' + i * interval '1 second', i %% 17,
-  md5(i::text) || md5((i * 3)::text) || md5((i * 7)::text) || md5((i * 11)::text) || md5((i * 13)::text) || md5((i * 17)::text)
-  from generate_series(1, %d) i;`, rows))
-	size, _ := strconv.ParseFloat(pg.Query(t, "big", "select pg_database_size('big')"), 64)
-	dbMB := size / (1 << 20)
+	dbMB := fillBig(t, pg, mb)
 	dir := pg.TempDir(t)
 	var out []backupRow
 	row := func(path string, wall time.Duration, outBytes int64) {
@@ -130,7 +123,7 @@ insert into events select i, timestamptz '2026-01-01' + i * interval '1 second',
 	}
 	row("chartpilot restore: S3 → SHA-256 check → age → zstd → pg_restore", time.Since(start), m.Size)
 	for _, db := range []string{"plain_restore", "cp_restore"} {
-		if got, want := pg.Query(t, db, "select count(*) from events"), strconv.Itoa(rows); got != want {
+		if got, want := pg.Query(t, db, "select count(*) from events"), pg.Query(t, "big", "select count(*) from events"); got != want {
 			return nil, fmt.Errorf("%s holds %s rows, want %s", db, got, want)
 		}
 	}
@@ -147,4 +140,17 @@ func printBackup(rows []backupRow) {
 	for _, r := range rows {
 		fmt.Printf("| %s | %.0f | %.1f | %.0f |\n", strings.ReplaceAll(r.path, "|", `\|`), r.outMB, r.wall.Seconds(), r.bytesPerSecN)
 	}
+}
+
+// fillBig makes database "big" of about mb MiB (one table of events) and
+// returns its size in MiB.
+func fillBig(t *benchT, pg *testpg.Server, mb int) float64 {
+	rows := mb * (1 << 20) / 300
+	pg.Query(t, "postgres", "create database big")
+	pg.Query(t, "big", fmt.Sprintf(`create table events (id bigint primary key, at timestamptz, kind int, payload text);
+insert into events select i, timestamptz '2026-01-01' + i * interval '1 second', i %% 17,
+  md5(i::text) || md5((i * 3)::text) || md5((i * 7)::text) || md5((i * 11)::text) || md5((i * 13)::text) || md5((i * 17)::text)
+  from generate_series(1, %d) i;`, rows))
+	size, _ := strconv.ParseFloat(pg.Query(t, "big", "select pg_database_size('big')"), 64)
+	return size / (1 << 20)
 }

@@ -27,6 +27,8 @@
 //   - failover (-failovers 5): the primary of three `chartpilot instance`
 //     members SIGKILLed under writes, that many times; time to the first
 //     write on the new primary, rows lost;
+//   - major upgrade (-major-mb 1024): a database of that size moved from
+//     PostgreSQL 15 to 17 (dump, restore, checksums compared);
 //   - backup (-backup-mb 1024): a database of that size backed up and
 //     restored through chartpilot's data path to a local S3 server, beside
 //     plain pg_dump | zstd to a file, in the same run.
@@ -77,6 +79,7 @@ func main() {
 	crashes := flag.Int("crashes", 200, "resources in the crash matrix (0: skip it)")
 	faults := flag.String("faults", "0,5,10,20", "comma-separated percentages of the operator's requests faulted in the faults table (empty: none)")
 	faultN := flag.Int("fault-n", 100, "resources in the faults table")
+	majorMB := flag.Int("major-mb", 1024, "MiB of the database moved from PostgreSQL 15 to 17 in the major upgrade table (0: skip)")
 	failovers := flag.Int("failovers", 5, "primary failovers measured in the failover table (0: skip)")
 	backupMB := flag.Int("backup-mb", 1024, "MiB of the database backed up and restored in the backup table (0: skip)")
 	flag.StringVar(&profileDir, "profile", "", "write the operator's heap profile after install and after upgrade into this directory (go tool pprof reads them)")
@@ -154,12 +157,21 @@ func main() {
 			fail(fmt.Errorf("failover table: %w", err))
 		}
 	}
+	var major *majorRow
+	if *majorMB > 0 {
+		r, err := runMajorBench(root, *majorMB)
+		if err != nil {
+			fail(fmt.Errorf("major upgrade table: %w", err))
+		}
+		major = &r
+	}
 	printTable(rows, *concurrency)
 	printWave(waves)
 	printCrashes(crashRows)
 	printFaults(*faultN, faultRows)
 	printBackup(backupRows)
 	printFailover(failoverRows)
+	printMajor(major)
 }
 
 func fail(err error) {

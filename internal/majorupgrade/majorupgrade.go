@@ -1,0 +1,294 @@
+// Package majorupgrade moves a PostgreSQL database to a new major version:
+// writes stopped on the old server, everything dumped (pg_dumpall) and
+// restored into a new data directory initialised by the new major's
+// initdb, then every table's row count and checksum compared on both. The
+// old data directory is only read. Any failure leaves the old server
+// serving writes again, removes the new data directory, and names the step.
+package majorupgrade
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Steps, in order (Plan.Fail injects a failure at one of them).
+const (
+	StepStopWrites = "stop-writes"
+	StepDump       = "dump"
+	StepInit       = "init"
+	StepStart      = "start-new"
+	StepRestore    = "restore"
+	StepVerify     = "verify"
+	StepStop       = "stop-new"
+)
+
+// Steps lists the steps in order.
+var Steps = []string{StepStopWrites, StepDump, StepInit, StepStart, StepRestore, StepVerify, StepStop}
+
+// Plan is one major upgrade.
+type Plan struct {
+	// ClientBin holds psql and pg_dumpall (the newest client the machine
+	// has); NewBin the new major's initdb and postgres.
+	ClientBin, NewBin string
+	// OldHost and OldPort reach the old server (a socket directory or a host).
+	OldHost string
+	OldPort int
+	// NewData is created; WorkDir holds the dump and the new server's socket.
+	NewData, WorkDir string
+	NewPort          int
+	User, Password   string
+	// Credential runs the commands as the servers' user (nil: this process's).
+	Credential *syscall.Credential
+	// Fail makes the step of that name fail (tests).
+	Fail string
+	Log  func(step, msg string)
+}
+
+// Result is what a finished upgrade moved.
+type Result struct {
+	Databases, Tables int
+	Rows              int64
+	Took              time.Duration
+}
+
+// Error is a failed upgrade: the step and the cause.
+type Error struct {
+	Step string
+	Err  error
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("major upgrade failed at step %s (the old server serves writes again; the new data directory was removed): %v", e.Step, e.Err)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Run carries the plan out.
+func Run(ctx context.Context, p Plan) (res Result, err error) {
+	start := time.Now()
+	step := ""
+	var newServer *exec.Cmd
+	defer func() {
+		if err == nil {
+			return
+		}
+		if newServer != nil {
+			stop(newServer)
+		}
+		_ = os.RemoveAll(p.NewData)
+		if _, rerr := p.psql(ctx, p.OldHost, p.OldPort, "postgres", "ALTER SYSTEM RESET default_transaction_read_only", "SELECT pg_reload_conf()"); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("allowing writes on the old server again: %w", rerr))
+		}
+		err = &Error{Step: step, Err: err}
+	}()
+	do := func(name string, f func() error) error {
+		step = name
+		if p.Log != nil {
+			p.Log(name, "")
+		}
+		if p.Fail == name {
+			return errors.New("failure injected")
+		}
+		return f()
+	}
+	dump := filepath.Join(p.WorkDir, "dumpall.sql")
+	if err := do(StepStopWrites, func() error {
+		// New transactions are read-only; the ones running end.
+		_, err := p.psql(ctx, p.OldHost, p.OldPort, "postgres", "ALTER SYSTEM SET default_transaction_read_only = on", "SELECT pg_reload_conf()",
+			"SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()")
+		return err
+	}); err != nil {
+		return res, err
+	}
+	if err := do(StepDump, func() error {
+		out, err := p.command(ctx, filepath.Join(p.ClientBin, "pg_dumpall"), "-h", p.OldHost, "-p", strconv.Itoa(p.OldPort), "-U", p.User, "-f", dump)
+		if err != nil {
+			return fmt.Errorf("pg_dumpall: %w: %s", err, out)
+		}
+		return nil
+	}); err != nil {
+		return res, err
+	}
+	if err := do(StepInit, func() error {
+		if _, err := os.Stat(p.NewData); err == nil {
+			return fmt.Errorf("%s exists: the new major gets a new data directory", p.NewData)
+		}
+		args := []string{"-D", p.NewData, "-U", p.User, "--auth-local=trust", "--auth-host=scram-sha-256", "--no-sync"}
+		if p.Password != "" {
+			pw := filepath.Join(p.WorkDir, ".pw")
+			if err := p.write(pw, []byte(p.Password+"\n")); err != nil {
+				return err
+			}
+			defer os.Remove(pw)
+			args = append(args, "--pwfile="+pw)
+		}
+		out, err := p.command(ctx, filepath.Join(p.NewBin, "initdb"), args...)
+		if err != nil {
+			return fmt.Errorf("initdb: %w: %s", err, out)
+		}
+		return nil
+	}); err != nil {
+		return res, err
+	}
+	if err := do(StepStart, func() error {
+		var err error
+		newServer, err = p.startNew(ctx)
+		return err
+	}); err != nil {
+		return res, err
+	}
+	if err := do(StepRestore, func() error {
+		out, err := p.command(ctx, filepath.Join(p.ClientBin, "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=0", "-h", p.WorkDir, "-p", strconv.Itoa(p.NewPort), "-U", p.User, "-d", "postgres", "-f", dump)
+		if err != nil {
+			return fmt.Errorf("restoring the dump: %w: %s", err, out)
+		}
+		return nil
+	}); err != nil {
+		return res, err
+	}
+	if err := do(StepVerify, func() error {
+		var err error
+		res, err = p.verify(ctx)
+		return err
+	}); err != nil {
+		return res, err
+	}
+	if err := do(StepStop, func() error {
+		stop(newServer)
+		newServer = nil
+		return nil
+	}); err != nil {
+		return res, err
+	}
+	res.Took = time.Since(start)
+	return res, nil
+}
+
+// verify compares every table of every database on both servers: rows and
+// a checksum of their text forms (a sum of per-row hashes: independent of
+// order, constant in memory).
+func (p Plan) verify(ctx context.Context) (Result, error) {
+	var res Result
+	dbs, err := p.psql(ctx, p.OldHost, p.OldPort, "postgres", "SELECT datname FROM pg_database WHERE datallowconn ORDER BY 1")
+	if err != nil {
+		return res, err
+	}
+	for _, db := range strings.Fields(dbs) {
+		res.Databases++
+		tables, err := p.psql(ctx, p.OldHost, p.OldPort, db, "SELECT format('%I.%I', schemaname, tablename) FROM pg_tables WHERE schemaname NOT IN ('pg_catalog', 'information_schema') ORDER BY 1")
+		if err != nil {
+			return res, err
+		}
+		for _, t := range strings.Fields(tables) {
+			q := fmt.Sprintf("SELECT count(*) || ' ' || coalesce(sum(('x' || substr(md5(x::text), 1, 15))::bit(60)::bigint::numeric), 0) FROM %s x", t)
+			before, err := p.psql(ctx, p.OldHost, p.OldPort, db, q)
+			if err != nil {
+				return res, err
+			}
+			after, err := p.psql(ctx, p.WorkDir, p.NewPort, db, q)
+			if err != nil {
+				return res, fmt.Errorf("table %s.%s on the new server: %w", db, t, err)
+			}
+			if before != after {
+				return res, fmt.Errorf("table %s.%s differs: rows and checksum %s before, %s after", db, t, before, after)
+			}
+			n, _ := strconv.ParseInt(strings.Fields(before)[0], 10, 64)
+			res.Tables++
+			res.Rows += n
+		}
+	}
+	return res, nil
+}
+
+func (p Plan) startNew(ctx context.Context) (*exec.Cmd, error) {
+	cmd := exec.Command(filepath.Join(p.NewBin, "postgres"), "-D", p.NewData, "-c", "listen_addresses=", "-c", "port="+strconv.Itoa(p.NewPort), "-c", "unix_socket_directories="+p.WorkDir)
+	cmd.Env = []string{"LANG=C"}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: p.Credential, Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	logf, err := os.Create(filepath.Join(p.WorkDir, "new-server.log"))
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		if _, err := p.psql(ctx, p.WorkDir, p.NewPort, "postgres", "SELECT 1"); err == nil {
+			return cmd, nil
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	stop(cmd)
+	b, _ := os.ReadFile(logf.Name())
+	return nil, fmt.Errorf("the new server did not start: %s", lastLines(string(b), 5))
+}
+
+func stop(cmd *exec.Cmd) {
+	_ = cmd.Process.Signal(syscall.SIGINT)
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-done
+	}
+}
+
+// psql runs each statement on its own (ALTER SYSTEM cannot run in a
+// transaction block).
+func (p Plan) psql(ctx context.Context, host string, port int, db string, sql ...string) (string, error) {
+	args := []string{"-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=1", "-h", host, "-p", strconv.Itoa(port), "-U", p.User, "-d", db}
+	for _, s := range sql {
+		args = append(args, "-c", s)
+	}
+	out, err := p.command(ctx, filepath.Join(p.ClientBin, "psql"), args...)
+	if err != nil {
+		return "", fmt.Errorf("psql on %s:%d/%s: %w: %s", host, port, db, err, out)
+	}
+	return strings.TrimSpace(out), nil
+}
+
+func (p Plan) command(ctx context.Context, name string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Env = []string{"LANG=C", "PGCONNECT_TIMEOUT=5"}
+	if p.Password != "" {
+		cmd.Env = append(cmd.Env, "PGPASSWORD="+p.Password)
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: p.Credential}
+	var out, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	err := cmd.Run()
+	if err != nil {
+		return lastLines(stderr.String()+out.String(), 5), err
+	}
+	return out.String(), nil
+}
+
+func (p Plan) write(path string, b []byte) error {
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		return err
+	}
+	if p.Credential != nil {
+		return os.Chown(path, int(p.Credential.Uid), int(p.Credential.Gid))
+	}
+	return nil
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

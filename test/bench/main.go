@@ -27,6 +27,9 @@
 //   - failover (-failovers 5): the primary of three `chartpilot instance`
 //     members SIGKILLed under writes, that many times; time to the first
 //     write on the new primary, rows lost;
+//   - CLI (-cli-n 5000): chartpilot get / rollout status over a fleet of
+//     that many Postgres resources (objects with a status; no operator):
+//     wall time and requests (audit log);
 //   - major upgrade (-major-mb 1024): a database of that size moved from
 //     PostgreSQL 15 to 17 (dump, restore, checksums compared);
 //   - backup (-backup-mb 1024): a database of that size backed up and
@@ -79,6 +82,7 @@ func main() {
 	crashes := flag.Int("crashes", 200, "resources in the crash matrix (0: skip it)")
 	faults := flag.String("faults", "0,5,10,20", "comma-separated percentages of the operator's requests faulted in the faults table (empty: none)")
 	faultN := flag.Int("fault-n", 100, "resources in the faults table")
+	cliN := flag.Int("cli-n", 5000, "Postgres resources in the CLI table (0: skip)")
 	majorMB := flag.Int("major-mb", 1024, "MiB of the database moved from PostgreSQL 15 to 17 in the major upgrade table (0: skip)")
 	failovers := flag.Int("failovers", 5, "primary failovers measured in the failover table (0: skip)")
 	backupMB := flag.Int("backup-mb", 1024, "MiB of the database backed up and restored in the backup table (0: skip)")
@@ -157,6 +161,13 @@ func main() {
 			fail(fmt.Errorf("failover table: %w", err))
 		}
 	}
+	var cliRows []cliRow
+	if *cliN > 0 {
+		var err error
+		if cliRows, err = runCLIBench(root, *cliN); err != nil {
+			fail(fmt.Errorf("CLI table: %w", err))
+		}
+	}
 	var major *majorRow
 	if *majorMB > 0 {
 		r, err := runMajorBench(root, *majorMB)
@@ -172,6 +183,7 @@ func main() {
 	printBackup(backupRows)
 	printFailover(failoverRows)
 	printMajor(major)
+	printCLI(*cliN, cliRows)
 }
 
 func fail(err error) {

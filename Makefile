@@ -49,7 +49,7 @@ tools-dev:
 	hack/tools/build.sh controller-gen golangci-lint
 
 ## test: every test, integration tests on a real local control plane
-test: tools
+test: tools build
 	$(GO) vet ./...
 	$(GO) test -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./...
 

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # demo.sh: start the local cluster (cmd/devcluster, full tier) and the
 # operator against it, and show both healthy. `make demo` builds what it needs
-# first. DEMO_KEEP=1 keeps everything running until Ctrl-C.
+# first. DEMO_KEEP=1 keeps everything running until Ctrl-C; DEMO_DIR,
+# DEMO_METRICS_PORT and DEMO_PROBE_PORT move its files and ports (the test
+# of the demo uses them).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "${root}"
-dir="${root}/.devcluster"
+dir="${DEMO_DIR:-${root}/.devcluster}"
 bin="${root}/bin"
 metrics="127.0.0.1:${DEMO_METRICS_PORT:-18080}"
 probes="127.0.0.1:${DEMO_PROBE_PORT:-18081}"

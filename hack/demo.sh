@@ -50,10 +50,14 @@ wait_for() {
 
 step "starting the local cluster (etcd, kube-apiserver, controller manager, scheduler, 3 kwok nodes, provisioner)"
 rm -f "${dir}/devcluster.out"
-"${bin}/devcluster" --dir "${dir}" >"${dir}/devcluster.out" 2>"${dir}/devcluster.err" &
+"${bin}/devcluster" --dir "${dir}" --webhooks "${root}/config/webhook/manifests.yaml" >"${dir}/devcluster.out" 2>"${dir}/devcluster.err" &
 pids+=($!)
 wait_for 600 "${pids[0]}" "${dir}/devcluster.err" grep -q '^ready kubeconfig=' "${dir}/devcluster.out"
 grep '^ready kubeconfig=' "${dir}/devcluster.out"
+# The admission webhook (config/webhook) is installed pointing at this
+# machine, with certificates made for it: the operator serves it.
+webhook_port="$(sed -n 's/^webhook port=\([0-9]*\) .*/\1/p' "${dir}/devcluster.out")"
+webhook_certs="$(sed -n 's/^webhook port=[0-9]* cert-dir=\(.*\)$/\1/p' "${dir}/devcluster.out")"
 kubeconfig="${dir}/kubeconfig"
 kubectl() { "${bin}/kubectl" --kubeconfig "${kubeconfig}" "$@"; }
 
@@ -68,6 +72,7 @@ cat "${root}/watches.yaml"
 step "starting chartpilot run --watches watches.yaml"
 "${bin}/chartpilot" run --kubeconfig "${kubeconfig}" --watches "${root}/watches.yaml" \
 	--metrics-bind-address "${metrics}" --health-probe-bind-address "${probes}" \
+	--webhook-port "${webhook_port}" --webhook-cert-dir "${webhook_certs}" --webhook-certs files \
 	>"${dir}/chartpilot.log" 2>&1 &
 pids+=($!)
 wait_for 120 "${pids[1]}" "${dir}/chartpilot.log" curl -fsS "http://${probes}/readyz"
@@ -114,7 +119,46 @@ step "delete the Postgres: the release is uninstalled, the data volumes and the 
 kubectl -n "${ns}" delete postgres orders --timeout=120s
 kubectl -n "${ns}" get statefulsets,pvc,secrets -l app.kubernetes.io/instance=orders 2>&1 | sed 's/^/  /'
 
+step "tenants: two teams with their own values and limits on the same kind"
+kubectl create namespace team-a
+kubectl create namespace team-b
+cat <<'YAML' | tee /dev/stderr | kubectl apply -f -
+apiVersion: chartpilot.dev/v1alpha1
+kind: Tenant
+metadata: {name: team-a}
+spec:
+  namespaces: [team-a]
+  values:
+    - kind: Redis
+      values: {image: {tag: "7.2"}}
+  limits: {maxReplicas: 1, maxStorage: 2Gi}
+---
+apiVersion: chartpilot.dev/v1alpha1
+kind: Tenant
+metadata: {name: team-b}
+spec:
+  namespaces: [team-b]
+  values:
+    - kind: Redis
+      values: {image: {tag: "7.4"}}
+  limits: {maxReplicas: 3}
+YAML
+for team in team-a team-b; do
+	printf 'apiVersion: chartpilot.dev/v1alpha1\nkind: Redis\nmetadata: {name: cache}\nspec: {}\n' | kubectl -n "${team}" apply -f -
+done
+kubectl -n team-a wait redis/cache --for=condition=Ready --timeout=180s
+kubectl -n team-b wait redis/cache --for=condition=Ready --timeout=180s
+for team in team-a team-b; do
+	printf '%s: Redis image %s\n' "${team}" "$(kubectl -n "${team}" get deployment cache -o jsonpath='{.spec.template.spec.containers[0].image}')"
+done
+chartpilot tenants
+
+step "over its tenant's limit, a resource is refused at admission, with the reason"
+printf 'apiVersion: chartpilot.dev/v1alpha1\nkind: Postgres\nmetadata: {name: big}\nspec: {version: "17", replicas: 3, storage: {size: 1Gi}}\n' |
+	kubectl -n team-a apply -f - 2>&1 | sed 's/^/  /' || true
+
 step "demo done: cluster logs in ${dir}/logs, operator log in ${dir}/chartpilot.log"
+echo "try next: ${bin}/chartpilot get -A --kubeconfig ${kubeconfig}; chartpilot describe postgres/... ; DEMO_KEEP=1 make demo keeps it running"
 if [[ "${DEMO_KEEP:-0}" == 1 ]]; then
 	echo "DEMO_KEEP=1: running until Ctrl-C; kubeconfig=${kubeconfig}"
 	wait

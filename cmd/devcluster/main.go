@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"time"
 
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
 	"github.com/chartpilot/chartpilot/internal/cliutil"
 	"github.com/chartpilot/chartpilot/internal/testcluster"
 )
@@ -36,6 +38,7 @@ func run() error {
 	port := flag.Int("port", 0, "kube-apiserver port on 127.0.0.1 (default: a free port)")
 	binDir := flag.String("bin-dir", "", "directory of the control-plane binaries (default: bin/ of this repository, or $CHARTPILOT_BIN_DIR)")
 	verbose := flag.Bool("v", false, "print start-up steps")
+	webhooks := flag.String("webhooks", "", "a file of webhook configurations (config/webhook/manifests.yaml) installed pointing at 127.0.0.1, with certificates made for it: the line \"webhook port=... cert-dir=...\" says where to serve them")
 	flag.Parse()
 
 	if *port != 0 {
@@ -57,6 +60,12 @@ func run() error {
 	if *verbose {
 		opts.Log = os.Stderr
 	}
+	if *webhooks != "" {
+		if _, err := os.Stat(*webhooks); err != nil {
+			return fmt.Errorf("--webhooks: %w", err)
+		}
+		opts.WebhookInstallOptions = envtest.WebhookInstallOptions{Paths: []string{*webhooks}}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	startCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
@@ -64,6 +73,10 @@ func run() error {
 	c, err := testcluster.Start(startCtx, opts)
 	if err != nil {
 		return err
+	}
+	if *webhooks != "" {
+		wh := c.Env.WebhookInstallOptions
+		fmt.Printf("webhook port=%d cert-dir=%s\n", wh.LocalServingPort, wh.LocalServingCertDir)
 	}
 	fmt.Printf("ready kubeconfig=%s\n", c.KubeconfigPath)
 	<-ctx.Done()

@@ -58,6 +58,9 @@ func TestDemoScript(t *testing.T) {
 		"shared_buffers",
 		"never shrink",
 		"DriftCorrected",
+		"team-a: Redis image redis:7.2",
+		"team-b: Redis image redis:7.4",
+		`denied the request: replicas 3 exceeds tenant team-a's limits.maxReplicas 1`,
 		"==> demo done",
 	} {
 		if !strings.Contains(text, want) {

@@ -18,6 +18,7 @@ build:
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN)/chartpilot ./cmd/chartpilot
 	ln -sf chartpilot $(BIN)/kubectl-chartpilot
 	$(GO) build -o $(BIN)/devcluster ./cmd/devcluster
+	$(GO) build -o $(BIN)/demorepo ./hack/demorepo
 
 ## image: the multi-arch (linux/amd64, linux/arm64) OCI image, built without Docker or a base image, as an OCI layout in bin/image/oci; IMAGE=registry/repo:tag pushes it ($$IMAGE_USERNAME/$$IMAGE_PASSWORD)
 IMAGE_PLATFORMS ?= linux/amd64 linux/arm64

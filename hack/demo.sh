@@ -65,14 +65,39 @@ step "cluster nodes"
 kubectl get nodes -o wide
 kubectl get storageclass
 
-step "installing the CRDs (config/crd): Postgres (typed) and Redis (passthrough)"
+step "installing the CRDs (config/crd): Postgres (typed) and Redis (passthrough); Webapp (a fleet kind of the demo)"
 kubectl apply -k "${root}/config/crd"
-cat "${root}/watches.yaml"
+kubectl apply -f "${root}/test/crds/webapps.yaml"
 
-step "starting chartpilot run --watches watches.yaml"
-"${bin}/chartpilot" run --kubeconfig "${kubeconfig}" --watches "${root}/watches.yaml" \
+# A chart repository served on loopback, with test/charts/webapp 1.0.0.
+repo="${dir}/repo"
+mkdir -p "${repo}"
+"${bin}/demorepo" serve -dir "${repo}" >"${dir}/demorepo.out" 2>&1 &
+pids+=($!)
+wait_for 60 "${pids[-1]}" "${dir}/demorepo.out" grep -q '^serving ' "${dir}/demorepo.out"
+repo_url="$(sed -n 's/^serving //p' "${dir}/demorepo.out")"
+publish() { "${bin}/demorepo" publish -dir "${repo}" -url "${repo_url}" -chart "${root}/test/charts/webapp" "$@"; }
+publish -version 1.0.0
+
+# The repository's watches.yaml, and the Webapp fleet from that repository.
+sed "s|chart: charts/|chart: ${root}/charts/|" "${root}/watches.yaml" >"${dir}/watches.yaml"
+cat >>"${dir}/watches.yaml" <<YAML
+
+# The demo's fleet: a chart from a repository, canaries first.
+- group: test.chartpilot.dev
+  version: v1alpha1
+  kind: Webapp
+  chart: {repo: "${repo_url}", name: webapp, interval: 10s}
+  maxConcurrentUpgrades: 4
+  canarySoak: 10s
+  healthTimeout: 20s
+YAML
+cat "${dir}/watches.yaml"
+
+step "starting chartpilot run --watches watches.yaml (and the demo's Webapp fleet)"
+"${bin}/chartpilot" run --kubeconfig "${kubeconfig}" --watches "${dir}/watches.yaml" \
 	--metrics-bind-address "${metrics}" --health-probe-bind-address "${probes}" \
-	--webhook-port "${webhook_port}" --webhook-cert-dir "${webhook_certs}" --webhook-certs files \
+	--webhook-port "${webhook_port}" --webhook-cert-dir "${webhook_certs}" --webhook-certs files ${DEMO_OPERATOR_ARGS:-} \
 	>"${dir}/chartpilot.log" 2>&1 &
 pids+=($!)
 wait_for 120 "${pids[1]}" "${dir}/chartpilot.log" curl -fsS "http://${probes}/readyz"
@@ -96,6 +121,12 @@ chartpilot get -n "${ns}"
 step "what the Postgres status says (endpoints, auto-tuned settings)"
 kubectl -n "${ns}" get postgres orders -o jsonpath='endpoints: {.status.endpoints}{"\n"}tuning:    {.status.tuning}{"\n"}'
 
+step "drift: delete the read-only Service behind chartpilot's back; it comes back"
+kubectl -n "${ns}" delete svc orders-ro
+kubectl -n "${ns}" wait --for=create svc/orders-ro --timeout=60s >/dev/null
+kubectl -n "${ns}" get svc orders-ro
+kubectl -n "${ns}" get events --field-selector involvedObject.name=orders,reason=DriftCorrected -o custom-columns=REASON:.reason,MESSAGE:.message
+
 step "scale the Postgres to 3 replicas: the StatefulSet follows"
 kubectl -n "${ns}" patch postgres orders --type merge -p '{"spec":{"replicas":3}}'
 kubectl -n "${ns}" wait postgres/orders --for=jsonpath='{.status.readyReplicas}'=3 --timeout=180s
@@ -106,12 +137,6 @@ kubectl -n "${ns}" get pvc -l app.kubernetes.io/instance=orders
 step "bad input is refused at admission: shrinking storage"
 kubectl -n "${ns}" patch postgres orders --type merge -p '{"spec":{"storage":{"size":"1Gi"}}}' 2>&1 | sed 's/^/  /' || true
 
-step "drift: delete the read-only Service behind chartpilot's back; it comes back"
-kubectl -n "${ns}" delete svc orders-ro
-kubectl -n "${ns}" wait --for=create svc/orders-ro --timeout=60s >/dev/null
-kubectl -n "${ns}" get svc orders-ro
-kubectl -n "${ns}" get events --field-selector involvedObject.name=orders,reason=DriftCorrected -o custom-columns=REASON:.reason,MESSAGE:.message
-
 step "chartpilot describe postgres/orders: conditions, history, events"
 chartpilot describe postgres/orders -n "${ns}"
 
@@ -119,10 +144,38 @@ step "delete the Postgres: the release is uninstalled, the data volumes and the 
 kubectl -n "${ns}" delete postgres orders --timeout=120s
 kubectl -n "${ns}" get statefulsets,pvc,secrets -l app.kubernetes.io/instance=orders 2>&1 | sed 's/^/  /'
 
+step "a fleet of 20 Webapps on chart webapp 1.0.0 from the repository (app-01 and app-02 are canaries)"
+kubectl create namespace fleet
+for i in $(seq -w 1 20); do
+	canary=""
+	if [[ "${i}" == 01 || "${i}" == 02 ]]; then canary='labels: {chartpilot.dev/canary: "true"}'; fi
+	printf -- '---\napiVersion: test.chartpilot.dev/v1alpha1\nkind: Webapp\nmetadata: {name: app-%s, %s}\nspec: {message: hello}\n' "${i}" "${canary}"
+done | sed 's/, }/}/' | kubectl -n fleet apply -f - >/dev/null
+kubectl -n fleet wait webapps --all --for=condition=Ready --timeout=300s | tail -n 1
+chartpilot rollout status webapps -n fleet
+
+step "webapp 1.1.0 published: the canaries first, a 10 s soak, then the rest, at most 4 at a time"
+publish -version 1.1.0
+chartpilot rollout status webapps -n fleet --version 1.1.0 --watch
+
+step "webapp 1.2.0, broken (its pods never become ready): the canary is rolled back, the rollout halts, the rest keep serving 1.1.0"
+publish -version 1.2.0 -unhealthy
+if chartpilot rollout status webapps -n fleet --version 1.2.0 --watch; then
+	echo "the rollout of 1.2.0 finished" >&2
+	exit 1
+fi
+echo "the rollout of 1.2.0 halted (exit 1)"
+chartpilot get webapps -n fleet | sed -n '1,6p'
+
+step "webapp 2.0.0: a new major waits for the opt-in annotation chartpilot.dev/allow-major-upgrade"
+publish -version 2.0.0
+kubectl -n fleet wait webapp/app-05 --for=jsonpath='{.status.chart.availableUpgrade}'=2.0.0 --timeout=120s >/dev/null
+kubectl -n fleet get webapp app-05 -o jsonpath='app-05: deployed {.status.chart.deployedVersion}, 2.0.0 available and held back: a new major needs chartpilot.dev/allow-major-upgrade: "2"{"\n"}'
+
 step "tenants: two teams with their own values and limits on the same kind"
 kubectl create namespace team-a
 kubectl create namespace team-b
-cat <<'YAML' | tee /dev/stderr | kubectl apply -f -
+tenants="$(cat <<'YAML'
 apiVersion: chartpilot.dev/v1alpha1
 kind: Tenant
 metadata: {name: team-a}
@@ -143,6 +196,9 @@ spec:
       values: {image: {tag: "7.4"}}
   limits: {maxReplicas: 3}
 YAML
+)"
+echo "${tenants}"
+echo "${tenants}" | kubectl apply -f -
 for team in team-a team-b; do
 	printf 'apiVersion: chartpilot.dev/v1alpha1\nkind: Redis\nmetadata: {name: cache}\nspec: {}\n' | kubectl -n "${team}" apply -f -
 done

@@ -352,6 +352,12 @@ func (r *Reconciler) run(ctx context.Context, p *pass, d *desired, o Observation
 	case actCheckHealth:
 		res, healthy, err := r.checkHealth(ctx, p, d, o, history)
 		if err != nil || !healthy {
+			if c.gates.driftDue {
+				// A change of the release's objects seen while the revision
+				// settles (an object deleted) is checked once it is healthy,
+				// not forgotten.
+				r.mem.with(p.key, func(m *memo) { m.driftDue = true })
+			}
 			return res, err
 		}
 		c.gates.healthy = true

@@ -1,5 +1,7 @@
 // Package demo runs `make demo`'s script non-interactively and checks its
-// key lines, so that the README's first command cannot rot.
+// key lines (the three stories: a typed Postgres; a fleet's chart bump with
+// canaries, a halted rollout and a held major; tenants), so that the
+// README's first command cannot rot.
 package demo
 
 import (
@@ -58,6 +60,11 @@ func TestDemoScript(t *testing.T) {
 		"shared_buffers",
 		"never shrink",
 		"DriftCorrected",
+		"Webapp: 20 of 20 on chart version 1.0.0 and Ready",
+		"Webapp: 20 of 20 on chart version 1.1.0 and Ready",
+		"halted (a canary failed)",
+		"the rollout of 1.2.0 halted (exit 1)",
+		"2.0.0 available and held back",
 		"team-a: Redis image redis:7.2",
 		"team-b: Redis image redis:7.4",
 		`denied the request: replicas 3 exceeds tenant team-a's limits.maxReplicas 1`,

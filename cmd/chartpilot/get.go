@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/yaml"
 
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 )
@@ -66,7 +67,7 @@ func getCommand(ctx context.Context, args []string, stdout, stderr io.Writer, no
 	conn.register(fs)
 	namespace := fs.String("n", "", "namespace (default: the context's)")
 	all := fs.Bool("A", false, "every namespace")
-	output := fs.String("o", "", "output: wide or json")
+	output := fs.String("o", "", "output: wide, json or yaml")
 	// KIND may come before the flags, as with kubectl.
 	var kind string
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
@@ -81,8 +82,8 @@ func getCommand(ctx context.Context, args []string, stdout, stderr io.Writer, no
 	if kind == "" && fs.NArg() == 1 {
 		kind = fs.Arg(0)
 	}
-	if *output != "" && *output != "wide" && *output != "json" {
-		return fmt.Errorf("-o %q: must be wide or json", *output)
+	if *output != "" && *output != "wide" && *output != "json" && *output != "yaml" {
+		return fmt.Errorf("-o %q: must be wide, json or yaml", *output)
 	}
 	cfg, ns, err := conn.connect(*namespace)
 	if err != nil {
@@ -95,7 +96,7 @@ func getCommand(ctx context.Context, args []string, stdout, stderr io.Writer, no
 	if err != nil {
 		return err
 	}
-	if *output == "json" || !colourful(stdout) {
+	if *output == "json" || *output == "yaml" || !colourful(stdout) {
 		return printRows(stdout, rows, *output, now)
 	}
 	var table strings.Builder
@@ -278,13 +279,21 @@ func rowOf(kind string, u *unstructured.Unstructured) getRow {
 }
 
 func printRows(w io.Writer, rows []getRow, output string, now time.Time) error {
-	if output == "json" {
-		if rows == nil {
-			rows = []getRow{}
-		}
+	if rows == nil {
+		rows = []getRow{}
+	}
+	switch output {
+	case "json":
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		return enc.Encode(rows)
+	case "yaml":
+		b, err := yaml.Marshal(rows)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(b)
+		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	header := "KIND\tNAMESPACE\tNAME\tREADY\tCHART\tREVISION\tUPGRADE\tTENANT\tAGE"

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
 )
 
 // TestGet lists the resources of chartpilot's kinds from a real API
@@ -119,6 +120,10 @@ func TestGet(t *testing.T) {
 	var rows []getRow
 	if err := json.Unmarshal([]byte(run("postgres", "-n", ns, "-o", "json")), &rows); err != nil || len(rows) != 2 || rows[0].Name != "billing" || rows[0].Desired != "0.2.0" || rows[0].Reason != "UpgradeQueued" || rows[0].Tenant != ns+"-team" {
 		t.Errorf("json: %+v (%v)", rows, err)
+	}
+	var yrows []getRow
+	if err := yaml.Unmarshal([]byte(run("postgres", "-n", ns, "-o", "yaml")), &yrows); err != nil || len(yrows) != 2 || yrows[0].Name != "billing" || yrows[0].Desired != "0.2.0" {
+		t.Errorf("yaml: %+v (%v)", yrows, err)
 	}
 	if out := run("-A"); !strings.Contains(out, ns) {
 		t.Errorf("-A does not list %s", ns)

@@ -302,7 +302,7 @@ func (s *server) recoverCleanly() error {
 	return nil
 }
 
-// rewind makes this stopped server a standby of the primary at address,
+// rewind makes a stopped server a standby of the primary at address,
 // undoing what it wrote after the two diverged.
 func (s *server) rewind(address string) error {
 	if err := s.recoverCleanly(); err != nil {

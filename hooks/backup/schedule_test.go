@@ -114,8 +114,11 @@ func TestScheduledBackups(t *testing.T) {
 		t.Fatalf("%d Backups before the first schedule time", n)
 	}
 
-	// Five hours down: one Backup for the newest schedule time.
-	clk.add(5*time.Hour + time.Minute)
+	// Five hours down: one Backup for the newest schedule time. The clock
+	// moves to one minute past the fifth full hour after the Postgres was
+	// made, so that five schedule times are missed whatever the minute the
+	// test started at (five hours and a minute from 00:59 would cross six).
+	clk.add(pg.CreationTimestamp.Truncate(time.Hour).Add(5*time.Hour + time.Minute).Sub(clk.now()))
 	poke()
 	eventually("one catch-up Backup", func() bool { return len(backups()) == 1 })
 	first := backups()[0]

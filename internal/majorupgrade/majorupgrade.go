@@ -18,6 +18,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/chartpilot/chartpilot/internal/pgproc"
 )
 
 // Steps, in order (Plan.Fail injects a failure at one of them).
@@ -82,7 +84,7 @@ func Run(ctx context.Context, p Plan) (res Result, err error) {
 			return
 		}
 		if newServer != nil {
-			stop(newServer)
+			pgproc.Stop(newServer)
 		}
 		_ = os.RemoveAll(p.NewData)
 		if _, rerr := p.psql(ctx, p.OldHost, p.OldPort, "postgres", "ALTER SYSTEM RESET default_transaction_read_only", "SELECT pg_reload_conf()"); rerr != nil {
@@ -163,7 +165,7 @@ func Run(ctx context.Context, p Plan) (res Result, err error) {
 		return res, err
 	}
 	if err := do(StepStop, func() error {
-		stop(newServer)
+		pgproc.Stop(newServer)
 		newServer = nil
 		return nil
 	}); err != nil {
@@ -228,21 +230,9 @@ func (p Plan) startNew(ctx context.Context) (*exec.Cmd, error) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	stop(cmd)
+	pgproc.Stop(cmd)
 	b, _ := os.ReadFile(logf.Name())
 	return nil, fmt.Errorf("the new server did not start: %s", lastLines(string(b), 5))
-}
-
-func stop(cmd *exec.Cmd) {
-	_ = cmd.Process.Signal(syscall.SIGINT)
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-done
-	}
 }
 
 // psql runs each statement on its own (ALTER SYSTEM cannot run in a

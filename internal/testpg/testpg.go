@@ -16,6 +16,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/chartpilot/chartpilot/internal/pgproc"
 )
 
 // T is what the helpers need of a test (T has it; the benchmark
@@ -175,17 +177,7 @@ func Start(t T) *Server {
 
 // StopServer stops a postgres process with a fast shutdown (SIGINT), and
 // kills its process group if it has not ended within 30 s.
-func StopServer(cmd *exec.Cmd) {
-	_ = cmd.Process.Signal(syscall.SIGINT)
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-done
-	}
-}
+func StopServer(cmd *exec.Cmd) { pgproc.Stop(cmd) }
 
 // Env is the libpq environment that reaches the server as the superuser.
 func (s *Server) Env(db string) map[string]string {

@@ -35,6 +35,7 @@ Usage:
   chartpilot rollout status KIND [--version V] [--watch]  the fleet by chart version and upgrade state
   chartpilot tenants                                  tenants: namespaces, usage against limits, violations
   chartpilot instance        the instance manager of a PostgreSQL member (failover through a Lease)
+  chartpilot major-upgrade [flags]                    move a PostgreSQL server's data to a new major (a major upgrade Job)
   chartpilot version         print the version
 `
 
@@ -62,6 +63,11 @@ func main() {
 	case "instance":
 		if err := instanceCommand(ctrl.SetupSignalHandler(), os.Args[2:]); err != nil {
 			fmt.Fprintf(os.Stderr, "chartpilot instance: %v\n", err)
+			os.Exit(1)
+		}
+	case "major-upgrade":
+		if err := majorUpgradeCommand(ctrl.SetupSignalHandler(), os.Args[2:], os.Stdout); err != nil {
+			fmt.Fprintf(os.Stderr, "chartpilot major-upgrade: %v\n", err)
 			os.Exit(1)
 		}
 	case "install-agent":

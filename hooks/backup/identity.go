@@ -51,6 +51,23 @@ func (id *Identity) createJob(ctx context.Context, c client.Client, target *unst
 	return fmt.Errorf("creating Job %s: %w", job.Name, redact.Error(err))
 }
 
+// create creates obj (of resource, e.g. "persistentvolumeclaims") for
+// target, as target's identity when there is one; one that exists is left.
+func (id *Identity) create(ctx context.Context, c client.Client, target *unstructured.Unstructured, obj client.Object, resource string) error {
+	as, user, err := id.clientFor(ctx, c, target)
+	if err != nil {
+		return err
+	}
+	err = as.Create(ctx, obj)
+	switch {
+	case err == nil || apierrors.IsAlreadyExists(err):
+		return nil
+	case apierrors.IsForbidden(err) && user != "":
+		return &refused{fmt.Sprintf("%s may not create %s %s in %s: grant it create on %s there (chartpilot acts as the resource's identity)", user, resource, obj.GetName(), obj.GetNamespace(), resource)}
+	}
+	return fmt.Errorf("creating %s %s: %w", resource, obj.GetName(), redact.Error(err))
+}
+
 // refused is a Job the identity may not create: the Backup fails with it.
 type refused struct{ msg string }
 

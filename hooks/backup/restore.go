@@ -35,12 +35,19 @@ const HookName = "backup"
 // (the release is installed meanwhile; RestoreReconciler fills it). And a
 // PostgreSQL major upgrade of a Postgres with spec.backup waits for a
 // fresh backup (see beforeMajor); c makes that Backup.
-func Hook(c client.Client) *hooks.Hook {
-	return &hooks.Hook{
+//
+// With m, the major upgrade is then carried out (see Major): its values
+// name the data's claim template, and the upgrade waits for the data to
+// be on a new volume of the new major. Without m only the image changes.
+func Hook(c client.Client, m *Major) *hooks.Hook {
+	h := &hooks.Hook{
 		Name:          HookName,
 		ConditionType: "BackupBeforeMajorUpgrade",
 		PreUpgrade: hooks.PreUpgradeFunc(func(ctx context.Context, obj hooks.Object, _, _ string) error {
-			return beforeMajor(ctx, c, obj)
+			if err := beforeMajor(ctx, c, obj); err != nil || m == nil {
+				return err
+			}
+			return m.carryOut(ctx, obj)
 		}),
 		ReportType: v1alpha1.ConditionRestored,
 		Report: func(_ context.Context, obj hooks.Object) *metav1.Condition {
@@ -66,6 +73,11 @@ func Hook(c client.Client) *hooks.Hook {
 			return &metav1.Condition{Status: metav1.ConditionFalse, Reason: "Restoring", Message: msg}
 		},
 	}
+	if m != nil {
+		h.Values = hooks.ValuesFunc(m.values)
+		h.Watcher = m
+	}
+	return h
 }
 
 // RestoreReconciler carries out spec.restore of each Postgres, once: when

@@ -167,6 +167,10 @@ func Run(ctx context.Context, p Plan) (res Result, err error) {
 	if err := do(StepStop, func() error {
 		pgproc.Stop(newServer)
 		newServer = nil
+		// initdb ran with --no-sync: everything reaches the disk now.
+		if out, err := p.command(ctx, filepath.Join(p.NewBin, "initdb"), "--sync-only", "-D", p.NewData); err != nil {
+			return fmt.Errorf("initdb --sync-only: %w: %s", err, out)
+		}
 		return nil
 	}); err != nil {
 		return res, err
@@ -281,4 +285,35 @@ func lastLines(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// Report is what a major upgrade tells whoever runs it (a Job's
+// termination message): the figures compared, or the step that failed.
+type Report struct {
+	OK bool `json:"ok"`
+	// Major is the new data directory's PostgreSQL major (its PG_VERSION).
+	Major     string  `json:"major,omitempty"`
+	Databases int     `json:"databases,omitempty"`
+	Tables    int     `json:"tables,omitempty"`
+	Rows      int64   `json:"rows,omitempty"`
+	Seconds   float64 `json:"seconds,omitempty"`
+	Step      string  `json:"step,omitempty"`
+	Error     string  `json:"error,omitempty"`
+}
+
+// ReportOf is the report of a finished Run of p.
+func ReportOf(p Plan, res Result, err error) Report {
+	if err != nil {
+		r := Report{Error: err.Error()}
+		var e *Error
+		if errors.As(err, &e) {
+			r.Step, r.Error = e.Step, e.Err.Error()
+		}
+		return r
+	}
+	major, rerr := os.ReadFile(filepath.Join(p.NewData, "PG_VERSION"))
+	if rerr != nil {
+		return Report{Step: "report", Error: "the new data directory has no PG_VERSION: " + rerr.Error()}
+	}
+	return Report{OK: true, Major: strings.TrimSpace(string(major)), Databases: res.Databases, Tables: res.Tables, Rows: res.Rows, Seconds: res.Took.Seconds()}
 }

@@ -309,7 +309,12 @@ func addReconcilers(o Options, mgr manager.Manager, scheme *runtime.Scheme, sour
 		}
 	}
 	registry := hooks.NewRegistry()
-	for _, h := range append([]*hooks.Hook{tn.Hook(), mon.Hook(), backup.Hook(mgr.GetClient())}, o.Hooks...) {
+	// Major upgrades act as the resource's identity (Of is set below, once
+	// the hooks that decide it are selected).
+	majorIdentity := &backup.Identity{Config: o.Config}
+	major := &backup.Major{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("chartpilot-major-upgrade"),
+		Identity: majorIdentity, AgentImage: o.BackupImage}
+	for _, h := range append([]*hooks.Hook{tn.Hook(), mon.Hook(), backup.Hook(mgr.GetClient(), major)}, o.Hooks...) {
 		if err := registry.Register(h); err != nil {
 			return nil, nil, err
 		}
@@ -369,6 +374,7 @@ func addReconcilers(o Options, mgr manager.Manager, scheme *runtime.Scheme, sour
 		}
 		return "", nil
 	}
+	majorIdentity.Of = identity
 	return admitted, identity, nil
 }
 

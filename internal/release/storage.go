@@ -200,12 +200,22 @@ func (r *Reconciler) growVolumes(ctx context.Context, p *pass, d *desired, o Obs
 		r.stall(p, refusal.reason, refusal.Error())
 		return ctrl.Result{}, true, nil
 	}
-	if len(plan) == 0 {
+	replace := planReplace(base.Manifest, next)
+	if len(plan) == 0 && len(replace) == 0 {
 		return ctrl.Result{}, false, nil
 	}
 	dyn, err := r.dynamicAs(d.identity)
 	if err != nil {
 		return ctrl.Result{}, true, err
+	}
+	for _, rp := range replace {
+		gone, err := r.replaceStatefulSet(ctx, p, dyn, rp)
+		if err != nil || !gone {
+			return ctrl.Result{RequeueAfter: 2 * time.Second}, true, err
+		}
+	}
+	if len(plan) == 0 {
+		return ctrl.Result{}, false, nil
 	}
 	claims, err := listClaims(ctx, dyn, p.key.Namespace)
 	if err != nil {
@@ -271,6 +281,83 @@ func (r *Reconciler) growVolumes(ctx context.Context, p *pass, d *desired, o Obs
 		}
 	}
 	return ctrl.Result{}, false, nil
+}
+
+// replacement is a StatefulSet whose volumeClaimTemplates are named
+// differently in the new manifest: its pods mount other claims.
+type replacement struct {
+	statefulSet string
+	from, to    []string
+}
+
+// planReplace lists the StatefulSets of both manifests whose claim
+// templates are named differently (a template renamed, added or removed).
+func planReplace(deployed, next string) []replacement {
+	before, err := claimTemplates(deployed)
+	if err != nil {
+		return nil
+	}
+	after, err := claimTemplates(next)
+	if err != nil {
+		return nil
+	}
+	var out []replacement
+	for _, sts := range sortedKeys(after) {
+		old, ok := before[sts]
+		if !ok {
+			continue
+		}
+		from, to := sortedKeys(old), sortedKeys(after[sts])
+		if strings.Join(from, ",") != strings.Join(to, ",") {
+			out = append(out, replacement{statefulSet: sts, from: from, to: to})
+		}
+	}
+	return out
+}
+
+// replaceStatefulSet deletes a StatefulSet whose claim templates the
+// upgrade renames, with its pods (foreground: the pods are gone before the
+// StatefulSet is, so no pod of the old volumes runs beside one of the new),
+// and reports whether it is gone. Claims are never deleted: the old ones
+// stay for a person to remove. One already re-created with the new
+// templates is kept.
+func (r *Reconciler) replaceStatefulSet(ctx context.Context, p *pass, dyn dynamic.Interface, rp replacement) (bool, error) {
+	res := dyn.Resource(stsGVR).Namespace(p.key.Namespace)
+	live, err := res.Get(ctx, rp.statefulSet, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading StatefulSet %s: %w", rp.statefulSet, err)
+	}
+	if live.GetDeletionTimestamp() == nil {
+		sts := &appsv1.StatefulSet{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(live.Object, sts); err != nil {
+			return false, err
+		}
+		var names []string
+		for _, t := range sts.Spec.VolumeClaimTemplates {
+			names = append(names, t.Name)
+		}
+		sort.Strings(names)
+		if strings.Join(names, ",") == strings.Join(rp.to, ",") {
+			return true, nil
+		}
+		uid := live.GetUID()
+		fg := metav1.DeletePropagationForeground
+		err := res.Delete(ctx, rp.statefulSet, metav1.DeleteOptions{PropagationPolicy: &fg, Preconditions: &metav1.Preconditions{UID: &uid}})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return false, fmt.Errorf("deleting StatefulSet %s to re-create it on volumeClaimTemplates %v: %w", rp.statefulSet, rp.to, err)
+		}
+		msg := fmt.Sprintf("StatefulSet %s deleted with its pods, to be re-created on volumeClaimTemplates %v; the claims of %v are kept", rp.statefulSet, rp.to, rp.from)
+		r.Recorder.Event(p.obj, corev1.EventTypeNormal, "VolumesReplaced", msg)
+		p.log.Info("Volumes replaced", "statefulSet", rp.statefulSet, "from", rp.from, "to", rp.to)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, orphanTimeout, true, func(ctx context.Context) (bool, error) {
+		_, err := res.Get(ctx, rp.statefulSet, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	return err == nil, nil
 }
 
 // fieldManager names chartpilot's own writes outside Helm's.

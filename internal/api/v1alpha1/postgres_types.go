@@ -326,6 +326,53 @@ type PostgresStatus struct {
 	// Storage is the volumes' fullness and automatic growth.
 	// +optional
 	Storage *StorageStatus `json:"storage,omitempty"`
+	// DataVolume is the claim template the data is on, once a major
+	// upgrade moved it (before that: "data").
+	// +optional
+	DataVolume *PostgresVolume `json:"dataVolume,omitempty"`
+	// PreviousVolume is the data of the major before the last major
+	// upgrade, kept until a person deletes its claims.
+	// +optional
+	PreviousVolume *PostgresVolume `json:"previousVolume,omitempty"`
+	// MajorUpgrade is the newest PostgreSQL major upgrade carried out.
+	// +optional
+	MajorUpgrade *PostgresMajorUpgrade `json:"majorUpgrade,omitempty"`
+}
+
+// PostgresVolume is a claim template of the data and the PostgreSQL major
+// whose data it holds.
+type PostgresVolume struct {
+	// Name is the claim template (claims are NAME-POSTGRES-ORDINAL).
+	Name string `json:"name"`
+	// Major is the PostgreSQL major the data is for.
+	Major string `json:"major"`
+	// Claims are the claims of that template when the data moved away.
+	// +optional
+	Claims []string `json:"claims,omitempty"`
+}
+
+// PostgresMajorUpgrade reports a PostgreSQL major upgrade: the data dumped
+// from the old major's server and restored into a new volume by a Job,
+// every table compared, before the release switches.
+type PostgresMajorUpgrade struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+	// Phase is Running, Failed or Completed (the data is on the new volume).
+	Phase string `json:"phase"`
+	// Job carries the data path out.
+	// +optional
+	Job string `json:"job,omitempty"`
+	// Step is the step that failed.
+	// +optional
+	Step string `json:"step,omitempty"`
+	// Message says what happened.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// Tables and Rows were compared on both servers.
+	// +optional
+	Tables int `json:"tables,omitempty"`
+	// +optional
+	Rows int64 `json:"rows,omitempty"`
 }
 
 // Postgres is a PostgreSQL cluster managed as a Helm release of charts/postgresql.

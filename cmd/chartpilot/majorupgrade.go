@@ -1,0 +1,70 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/chartpilot/chartpilot/internal/majorupgrade"
+)
+
+// majorUpgradeCommand moves the data of the PostgreSQL server at
+// PGHOST:PGPORT (as PGUSER, PGPASSWORD) to a new data directory of the
+// major whose binaries are in --bin: the data path of a major upgrade
+// Job. The report (JSON, one line) goes to --report and stdout.
+func majorUpgradeCommand(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("major-upgrade", flag.ContinueOnError)
+	bin := fs.String("bin", "", "the new major's binaries: initdb, postgres, pg_dumpall, psql (required)")
+	data := fs.String("data", "", "the new data directory; it must not exist (required)")
+	work := fs.String("work-dir", "", "directory for the dump and the new server's socket, removed at the end (required; beside the new data, on the same volume)")
+	port := fs.Int("port", 5433, "port of the new server while it is filled (no TCP listener: a socket in --work-dir)")
+	report := fs.String("report", "", "also write the report to this file (a Job's /dev/termination-log)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	for name, v := range map[string]string{"--bin": *bin, "--data": *data, "--work-dir": *work} {
+		if v == "" {
+			return fmt.Errorf("%s is required", name)
+		}
+	}
+	host, user := os.Getenv("PGHOST"), os.Getenv("PGUSER")
+	if host == "" || user == "" {
+		return errors.New("PGHOST and PGUSER name the old server and its superuser (PGPORT, PGPASSWORD as needed)")
+	}
+	oldPort := 5432
+	if p := os.Getenv("PGPORT"); p != "" {
+		n, err := strconv.Atoi(p)
+		if err != nil {
+			return fmt.Errorf("PGPORT %q: not a port", p)
+		}
+		oldPort = n
+	}
+	if err := os.MkdirAll(*work, 0o700); err != nil {
+		return err
+	}
+	defer os.RemoveAll(*work)
+	plan := majorupgrade.Plan{
+		ClientBin: *bin, NewBin: *bin, OldHost: host, OldPort: oldPort,
+		NewData: *data, WorkDir: *work, NewPort: *port, User: user, Password: os.Getenv("PGPASSWORD"),
+		Log: func(step, _ string) { fmt.Fprintf(os.Stderr, "step %s\n", step) },
+	}
+	res, err := majorupgrade.Run(ctx, plan)
+	rep := majorupgrade.ReportOf(plan, res, err)
+	b, _ := json.Marshal(rep)
+	fmt.Fprintln(stdout, string(b))
+	if *report != "" {
+		if werr := os.WriteFile(filepath.Clean(*report), b, 0o644); werr != nil {
+			err = errors.Join(err, werr)
+		}
+	}
+	if !rep.OK {
+		return fmt.Errorf("failed at step %s: %s", rep.Step, rep.Error)
+	}
+	return err
+}

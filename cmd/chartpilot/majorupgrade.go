@@ -21,6 +21,7 @@ import (
 func majorUpgradeCommand(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("major-upgrade", flag.ContinueOnError)
 	bin := fs.String("bin", "", "the new major's binaries: initdb, postgres, pg_dumpall, psql (required)")
+	clientBin := fs.String("client-bin", "", "pg_dumpall and psql, when not in --bin")
 	data := fs.String("data", "", "the new data directory; it must not exist (required)")
 	work := fs.String("work-dir", "", "directory for the dump and the new server's socket, removed at the end (required; beside the new data, on the same volume)")
 	port := fs.Int("port", 5433, "port of the new server while it is filled (no TCP listener: a socket in --work-dir)")
@@ -49,8 +50,11 @@ func majorUpgradeCommand(ctx context.Context, args []string, stdout io.Writer) e
 		return err
 	}
 	defer os.RemoveAll(*work)
+	if *clientBin == "" {
+		*clientBin = *bin
+	}
 	plan := majorupgrade.Plan{
-		ClientBin: *bin, NewBin: *bin, OldHost: host, OldPort: oldPort,
+		ClientBin: *clientBin, NewBin: *bin, OldHost: host, OldPort: oldPort,
 		NewData: *data, WorkDir: *work, NewPort: *port, User: user, Password: os.Getenv("PGPASSWORD"),
 		Log: func(step, _ string) { fmt.Fprintf(os.Stderr, "step %s\n", step) },
 	}

@@ -119,6 +119,13 @@ func waitBackup(t *testing.T, ctx context.Context, c client.Client, ns, name, ph
 // cluster never started): Succeeded, with the agent's termination message.
 func finishPod(t *testing.T, ctx context.Context, c client.Client, job *batchv1.Job, message string) {
 	t.Helper()
+	endPod(t, ctx, c, job, message, 0)
+}
+
+// endPod ends job's pod with the container's exit code and termination
+// message: Succeeded for 0, Failed otherwise.
+func endPod(t *testing.T, ctx context.Context, c client.Client, job *batchv1.Job, message string, exitCode int32) {
+	t.Helper()
 	pods := &corev1.PodList{}
 	deadline := time.Now().Add(2 * time.Minute)
 	for len(pods.Items) == 0 {
@@ -132,9 +139,13 @@ func finishPod(t *testing.T, ctx context.Context, c client.Client, job *batchv1.
 	}
 	p := &pods.Items[0]
 	now := metav1.Now()
+	reason := "Completed"
 	p.Status.Phase = corev1.PodSucceeded
+	if exitCode != 0 {
+		p.Status.Phase, reason = corev1.PodFailed, "Error"
+	}
 	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: job.Spec.Template.Spec.Containers[0].Name, Image: job.Spec.Template.Spec.Containers[0].Image,
-		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", Message: message, StartedAt: now, FinishedAt: now}}}}
+		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: exitCode, Reason: reason, Message: message, StartedAt: now, FinishedAt: now}}}}
 	if err := c.Status().Update(ctx, p); err != nil {
 		t.Fatalf("finishing pod %s: %v", p.Name, err)
 	}

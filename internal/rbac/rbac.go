@@ -90,8 +90,9 @@ func ownRules(o Options, tenancyUsed bool) []rbacv1.PolicyRule {
 		// Backup stores: checked, their status written; a volume store's claim read.
 		{APIGroups: []string{"chartpilot.dev"}, Resources: []string{"backupstores", "backupstores/status", "clusterbackupstores", "clusterbackupstores/status"}, Verbs: []string{"get", "list", "watch", "update", "patch"}},
 		// and storage growth: the claims of a StatefulSet whose volumes grow are listed and expanded, their
-		// StorageClasses read (does the class expand volumes? which one is the default?).
-		{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims"}, Verbs: []string{"get", "list", "patch"}},
+		// StorageClasses read (does the class expand volumes? which one is the default?); a PostgreSQL major
+		// upgrade makes the claim its data moves to.
+		{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims"}, Verbs: []string{"get", "list", "patch", "create"}},
 		{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"storageclasses"}, Verbs: []string{"get", "list"}},
 		// Automatic volume growth: each volume's use, from the kubelets' statistics through the API server's node proxy.
 		{APIGroups: []string{""}, Resources: []string{"nodes/proxy"}, Verbs: []string{"get"}},

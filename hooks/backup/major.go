@@ -351,13 +351,23 @@ func (m *Major) job(pg *v1alpha1.Postgres, ch *majorChange, claim string) *batch
 	return job
 }
 
-// Watch wakes a Postgres when its major upgrade Job changes (it ends).
+// Watch wakes a Postgres when its major upgrade Job or the Backup taken
+// before its major upgrade changes (they end).
 func (m *Major) Watch(mgr manager.Manager, c controller.Controller, _ hooks.EnqueueFunc) error {
-	return c.Watch(source.Kind(mgr.GetCache(), &batchv1.Job{}, handler.TypedEnqueueRequestsFromMapFunc(func(_ context.Context, j *batchv1.Job) []reconcile.Request {
+	err := c.Watch(source.Kind(mgr.GetCache(), &batchv1.Job{}, handler.TypedEnqueueRequestsFromMapFunc(func(_ context.Context, j *batchv1.Job) []reconcile.Request {
 		name := j.Labels[LabelMajorUpgrade]
 		if name == "" {
 			return nil
 		}
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: j.Namespace, Name: name}}}
+	})))
+	if err != nil {
+		return err
+	}
+	return c.Watch(source.Kind(mgr.GetCache(), &v1alpha1.Backup{}, handler.TypedEnqueueRequestsFromMapFunc(func(_ context.Context, b *v1alpha1.Backup) []reconcile.Request {
+		if b.Labels[LabelBeforeMajor] == "" || b.Spec.Target.Kind != "Postgres" {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: b.Namespace, Name: b.Spec.Target.Name}}}
 	})))
 }

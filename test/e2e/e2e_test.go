@@ -385,7 +385,15 @@ func TestPostgresMajorVersionNeedsOptIn(t *testing.T) {
 	if err := e.patch(postgresGVR, "pg", `{"metadata":{"annotations":{"chartpilot.dev/allow-major-upgrade":"17"}}}`); err != nil {
 		t.Fatal(err)
 	}
-	waitImage("17")
+	// Opted in, the data must move to the new major, after a fresh
+	// backup: without spec.backup nothing changes and the field is named.
+	e.waitFor("the major upgrade held for want of spec.backup", time.Minute, func() (bool, string) {
+		c := condition(e.get(postgresGVR, "pg"), "BackupBeforeMajorUpgrade")
+		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == "MajorUpgradeNeedsBackup" && strings.Contains(c.Message, "spec.backup.store"), fmt.Sprintf("%+v", c)
+	})
+	if img := image(); !strings.HasSuffix(img, ":16.4") {
+		t.Errorf("a major upgrade without a backup changed the image to %s", img)
+	}
 }
 
 func TestRedisLifecycle(t *testing.T) {

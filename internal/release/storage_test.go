@@ -1,6 +1,7 @@
 package release
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -54,6 +55,29 @@ func TestPlanGrowth(t *testing.T) {
 			if len(plan) != 1 || plan[0].pin != c.pin || (c.grows != "" && !strings.Contains(describeGrowth(plan), c.grows)) {
 				t.Errorf("%s: plan %s (pin %q), want %q pin %q", c.name, describeGrowth(plan), plan[0].pin, c.grows, c.pin)
 			}
+		}
+	}
+}
+
+func TestPlanReplace(t *testing.T) {
+	renamed := strings.Replace(statefulSet("1Gi", ""), "name: data}", "name: data-pg17}", 1)
+	for _, c := range []struct {
+		name          string
+		before, after string
+		want          string
+	}{
+		{"unchanged", statefulSet("1Gi", ""), statefulSet("1Gi", ""), ""},
+		{"grows only", statefulSet("1Gi", ""), statefulSet("2Gi", ""), ""},
+		{"renamed", statefulSet("1Gi", ""), renamed, "db [data] → [data-pg17]"},
+		{"renamed back", renamed, statefulSet("1Gi", ""), "db [data-pg17] → [data]"},
+		{"new StatefulSet", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n", renamed, ""},
+	} {
+		var got []string
+		for _, r := range planReplace(c.before, c.after) {
+			got = append(got, fmt.Sprintf("%s %v → %v", r.statefulSet, r.from, r.to))
+		}
+		if strings.Join(got, "; ") != c.want {
+			t.Errorf("%s: %q, want %q", c.name, strings.Join(got, "; "), c.want)
 		}
 	}
 }

@@ -198,3 +198,71 @@ func TestFencedBeforeAnotherPromotes(t *testing.T) {
 	}
 	c.WaitSettled(primary, rest...)
 }
+
+// TestWholeClusterRestarts: every member down for longer than the Lease
+// lasts (a node drained, a StatefulSet re-created), then started again. The
+// primary down last: it takes the Lease again and the standbys follow. The
+// primary down first and kept down: the standbys, started without it,
+// elect the most advanced of them; the old primary then rejoins. No
+// acknowledged row is lost either way.
+func TestWholeClusterRestarts(t *testing.T) {
+	c := newCluster(t, 1)
+	old, standbys := c.WaitSettled("")
+	c.WaitSettled(old, standbys...)
+	if _, ok := c.Psql(c.Ports[old], 10*time.Second, "CREATE TABLE restart_rows (v int); INSERT INTO restart_rows SELECT generate_series(1, 100)"); !ok {
+		t.Fatal("seeding the primary failed")
+	}
+	rows := func(m string) string {
+		var out string
+		c.WaitFor(m+" answering", time.Minute, func() (bool, string) {
+			var ok bool
+			out, ok = c.Psql(c.Ports[m], 5*time.Second, "SELECT count(*) FROM restart_rows")
+			return ok, out
+		})
+		return out
+	}
+	for _, s := range standbys {
+		c.Kill(s)
+	}
+	c.Kill(old)
+	time.Sleep(instancetest.LeaseDuration + time.Second)
+	for _, m := range c.Members {
+		c.Start(m)
+	}
+	p, others := c.WaitSettled("")
+	c.WaitSettled(p, others...)
+	if p != old {
+		t.Errorf("after a restart of all, %s is primary; the primary before, %s, was down last and holds the newest data", p, old)
+	}
+	if n := rows(p); n != "100" {
+		t.Errorf("the primary has %s rows after the restart, want 100", n)
+	}
+
+	c.Kill(p)
+	for _, s := range others {
+		c.Kill(s)
+	}
+	time.Sleep(instancetest.LeaseDuration + time.Second)
+	for _, s := range others {
+		c.Start(s)
+	}
+	c.WaitFor("a standby elected without the old primary", 3*time.Minute, func() (bool, string) {
+		ps := c.Primaries()
+		return len(ps) == 1 && ps[0] != p && c.Roles()[ps[0]] == instance.RolePrimary, fmt.Sprintf("primary pods %v, roles %v", ps, c.Roles())
+	})
+	next := c.Primaries()[0]
+	if n := rows(next); n != "100" {
+		t.Errorf("the elected standby %s has %s rows, want 100", next, n)
+	}
+	c.Start(p)
+	var rest []string
+	for _, m := range c.Members {
+		if m != next {
+			rest = append(rest, m)
+		}
+	}
+	c.WaitSettled(next, rest...)
+	if n := rows(p); n != "100" {
+		t.Errorf("the old primary %s, rejoined as a standby, has %s rows, want 100", p, n)
+	}
+}

@@ -403,7 +403,7 @@ func (m *Manager) elect(ctx context.Context, lease *coordinationv1.Lease, previo
 		return m.synchronous()
 	}
 	if m.role != RoleStandby || !m.pg.running() {
-		return nil // only a running standby promotes
+		return m.restartWithoutPrimary(ctx, lease, previous, now) // only a running standby promotes
 	}
 	mine, err := m.pg.lsn(false)
 	if err != nil {
@@ -451,6 +451,41 @@ func (m *Manager) elect(ctx context.Context, lease *coordinationv1.Lease, previo
 	}
 	m.labelPod(ctx, true)
 	m.event(ctx, "Promoted", fmt.Sprintf("%s is the primary: the lease of %s expired; %d bytes behind it at promotion", m.cfg.Member, previous, lag))
+	return m.synchronous()
+}
+
+// restartWithoutPrimary starts a member whose server is not running while
+// no one holds the primary's Lease: the whole cluster was down longer than
+// the Lease lasts. The last primary, with its data, takes the Lease back
+// (no one promoted after it: the Lease still names it; a standby taking it
+// at the same moment makes this take fail). A standby starts its server,
+// replaying the WAL it has, so that it can be elected: the most advanced
+// running standby promotes on a later step, as after any expiry.
+func (m *Manager) restartWithoutPrimary(ctx context.Context, lease *coordinationv1.Lease, previous string, now time.Time) error {
+	if m.pg.running() || !m.pg.initialized() || (m.role != RoleStopped && m.role != RoleFenced && m.role != "") {
+		return nil
+	}
+	if m.pg.isStandby() {
+		m.cfg.Log.Info("No primary: starting this standby's server to be elected", "previous", previous)
+		if err := m.pg.start(ctx); err != nil {
+			return err
+		}
+		m.setRole(RoleStandby)
+		return nil
+	}
+	if previous != m.cfg.Member {
+		return nil // a primary's data, but another was primary since: it rejoins once there is one
+	}
+	if err := m.take(ctx, lease, now); err != nil {
+		return err
+	}
+	m.cfg.Log.Info("Taking the primary's lease back: this member was the last primary and its lease expired while the cluster was down")
+	if err := m.pg.start(ctx); err != nil {
+		return err
+	}
+	m.setRole(RolePrimary)
+	m.renewed(now)
+	m.labelPod(ctx, true)
 	return m.synchronous()
 }
 

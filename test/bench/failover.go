@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
@@ -14,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/chartpilot/chartpilot/internal/instance/instancetest"
 	"github.com/chartpilot/chartpilot/internal/testcluster"
@@ -47,20 +45,7 @@ func runFailoverBench(root string, runs int) ([]instancetest.Result, error) {
 	pc := instancetest.New(t, instancetest.Options{
 		API: c, Namespace: ns, Synchronous: 1, Members: []string{"pg-0", "pg-1", "pg-2"},
 		Command: func(s instancetest.MemberSpec) *exec.Cmd {
-			// The member's kubeconfig reaches the API server through its
-			// cuttable way, readable by the server's user.
-			kc, err := clientcmd.LoadFromFile(s.Kubeconfig)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, cl := range kc.Clusters {
-				cl.Server = s.APIServer
-			}
-			path := filepath.Join(filepath.Dir(s.DataDir), "kubeconfig")
-			if err := clientcmd.WriteToFile(*kc, path); err != nil {
-				t.Fatal(err)
-			}
-			_ = os.Chown(path, int(s.UID), int(s.GID))
+			path := s.WriteKubeconfig(t)
 			cfg := s.Config()
 			cmd := exec.Command(chartpilot, "instance", "--kubeconfig", path,
 				"--cluster", s.Cluster, "--namespace", s.Namespace, "--member", s.Member, "--pod", s.Member,

@@ -26,6 +26,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/chartpilot/chartpilot/internal/instance"
 	"github.com/chartpilot/chartpilot/internal/testcluster"
@@ -446,4 +447,24 @@ func (c *Cluster) Rejoin(old, primary string) {
 		got, ok := c.Psql(c.Ports[old], 5*time.Second, "SELECT count(*) FROM t")
 		return ok && got == want, fmt.Sprintf("%s rows of %s", got, want)
 	})
+}
+
+// WriteKubeconfig writes, beside the member's data directory, a kubeconfig
+// that reaches the API server through the member's cuttable way, readable
+// by the servers' user, and returns its path.
+func (s MemberSpec) WriteKubeconfig(t T) string {
+	t.Helper()
+	kc, err := clientcmd.LoadFromFile(s.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cl := range kc.Clusters {
+		cl.Server = s.APIServer
+	}
+	path := filepath.Join(filepath.Dir(s.DataDir), "kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Chown(path, int(s.UID), int(s.GID))
+	return path
 }

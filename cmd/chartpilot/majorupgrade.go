@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"github.com/chartpilot/chartpilot/internal/instance"
 	"github.com/chartpilot/chartpilot/internal/majorupgrade"
 )
 
@@ -25,6 +26,7 @@ func majorUpgradeCommand(ctx context.Context, args []string, stdout io.Writer) e
 	data := fs.String("data", "", "the new data directory; it must not exist (required)")
 	work := fs.String("work-dir", "", "directory for the dump and the new server's socket, removed at the end (required; beside the new data, on the same volume)")
 	port := fs.Int("port", 5433, "port of the new server while it is filled (no TCP listener: a socket in --work-dir)")
+	markMoved := fs.Bool("mark-moved", false, "on success, mark the data as moved from the primary (instance managers: the member with it leads)")
 	report := fs.String("report", "", "also write the report to this file (a Job's /dev/termination-log)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -69,6 +71,9 @@ func majorUpgradeCommand(ctx context.Context, args []string, stdout io.Writer) e
 	}
 	if !rep.OK {
 		return fmt.Errorf("failed at step %s: %s", rep.Step, rep.Error)
+	}
+	if *markMoved && err == nil {
+		err = os.WriteFile(instance.MovedMarker(*data), []byte("moved by chartpilot major-upgrade\n"), 0o600)
 	}
 	return err
 }

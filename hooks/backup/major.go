@@ -35,7 +35,8 @@ import (
 // (beforeMajor) completed, a Job running the new major's image moves the
 // data: writes stopped on the old server, everything dumped, restored into
 // a new data directory on a new claim (DATAVOLUME-NAME-0, initialised by
-// the new major), every table's rows and checksum compared. Only then does
+// the new major), every table's rows and checksum compared; with failover,
+// marked as moved, so that pod 0's instance manager leads with it. Only then does
 // the release switch: the values name the new claim template, so the
 // StatefulSet is re-created on it (the reconciler replaces a StatefulSet
 // whose claim templates are renamed). The old claims are kept and named in
@@ -193,9 +194,6 @@ func (m *Major) carryOut(ctx context.Context, obj hooks.Object) error {
 	}
 	pg := ch.pg
 	what := fmt.Sprintf("the PostgreSQL %s → %s upgrade", ch.from, ch.to)
-	if failoverEnabled(pg) {
-		return hooks.Reject("MajorUpgradeNeedsFailoverOff", "%s moves the data with writes stopped, which a failover would undo: set spec.failover.enabled: false for the upgrade (or spec.replicas: 1), and back after it", what)
-	}
 	if pg.Spec.Backup == nil {
 		return hooks.Reject("MajorUpgradeNeedsBackup", "%s takes a fresh backup first and this Postgres has none: set spec.backup.store to a BackupStore", what)
 	}
@@ -328,6 +326,11 @@ func (m *Major) job(pg *v1alpha1.Postgres, ch *majorChange, claim string) *batch
 	lbl := map[string]string{LabelMajorUpgrade: pg.Name, LabelComponent: "major-upgrade", "app.kubernetes.io/managed-by": "chartpilot"}
 	args := []string{"major-upgrade", "--bin", "/usr/lib/postgresql/" + ch.to + "/bin",
 		"--data", "/var/lib/postgresql/data/pgdata", "--work-dir", "/var/lib/postgresql/data/major-upgrade", "--report", "/dev/termination-log"}
+	if failoverEnabled(pg) {
+		// Pod 0 gets the moved data; its instance manager leads with it
+		// whichever member the Lease names, and the others clone from it.
+		args = append(args, "--mark-moved")
+	}
 	env := pgEnv(pg)
 	volumes := []corev1.Volume{
 		{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}},

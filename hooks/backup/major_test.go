@@ -23,6 +23,7 @@ import (
 	"github.com/chartpilot/chartpilot/hooks"
 	"github.com/chartpilot/chartpilot/hooks/backup"
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
+	"github.com/chartpilot/chartpilot/internal/instance"
 	"github.com/chartpilot/chartpilot/internal/majorupgrade"
 	"github.com/chartpilot/chartpilot/internal/testpg"
 )
@@ -96,8 +97,8 @@ func copyFile(t *testing.T, from, to string) {
 // a PostgreSQL 17 server started on the new directory), and only then do
 // the values name the new claim template and the upgrade proceed, with
 // status.dataVolume and status.previousVolume (the old claims, kept)
-// recorded. Without spec.backup, or with failover on, it is refused with
-// the field to set.
+// recorded; failover is on, so the moved data is marked for the instance
+// managers. Without spec.backup it is refused with the field to set.
 func TestMajorUpgradeCarriedOut(t *testing.T) {
 	cluster.Skip(t)
 	agent := buildAgent(t)
@@ -129,7 +130,7 @@ func TestMajorUpgradeCarriedOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	pg := &v1alpha1.Postgres{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db"}, Spec: v1alpha1.PostgresSpec{
-		Version: "17", Storage: v1alpha1.PostgresStorage{Size: "1Gi"},
+		Version: "17", Storage: v1alpha1.PostgresStorage{Size: "1Gi"}, Replicas: ptrTo(int32(2)),
 		Backup: &v1alpha1.PostgresBackup{Store: v1alpha1.StoreRef{Name: "s3"}, Schedule: "0 3 * * *"},
 	}}
 	if err := c.Create(ctx, pg); err != nil {
@@ -211,11 +212,7 @@ func TestMajorUpgradeCarriedOut(t *testing.T) {
 		}
 	}
 
-	// Refusals that name the field: failover on, no backup.
-	withFailover := fresh()
-	withFailover.Spec.Replicas = ptrTo(int32(2))
-	_, err = pass(withFailover)
-	expect(err, "MajorUpgradeNeedsFailoverOff", "spec.failover.enabled: false")
+	// The refusal that names the field: no backup.
 	noBackup := fresh()
 	noBackup.Spec.Backup = nil
 	_, err = pass(noBackup)
@@ -295,6 +292,11 @@ func TestMajorUpgradeCarriedOut(t *testing.T) {
 	}
 	if n := countOn17(t, old, pg17, filepath.Join(volume, "pgdata")); n != "5001" {
 		t.Errorf("PostgreSQL 17 on the new data directory counts %s rows, want 5001", n)
+	}
+	// Failover is on (2 replicas): the data is marked as moved, so that pod
+	// 0's instance manager leads with it.
+	if _, err := os.Stat(instance.MovedMarker(filepath.Join(volume, "pgdata"))); err != nil {
+		t.Errorf("the moved data is not marked for the instance managers: %v", err)
 	}
 	if _, err := os.Stat(filepath.Join(volume, "major-upgrade")); !os.IsNotExist(err) {
 		t.Errorf("the work directory (the dump) was left on the volume: %v", err)

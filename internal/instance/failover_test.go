@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -264,5 +265,60 @@ func TestWholeClusterRestarts(t *testing.T) {
 	c.WaitSettled(next, rest...)
 	if n := rows(p); n != "100" {
 		t.Errorf("the old primary %s, rejoined as a standby, has %s rows, want 100", p, n)
+	}
+}
+
+// TestMovedDataLeads: the data moved to a new volume of one member with
+// writes stopped (a major upgrade), every member restarted on new volumes
+// (the others empty), the Lease naming another member: the member with
+// the moved data (MovedMarker) takes the Lease once it expires, without
+// being rewound onto anyone's timeline, and the others clone from it.
+func TestMovedDataLeads(t *testing.T) {
+	c := newCluster(t, 1)
+	old, standbys := c.WaitSettled("")
+	c.WaitSettled(old, standbys...)
+	if _, ok := c.Psql(c.Ports[old], 10*time.Second, "CREATE TABLE moved_rows (v int); INSERT INTO moved_rows SELECT generate_series(1, 250)"); !ok {
+		t.Fatal("seeding the primary failed")
+	}
+	for _, m := range c.Members {
+		c.Kill(m)
+	}
+	// The primary's data goes to a standby's new volume; the others' are new and empty.
+	target := standbys[0]
+	moved := filepath.Join(c.Dir, "moved-data")
+	if out, err := exec.Command("cp", "-a", filepath.Join(c.Dir, old, "data"), moved).CombinedOutput(); err != nil {
+		t.Fatalf("copying the data: %v %s", err, out)
+	}
+	for _, m := range c.Members {
+		if err := os.RemoveAll(filepath.Join(c.Dir, m, "data")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Rename(moved, filepath.Join(c.Dir, target, "data")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(instance.MovedMarker(filepath.Join(c.Dir, target, "data")), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range c.Members {
+		c.Start(m)
+	}
+	var rest []string
+	for _, m := range c.Members {
+		if m != target {
+			rest = append(rest, m)
+		}
+	}
+	c.WaitSettled(target, rest...)
+	for _, m := range c.Members {
+		var n string
+		c.WaitFor(m+" with the moved rows", time.Minute, func() (bool, string) {
+			var ok bool
+			n, ok = c.Psql(c.Ports[m], 5*time.Second, "SELECT count(*) FROM moved_rows")
+			return ok && n == "250", n
+		})
+	}
+	if _, err := os.Stat(instance.MovedMarker(filepath.Join(c.Dir, target, "data"))); !os.IsNotExist(err) {
+		t.Errorf("the moved-data marker is still there after %s leads: %v", target, err)
 	}
 }

@@ -17,6 +17,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"sync/atomic"
@@ -53,6 +55,12 @@ const (
 	RoleStopped = "stopped"
 	RoleFenced  = "fenced"
 )
+
+// MovedMarker is the file, beside a data directory, that says its data was
+// moved there from the cluster's primary with writes stopped (a major
+// upgrade): with no live primary, the member that has it leads, whichever
+// member the Lease names, and it is never rewound onto another's timeline.
+func MovedMarker(dataDir string) string { return filepath.Clean(dataDir) + ".moved" }
 
 // Config is one member of a cluster.
 type Config struct {
@@ -252,6 +260,7 @@ func (m *Manager) lead(ctx context.Context, lease *coordinationv1.Lease, now tim
 			return err
 		}
 		m.setRole(RolePrimary)
+		m.clearMoved()
 	}
 	lease.Spec.RenewTime = &metav1.MicroTime{Time: now}
 	if _, err := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace).Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
@@ -341,6 +350,9 @@ func (m *Manager) follow(ctx context.Context, holder string) error {
 		return nil // the new primary has not started yet
 	}
 	m.lastPrimaryLSN = max(m.lastPrimaryLSN, p.lsn)
+	if m.moved() {
+		return nil // moved data is the cluster's newest: it waits for the Lease to expire and leads
+	}
 	switch {
 	case !m.pg.initialized():
 		m.cfg.Log.Info("Cloning from the primary", "primary", holder)
@@ -473,20 +485,43 @@ func (m *Manager) restartWithoutPrimary(ctx context.Context, lease *coordination
 		m.setRole(RoleStandby)
 		return nil
 	}
-	if previous != m.cfg.Member {
+	moved := m.moved()
+	if previous != m.cfg.Member && !moved {
 		return nil // a primary's data, but another was primary since: it rejoins once there is one
 	}
 	if err := m.take(ctx, lease, now); err != nil {
 		return err
 	}
-	m.cfg.Log.Info("Taking the primary's lease back: this member was the last primary and its lease expired while the cluster was down")
+	if moved {
+		m.cfg.Log.Info("Taking the primary's lease: this member holds the data moved from the primary (a major upgrade)", "previous", previous)
+		// The data was made elsewhere: this member's own settings.
+		if err := m.pg.configure(); err != nil {
+			return err
+		}
+	} else {
+		m.cfg.Log.Info("Taking the primary's lease back: this member was the last primary and its lease expired while the cluster was down")
+	}
 	if err := m.pg.start(ctx); err != nil {
 		return err
 	}
 	m.setRole(RolePrimary)
+	m.clearMoved()
 	m.renewed(now)
 	m.labelPod(ctx, true)
 	return m.synchronous()
+}
+
+// moved reports whether this member's data was moved here (MovedMarker).
+func (m *Manager) moved() bool {
+	_, err := os.Stat(MovedMarker(m.cfg.DataDir))
+	return err == nil
+}
+
+// clearMoved removes the marker once this member leads with the moved data.
+func (m *Manager) clearMoved() {
+	if err := os.Remove(MovedMarker(m.cfg.DataDir)); err != nil && !os.IsNotExist(err) {
+		m.cfg.Log.Info("Removing the moved-data marker failed", "error", err.Error())
+	}
 }
 
 // event records an event on the member's pod.

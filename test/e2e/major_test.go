@@ -129,10 +129,10 @@ func TestPostgresMajorUpgradeCarriedOut(t *testing.T) {
 	if img := job.Spec.Template.Spec.Containers[0].Image; img != "postgres:17" {
 		t.Errorf("the major upgrade Job runs %s, want postgres:17", img)
 	}
-	c := condition(e.get(postgresGVR, "pg"), "BackupBeforeMajorUpgrade")
-	if c == nil || c.Reason != "MajorUpgradeRunning" {
-		t.Errorf("while the data moves: %+v", c)
-	}
+	e.waitFor("MajorUpgradeRunning while the data moves", time.Minute, func() (bool, string) {
+		c := condition(e.get(postgresGVR, "pg"), "BackupBeforeMajorUpgrade")
+		return c != nil && c.Reason == "MajorUpgradeRunning", fmt.Sprintf("%+v", c)
+	})
 	if img, tpl := sts(); !strings.HasSuffix(img, ":16") || strings.Join(tpl, ",") != "data" {
 		t.Fatalf("the release changed (%s, %v) before the data moved", img, tpl)
 	}

@@ -23,7 +23,8 @@ type namedStore struct {
 }
 
 // testStores are a bucket of a real S3 server (versitygw), a container of
-// Azurite (Azure Blob Storage's emulator) and a directory,
+// Azurite (Azure Blob Storage's emulator), a bucket of fake-gcs-server
+// (Google Cloud Storage's JSON API) and a directory,
 // closed when the test ends, with the S3 server's settings.
 func testStores(t *testing.T) (backup.S3, []namedStore) {
 	t.Helper()
@@ -43,7 +44,12 @@ func testStores(t *testing.T) (backup.S3, []namedStore) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { azb.Close() })
-	return s3cfg, []namedStore{{"s3", s3b}, {"azure", azb}, {"volume", dirb}}
+	gcsb, err := backup.OpenGCS(context.Background(), backuptest.StartGCS(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { gcsb.Close() })
+	return s3cfg, []namedStore{{"s3", s3b}, {"azure", azb}, {"gcs", gcsb}, {"volume", dirb}}
 }
 
 // seed makes database db with tables of several types and rows.
@@ -213,5 +219,22 @@ func TestAzureWrongKey(t *testing.T) {
 	defer gb.Close()
 	if _, err := backup.Write(ctx, gb, "db/1", strings.NewReader("row\n"), backup.Options{}); err != nil {
 		t.Errorf("the same location with the right key: %v (the refused backup left something behind?)", err)
+	}
+}
+
+// TestGCSKeyChecked: a service account key that is not JSON is refused
+// before anything is sent, without the key in the error; a bucket without
+// credentials is only opened against an emulator's endpoint.
+func TestGCSKeyChecked(t *testing.T) {
+	ctx := context.Background()
+	_, err := backup.OpenGCS(ctx, backup.GCS{Bucket: "b", ServiceAccountKey: "private-key-never-shown"})
+	if err == nil || strings.Contains(err.Error(), "private-key-never-shown") || !strings.Contains(err.Error(), "not JSON") {
+		t.Errorf("a key that is not JSON: %v", err)
+	}
+	if _, err := backup.OpenGCS(ctx, backup.GCS{Bucket: "b"}); err == nil || !strings.Contains(err.Error(), "service account key is required") {
+		t.Errorf("no key and no endpoint: %v", err)
+	}
+	if _, err := backup.OpenGCS(ctx, backup.GCS{Endpoint: "ftp://x", Bucket: "b"}); err == nil || !strings.Contains(err.Error(), "gcs.endpoint") {
+		t.Errorf("an endpoint that is not http(s): %v", err)
 	}
 }

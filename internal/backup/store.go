@@ -9,12 +9,15 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"os"
 	"strings"
 
+	gcpcredentials "cloud.google.com/go/auth/credentials"
+	"cloud.google.com/go/storage"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
@@ -22,7 +25,9 @@ import (
 	"gocloud.dev/blob"
 	"gocloud.dev/blob/azureblob"
 	"gocloud.dev/blob/fileblob"
+	"gocloud.dev/blob/gcsblob"
 	"gocloud.dev/blob/s3blob"
+	"google.golang.org/api/option"
 )
 
 // S3 is an S3 bucket or an S3-compatible server's.
@@ -156,6 +161,67 @@ func OpenAzure(ctx context.Context, a Azure) (*blob.Bucket, error) {
 	}
 	if a.Prefix != "" {
 		b = blob.PrefixedBucket(b, strings.TrimSuffix(a.Prefix, "/")+"/")
+	}
+	return b, nil
+}
+
+// GCS is a bucket of Google Cloud Storage (or of an emulator).
+type GCS struct {
+	// Endpoint is the JSON API's URL; empty: Google's.
+	Endpoint string
+	Bucket   string
+	// Prefix is prepended to every key.
+	Prefix string
+	// ServiceAccountKey is a service account's JSON key; it never appears
+	// in an error or a log line of this package. Empty only with an
+	// endpoint (an emulator, no authentication).
+	ServiceAccountKey string
+}
+
+// Validate names the first missing or wrong field.
+func (g GCS) Validate() error {
+	switch {
+	case g.Bucket == "":
+		return errors.New("gcs.bucket: required")
+	case g.Endpoint != "" && !strings.HasPrefix(g.Endpoint, "https://") && !strings.HasPrefix(g.Endpoint, "http://"):
+		return fmt.Errorf("gcs.endpoint: %q is not an http(s) URL", g.Endpoint)
+	case g.ServiceAccountKey == "" && g.Endpoint == "":
+		return errors.New("gcs credentials: a service account key is required")
+	case g.ServiceAccountKey != "" && !json.Valid([]byte(g.ServiceAccountKey)):
+		return errors.New("gcs credentials: the service account key is not JSON")
+	}
+	return nil
+}
+
+// OpenGCS opens the bucket; nothing is read or written yet.
+func OpenGCS(ctx context.Context, g GCS) (*blob.Bucket, error) {
+	if err := g.Validate(); err != nil {
+		return nil, err
+	}
+	var opts []option.ClientOption
+	if g.Endpoint != "" {
+		opts = append(opts, option.WithEndpoint(strings.TrimSuffix(g.Endpoint, "/")+"/storage/v1/"))
+	}
+	if g.ServiceAccountKey != "" {
+		creds, err := gcpcredentials.DetectDefault(&gcpcredentials.DetectOptions{
+			CredentialsJSON: []byte(g.ServiceAccountKey), Scopes: []string{storage.ScopeReadWrite}})
+		if err != nil {
+			return nil, errors.New("gcs credentials: the service account key cannot be read")
+		}
+		opts = append(opts, option.WithAuthCredentials(creds))
+	} else {
+		opts = append(opts, option.WithoutAuthentication())
+	}
+	client, err := storage.NewClient(ctx, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("gcs bucket %s: %w", g.Bucket, err)
+	}
+	b, err := gcsblob.OpenBucket(ctx, nil, g.Bucket, &gcsblob.Options{Client: client})
+	if err != nil {
+		return nil, fmt.Errorf("gcs bucket %s: %w", g.Bucket, err)
+	}
+	if g.Prefix != "" {
+		b = blob.PrefixedBucket(b, strings.TrimSuffix(g.Prefix, "/")+"/")
 	}
 	return b, nil
 }

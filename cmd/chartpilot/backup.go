@@ -36,7 +36,8 @@ The manifest is printed on standard output as JSON.
 
 Credentials come from the environment, never from flags:
 CHARTPILOT_S3_ACCESS_KEY_ID and CHARTPILOT_S3_SECRET_ACCESS_KEY for S3,
-CHARTPILOT_AZURE_ACCOUNT_KEY for Azure. Without
+CHARTPILOT_AZURE_ACCOUNT_KEY for Azure, CHARTPILOT_GCS_SERVICE_ACCOUNT_KEY
+(a service account's JSON key; none against an emulator) for GCS. Without
 --recipient, run encrypts for CHARTPILOT_AGE_KEY when it is set: an age
 X25519 recipient (age1…) or identity (AGE-SECRET-KEY-1…, its recipient).
 
@@ -54,7 +55,7 @@ func backupCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, backupUsage); fs.PrintDefaults() }
 	location := fs.String("location", "", "key prefix of the backup in the store, e.g. orders/2026-11-30T120000Z (required)")
-	store := fs.String("store", "", "kind of store: s3, azure or volume (required)")
+	store := fs.String("store", "", "kind of store: s3, gcs, azure or volume (required)")
 	var s3 backup.S3
 	fs.StringVar(&s3.Endpoint, "s3-endpoint", "", "URL of an S3-compatible server (empty: AWS)")
 	fs.StringVar(&s3.Bucket, "s3-bucket", "", "bucket")
@@ -67,6 +68,10 @@ func backupCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs.StringVar(&az.AccountName, "azure-account", "", "storage account")
 	fs.StringVar(&az.Container, "azure-container", "", "container")
 	fs.StringVar(&az.Prefix, "azure-prefix", "", "key prefix inside the container")
+	var gcs backup.GCS
+	fs.StringVar(&gcs.Endpoint, "gcs-endpoint", "", "URL of the JSON API (empty: Google's)")
+	fs.StringVar(&gcs.Bucket, "gcs-bucket", "", "bucket")
+	fs.StringVar(&gcs.Prefix, "gcs-prefix", "", "key prefix inside the bucket")
 	volumePath := fs.String("volume-path", "", "directory of the volume store")
 	recipient := fs.String("recipient", "", "run: age X25519 public key (age1…) to encrypt for; empty: not encrypted")
 	compression := fs.String("compression", backup.CompressionZstd, "run: zstd or none")
@@ -94,7 +99,7 @@ func backupCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	case len(command) == 0 && sub != "verify":
 		return fmt.Errorf("the command to %s is required after --", map[string]string{"run": "back up", "restore": "restore into"}[sub])
 	}
-	b, err := openStore(ctx, *store, s3, az, *caFile, *volumePath)
+	b, err := openStore(ctx, *store, s3, az, gcs, *caFile, *volumePath)
 	if err != nil {
 		return err
 	}
@@ -158,8 +163,11 @@ func backupCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	return json.NewEncoder(stdout).Encode(report)
 }
 
-func openStore(ctx context.Context, kind string, s3 backup.S3, az backup.Azure, caFile, volumePath string) (*blob.Bucket, error) {
+func openStore(ctx context.Context, kind string, s3 backup.S3, az backup.Azure, gcs backup.GCS, caFile, volumePath string) (*blob.Bucket, error) {
 	switch kind {
+	case "gcs":
+		gcs.ServiceAccountKey = os.Getenv("CHARTPILOT_GCS_SERVICE_ACCOUNT_KEY")
+		return backup.OpenGCS(ctx, gcs)
 	case "azure":
 		az.AccountKey = os.Getenv("CHARTPILOT_AZURE_ACCOUNT_KEY")
 		return backup.OpenAzure(ctx, az)
@@ -180,7 +188,7 @@ func openStore(ctx context.Context, kind string, s3 backup.S3, az backup.Azure, 
 		}
 		return backup.OpenDir(volumePath)
 	}
-	return nil, fmt.Errorf("--store %q: must be s3, azure or volume", kind)
+	return nil, fmt.Errorf("--store %q: must be s3, gcs, azure or volume", kind)
 }
 
 // backupRun stores command's standard output. A command that fails, even

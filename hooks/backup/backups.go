@@ -182,7 +182,10 @@ func (r *BackupReconciler) store(ctx context.Context, b *v1alpha1.Backup) (*reso
 		if az := cs.Spec.Azure; az != nil && az.CredentialsSecretRef.Namespace != b.Namespace {
 			return nil, fmt.Sprintf("spec.store: ClusterBackupStore %s keeps its Azure Secret in namespace %s, which a backup Job of %s cannot read: use a BackupStore of %s, or a ClusterBackupStore whose Secret is in %s", cs.Name, az.CredentialsSecretRef.Namespace, b.Namespace, b.Namespace, b.Namespace), false
 		}
-		return &resolvedStore{spec: v1alpha1.BackupStoreSpec{S3: cs.Spec.S3, Azure: cs.Spec.Azure, Volume: cs.Spec.Volume}, secretNS: b.Namespace}, "", true
+		if g := cs.Spec.GCS; g != nil && g.CredentialsSecretRef != nil && g.CredentialsSecretRef.Namespace != b.Namespace {
+			return nil, fmt.Sprintf("spec.store: ClusterBackupStore %s keeps its GCS Secret in namespace %s, which a backup Job of %s cannot read: use a BackupStore of %s, or a ClusterBackupStore whose Secret is in %s", cs.Name, g.CredentialsSecretRef.Namespace, b.Namespace, b.Namespace, b.Namespace), false
+		}
+		return &resolvedStore{spec: v1alpha1.BackupStoreSpec{S3: cs.Spec.S3, GCS: cs.Spec.GCS, Azure: cs.Spec.Azure, Volume: cs.Spec.Volume}, secretNS: b.Namespace}, "", true
 	}
 	s := &v1alpha1.BackupStore{}
 	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: b.Namespace, Name: ref.Name}, s); err != nil {
@@ -461,6 +464,19 @@ func storeFlags(st *resolvedStore) (args []string, env []corev1.EnvVar, volumes 
 			args = append(args, "--azure-prefix", az.Prefix)
 		}
 		env = append(env, corev1.EnvVar{Name: "CHARTPILOT_AZURE_ACCOUNT_KEY", ValueFrom: secretKey(az.CredentialsSecretRef.Name, "accountKey")})
+		return args, env, volumes, mounts
+	}
+	if g := st.spec.GCS; g != nil {
+		args = append(args, "--store", "gcs", "--gcs-bucket", g.Bucket)
+		if g.Endpoint != "" {
+			args = append(args, "--gcs-endpoint", g.Endpoint)
+		}
+		if g.Prefix != "" {
+			args = append(args, "--gcs-prefix", g.Prefix)
+		}
+		if ref := g.CredentialsSecretRef; ref != nil {
+			env = append(env, corev1.EnvVar{Name: "CHARTPILOT_GCS_SERVICE_ACCOUNT_KEY", ValueFrom: secretKey(ref.Name, "serviceAccountKey")})
+		}
 		return args, env, volumes, mounts
 	}
 	if s3 := st.spec.S3; s3 != nil {

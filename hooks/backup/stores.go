@@ -100,7 +100,7 @@ func (r *StoreReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 			return ctrl.Result{}, client.IgnoreNotFound(err)
 		}
 		obj, status = s, &s.Status
-		spec = v1alpha1.BackupStoreSpec{S3: s.Spec.S3, Azure: s.Spec.Azure, Volume: s.Spec.Volume}
+		spec = v1alpha1.BackupStoreSpec{S3: s.Spec.S3, GCS: s.Spec.GCS, Azure: s.Spec.Azure, Volume: s.Spec.Volume}
 		secretNS = ""
 	} else {
 		s := &v1alpha1.BackupStore{}
@@ -171,6 +171,24 @@ func (r *StoreReconciler) check(ctx context.Context, obj client.Object, spec v1a
 		}
 		return "Checked", fmt.Sprintf("PersistentVolumeClaim %s is bound", spec.Volume.ClaimName)
 	}
+	if g := spec.GCS; g != nil {
+		if !r.Cluster && g.Endpoint != "" && !allowed(g.Endpoint, r.Endpoints) {
+			return "EndpointNotAllowed", fmt.Sprintf("spec.gcs.endpoint %q does not start with one of the endpoints the operator allows namespaced stores (--backup-store-endpoints: %s): use an allowed endpoint, or ask an admin for a ClusterBackupStore", g.Endpoint, strings.Join(orNone(r.Endpoints), ", "))
+		}
+		secretNS := obj.GetNamespace()
+		if r.Cluster && g.CredentialsSecretRef != nil {
+			secretNS = g.CredentialsSecretRef.Namespace
+		}
+		b, secret, reason, msg := openGCS(ctx, r.Reader, g, secretNS)
+		if b == nil {
+			return reason, msg
+		}
+		defer b.Close()
+		if err := probe(ctx, b); err != nil {
+			return "ProbeFailed", "writing, reading and deleting a probe object failed: " + scrubSecret(err, secret)
+		}
+		return "Checked", fmt.Sprintf("a probe object was written to bucket %s, read back and deleted", g.Bucket)
+	}
 	if az := spec.Azure; az != nil {
 		if !r.Cluster && az.Endpoint != "" && !allowed(az.Endpoint, r.Endpoints) {
 			return "EndpointNotAllowed", fmt.Sprintf("spec.azure.endpoint %q does not start with one of the endpoints the operator allows namespaced stores (--backup-store-endpoints: %s): use an allowed endpoint, or ask an admin for a ClusterBackupStore", az.Endpoint, strings.Join(orNone(r.Endpoints), ", "))
@@ -191,7 +209,7 @@ func (r *StoreReconciler) check(ctx context.Context, obj client.Object, spec v1a
 	}
 	s3 := spec.S3
 	if s3 == nil {
-		return "Invalid", "set exactly one of spec.s3, spec.azure or spec.volume"
+		return "Invalid", "set exactly one of spec.s3, spec.gcs, spec.azure or spec.volume"
 	}
 	if !r.Cluster && s3.Endpoint != "" && !allowed(s3.Endpoint, r.Endpoints) {
 		return "EndpointNotAllowed", fmt.Sprintf("spec.s3.endpoint %q does not start with one of the endpoints the operator allows namespaced stores (--backup-store-endpoints: %s): use an allowed endpoint, or ask an admin for a ClusterBackupStore", s3.Endpoint, strings.Join(orNone(r.Endpoints), ", "))
@@ -268,6 +286,32 @@ func openAzure(ctx context.Context, reader client.Reader, az *v1alpha1.AzureStor
 	return b, key, "", ""
 }
 
+// openGCS opens the bucket of g with the service account key of its
+// Secret in secretNS (none against an emulator's endpoint); nil and the
+// reason and message (never the key) when it cannot. The key is returned
+// for scrubbing errors.
+func openGCS(ctx context.Context, reader client.Reader, g *v1alpha1.GCSStore, secretNS string) (*blob.Bucket, string, string, string) {
+	key := ""
+	if ref := g.CredentialsSecretRef; ref != nil {
+		sec := &corev1.Secret{}
+		if err := reader.Get(ctx, types.NamespacedName{Namespace: secretNS, Name: ref.Name}, sec); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil, "", "CredentialsNotFound", fmt.Sprintf("spec.gcs.credentialsSecretRef: Secret %s/%s does not exist: create it with key serviceAccountKey", secretNS, ref.Name)
+			}
+			return nil, "", "CredentialsUnreadable", "reading the credentials Secret: " + redact.Error(err).Error()
+		}
+		key = string(sec.Data["serviceAccountKey"])
+		if key == "" {
+			return nil, "", "CredentialsIncomplete", fmt.Sprintf("spec.gcs.credentialsSecretRef: Secret %s/%s needs key serviceAccountKey (a service account's JSON key)", secretNS, ref.Name)
+		}
+	}
+	b, err := backup.OpenGCS(ctx, backup.GCS{Endpoint: g.Endpoint, Bucket: g.Bucket, Prefix: g.Prefix, ServiceAccountKey: key})
+	if err != nil {
+		return nil, key, "Invalid", scrubSecret(err, key)
+	}
+	return b, key, "", ""
+}
+
 // scrubSecret is err's message without secret.
 func scrubSecret(err error, secret string) string {
 	msg := redact.Error(err).Error()
@@ -277,7 +321,7 @@ func scrubSecret(err error, secret string) string {
 	return msg
 }
 
-// openStore opens a remote store (S3 or Azure) of spec with the Secrets of
+// openStore opens a remote store (S3, GCS or Azure) of spec with the Secrets of
 // secretNS; nil and why when it cannot, or when spec is a volume.
 func openStore(ctx context.Context, reader client.Reader, spec v1alpha1.BackupStoreSpec, secretNS string) (*blob.Bucket, func(error) string, string) {
 	switch {
@@ -286,6 +330,9 @@ func openStore(ctx context.Context, reader client.Reader, spec v1alpha1.BackupSt
 		return b, func(err error) string { return scrub(err, cfg) }, msg
 	case spec.Azure != nil:
 		b, key, _, msg := openAzure(ctx, reader, spec.Azure, secretNS)
+		return b, func(err error) string { return scrubSecret(err, key) }, msg
+	case spec.GCS != nil:
+		b, key, _, msg := openGCS(ctx, reader, spec.GCS, secretNS)
 		return b, func(err error) string { return scrubSecret(err, key) }, msg
 	}
 	return nil, nil, "a volume store cannot be read by the operator"

@@ -102,6 +102,14 @@ func TestStoresChecked(t *testing.T) {
 		return &v1alpha1.BackupStore{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: v1alpha1.BackupStoreSpec{Azure: &v1alpha1.AzureStore{
 			Endpoint: az.Endpoint, AccountName: az.AccountName, Container: az.Container, Prefix: "probe-test", CredentialsSecretRef: v1alpha1.SecretRef{Name: secretName}}}}
 	}
+	gcs := backuptest.StartGCS(t)
+	mustCreate(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "gcs-no-key"}, Data: map[string][]byte{"other": []byte("x")}})
+	gcsStore := func(name string, ref *v1alpha1.SecretRef) *v1alpha1.BackupStore {
+		return &v1alpha1.BackupStore{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: v1alpha1.BackupStoreSpec{GCS: &v1alpha1.GCSStore{
+			Endpoint: gcs.Endpoint, Bucket: gcs.Bucket, Prefix: "probe-test", CredentialsSecretRef: ref}}}
+	}
+	mustCreate(gcsStore("gcs", nil))
+	mustCreate(gcsStore("gcs-no-key", &v1alpha1.SecretRef{Name: "gcs-no-key"}))
 	mustCreate(azureStore("azure", "azure"))
 	mustCreate(azureStore("azure-wrong-key", "azure-wrong"))
 	mustCreate(store("good", s3.Endpoint, "good"))
@@ -136,6 +144,8 @@ func TestStoresChecked(t *testing.T) {
 		{"good", "Checked", "read back and deleted", metav1.ConditionTrue},
 		{"azure", "Checked", "written to container backups, read back and deleted", metav1.ConditionTrue},
 		{"azure-wrong-key", "ProbeFailed", "write", metav1.ConditionFalse},
+		{"gcs", "Checked", "written to bucket backups, read back and deleted", metav1.ConditionTrue},
+		{"gcs-no-key", "CredentialsIncomplete", "spec.gcs.credentialsSecretRef: Secret " + ns + "/gcs-no-key needs key serviceAccountKey", metav1.ConditionFalse},
 		{"wrong-secret", "ProbeFailed", "write", metav1.ConditionFalse},
 		{"no-secret", "CredentialsNotFound", "spec.s3.credentialsSecretRef: Secret " + ns + "/absent does not exist", metav1.ConditionFalse},
 		{"not-allowed", "EndpointNotAllowed", "--backup-store-endpoints: http://127.0.0.1:", metav1.ConditionFalse},
@@ -157,8 +167,12 @@ func TestStoresChecked(t *testing.T) {
 	// Refused at admission.
 	both := store("both", s3.Endpoint, "good")
 	both.Spec.Volume = &v1alpha1.VolumeStore{ClaimName: "x"}
-	if err := c.Create(ctx, both); err == nil || !strings.Contains(err.Error(), "set exactly one of s3, azure or volume") {
+	if err := c.Create(ctx, both); err == nil || !strings.Contains(err.Error(), "set exactly one of s3, gcs, azure or volume") {
 		t.Errorf("a store with s3 and volume: %v", err)
+	}
+	googleNoKey := &v1alpha1.BackupStore{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "gcs-google-no-key"}, Spec: v1alpha1.BackupStoreSpec{GCS: &v1alpha1.GCSStore{Bucket: "backups"}}}
+	if err := c.Create(ctx, googleNoKey); err == nil || !strings.Contains(err.Error(), "set credentialsSecretRef") {
+		t.Errorf("a GCS store of Google's without credentials: %v", err)
 	}
 	other := store("other-namespace", s3.Endpoint, "good")
 	other.Spec.S3.CredentialsSecretRef.Namespace = "kube-system"

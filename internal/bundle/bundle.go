@@ -198,7 +198,7 @@ a Helm release of its chart, installed, upgraded (health-checked, rolled back on
 failure, canaries first across the fleet) and kept free of drift.
 
 * **Postgres**: a typed kind with auto-tuning, scheduled and encrypted backups
-  to S3, Azure Blob Storage or a volume, restores, restore drills, monitoring
+  to S3, Google Cloud Storage, Azure Blob Storage or a volume, restores, restore drills, monitoring
   and volumes that grow in place or by themselves.
 * **Redis**: a passthrough kind, its spec being the chart's values.
 * **Tenant**: per-tenant values, limits and identities.
@@ -301,7 +301,7 @@ var descriptions = map[string]string{
 	"Redis":              "A Redis server released from charts/redis; its spec is the chart's values",
 	"Tenant":             "A tenant: its namespaces, values, limits and the identity its releases run as",
 	"Backup":             "One backup of a resource, run as a Job and stored in a BackupStore",
-	"BackupStore":        "Where the backups of a namespace go: S3, Azure Blob Storage or a volume",
+	"BackupStore":        "Where the backups of a namespace go: S3, Google Cloud Storage, Azure Blob Storage or a volume",
 	"ClusterBackupStore": "A backup store shared by the namespaces it selects",
 }
 

@@ -4,14 +4,18 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// BackupStoreSpec is where backups go: exactly one of s3, azure or volume.
-// +kubebuilder:validation:XValidation:rule="(has(self.s3) ? 1 : 0) + (has(self.azure) ? 1 : 0) + (has(self.volume) ? 1 : 0) == 1",message="set exactly one of s3, azure or volume"
+// BackupStoreSpec is where backups go: exactly one of s3, gcs, azure or volume.
+// +kubebuilder:validation:XValidation:rule="(has(self.s3) ? 1 : 0) + (has(self.gcs) ? 1 : 0) + (has(self.azure) ? 1 : 0) + (has(self.volume) ? 1 : 0) == 1",message="set exactly one of s3, gcs, azure or volume"
+// +kubebuilder:validation:XValidation:rule="!has(self.gcs) || !has(self.gcs.credentialsSecretRef) || !has(self.gcs.credentialsSecretRef.__namespace__)",message="a BackupStore reads Secrets of its own namespace only: remove the namespace of gcs.credentialsSecretRef"
 // +kubebuilder:validation:XValidation:rule="!has(self.s3) || (!has(self.s3.credentialsSecretRef.__namespace__) && (!has(self.s3.caSecretRef) || !has(self.s3.caSecretRef.__namespace__)))",message="a BackupStore reads Secrets of its own namespace only: remove the namespace of s3.credentialsSecretRef and s3.caSecretRef"
 // +kubebuilder:validation:XValidation:rule="!has(self.azure) || !has(self.azure.credentialsSecretRef.__namespace__)",message="a BackupStore reads Secrets of its own namespace only: remove the namespace of azure.credentialsSecretRef"
 type BackupStoreSpec struct {
 	// S3 is a bucket of S3 or of an S3-compatible server.
 	// +optional
 	S3 *S3Store `json:"s3,omitempty"`
+	// GCS is a bucket of Google Cloud Storage.
+	// +optional
+	GCS *GCSStore `json:"gcs,omitempty"`
 	// Azure is a container of Azure Blob Storage.
 	// +optional
 	Azure *AzureStore `json:"azure,omitempty"`
@@ -96,6 +100,29 @@ type AzureStore struct {
 	CredentialsSecretRef SecretRef `json:"credentialsSecretRef"`
 }
 
+// GCSStore is a bucket of Google Cloud Storage.
+// +kubebuilder:validation:XValidation:rule="has(self.credentialsSecretRef) || has(self.endpoint)",message="set credentialsSecretRef (a Secret with key serviceAccountKey); only an emulator's endpoint goes without"
+type GCSStore struct {
+	// Endpoint is the JSON API's URL; empty: Google's. For a namespaced
+	// BackupStore it must start with one of the operator's
+	// --backup-store-endpoints.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^https?://[^\s]+$`
+	Endpoint string `json:"endpoint,omitempty"`
+	// +kubebuilder:validation:Pattern=`^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$`
+	Bucket string `json:"bucket"`
+	// Prefix is prepended to every key.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^[^.][^\s]*$`
+	Prefix string `json:"prefix,omitempty"`
+	// CredentialsSecretRef names a Secret with key serviceAccountKey (a
+	// service account's JSON key): in the store's namespace for a
+	// BackupStore; a ClusterBackupStore names the namespace. Only an
+	// emulator's endpoint goes without.
+	// +optional
+	CredentialsSecretRef *SecretRef `json:"credentialsSecretRef,omitempty"`
+}
+
 // VolumeStore is a directory of a PersistentVolumeClaim.
 type VolumeStore struct {
 	// +kubebuilder:validation:MinLength=1
@@ -146,12 +173,15 @@ type BackupStoreList struct {
 
 // ClusterBackupStoreSpec is a BackupStoreSpec an admin offers to the
 // namespaces NamespaceSelector matches.
-// +kubebuilder:validation:XValidation:rule="(has(self.s3) ? 1 : 0) + (has(self.azure) ? 1 : 0) + (has(self.volume) ? 1 : 0) == 1",message="set exactly one of s3, azure or volume"
+// +kubebuilder:validation:XValidation:rule="(has(self.s3) ? 1 : 0) + (has(self.gcs) ? 1 : 0) + (has(self.azure) ? 1 : 0) + (has(self.volume) ? 1 : 0) == 1",message="set exactly one of s3, gcs, azure or volume"
+// +kubebuilder:validation:XValidation:rule="!has(self.gcs) || !has(self.gcs.credentialsSecretRef) || has(self.gcs.credentialsSecretRef.__namespace__)",message="a ClusterBackupStore names the namespace of its Secrets: set gcs.credentialsSecretRef.namespace"
 // +kubebuilder:validation:XValidation:rule="!has(self.s3) || (has(self.s3.credentialsSecretRef.__namespace__) && (!has(self.s3.caSecretRef) || has(self.s3.caSecretRef.__namespace__)))",message="a ClusterBackupStore names the namespace of its Secrets: set s3.credentialsSecretRef.namespace (and s3.caSecretRef.namespace)"
 // +kubebuilder:validation:XValidation:rule="!has(self.azure) || has(self.azure.credentialsSecretRef.__namespace__)",message="a ClusterBackupStore names the namespace of its Secrets: set azure.credentialsSecretRef.namespace"
 type ClusterBackupStoreSpec struct {
 	// +optional
 	S3 *S3Store `json:"s3,omitempty"`
+	// +optional
+	GCS *GCSStore `json:"gcs,omitempty"`
 	// +optional
 	Azure *AzureStore `json:"azure,omitempty"`
 	// +optional

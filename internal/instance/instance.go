@@ -395,7 +395,11 @@ func (m *Manager) elect(ctx context.Context, lease *coordinationv1.Lease, previo
 	if err != nil {
 		return err
 	}
-	if previous == "" && !m.pg.initialized() {
+	// Only a cluster whose Lease was never held is bootstrapped: once a
+	// primary existed its data is somewhere (a member restarting on an
+	// empty volume, with the Lease released, waits for it), and a second
+	// cluster beside it would split the data.
+	if previous == "" && !m.pg.initialized() && ptr.Deref(lease.Spec.LeaseTransitions, 0) == 0 {
 		for _, o := range members {
 			if o.name != m.cfg.Member && o.fresh && o.role != RoleStopped {
 				return nil // another member has data: it leads

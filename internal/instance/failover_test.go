@@ -322,3 +322,40 @@ func TestMovedDataLeads(t *testing.T) {
 		t.Errorf("the moved-data marker is still there after %s leads: %v", target, err)
 	}
 }
+
+// TestNoSecondBootstrap: a cluster that had a primary is never initialised
+// again by itself. Every member back on an empty volume (the Lease released
+// by the old primary, which restarts within its duration and finds no
+// data) stays without a primary rather than start an empty cluster that
+// would stand for the lost one; deleting the primary's Lease, a person's
+// decision, lets a new cluster start.
+func TestNoSecondBootstrap(t *testing.T) {
+	c := newCluster(t, 0)
+	old, standbys := c.WaitSettled("")
+	c.WaitSettled(old, standbys...)
+	for _, m := range c.Members {
+		c.Kill(m)
+	}
+	for _, m := range c.Members {
+		if err := os.RemoveAll(filepath.Join(c.Dir, m, "data")); err != nil {
+			t.Fatal(err)
+		}
+		c.Start(m)
+	}
+	deadline := time.Now().Add(3 * instancetest.LeaseDuration)
+	for time.Now().Before(deadline) {
+		for m, role := range c.Roles() {
+			if role == instance.RolePrimary {
+				if _, err := os.Stat(filepath.Join(c.Dir, m, "data", "PG_VERSION")); err == nil {
+					t.Fatalf("%s initialised a new cluster after the old one's data was gone", m)
+				}
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err := c.CS.CoordinationV1().Leases(c.NS).Delete(context.Background(), instancetest.ClusterName+"-primary", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p, others := c.WaitSettled("")
+	c.WaitSettled(p, others...)
+}

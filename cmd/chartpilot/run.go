@@ -91,7 +91,7 @@ func parseRunFlags(args []string) (*runOptions, error) {
 	fs.StringVar(&o.webhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "directory of the webhook's tls.crt and tls.key")
 	fs.StringVar(&o.webhookCerts, "webhook-certs", "self-signed", "self-signed: chartpilot makes, shares (Secret <service>-certs) and rotates a CA and certificate; files: use --webhook-cert-dir as mounted (e.g. from cert-manager)")
 	fs.StringVar(&o.webhookService, "webhook-service", "chartpilot-system/chartpilot-webhook", "namespace/name of the webhook's Service (names in the self-signed certificate)")
-	fs.StringVar(&o.backupImage, "backup-image", "chartpilot-agent:"+version, "image of the backup Jobs: chartpilot with the PostgreSQL client tools (pg_dump, pg_restore) of the servers backed up")
+	fs.StringVar(&o.backupImage, "backup-image", "ghcr.io/chartpilot/chartpilot:"+version, "chartpilot's image, which backup, restore, drill and major upgrade Jobs copy the agent from (their containers run the database's own image, e.g. postgres:<version>); this operator's own image")
 	fs.Func("backup-store-endpoints", "comma-separated URL prefixes a namespaced BackupStore's S3 endpoint may start with (the operator connects to it); empty: namespaced stores may use AWS only", func(v string) error {
 		for _, p := range strings.Split(v, ",") {
 			p = strings.TrimSpace(p)

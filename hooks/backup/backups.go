@@ -79,8 +79,9 @@ type BackupReconciler struct {
 	// Reader reads Secrets, Namespaces and pods from the API server.
 	Reader   client.Reader
 	Recorder record.EventRecorder
-	// Image is the agent's image: chartpilot with the PostgreSQL client
-	// tools (pg_dump, pg_restore) of the servers it backs up.
+	// Image is chartpilot's image: an init container copies the agent from
+	// it into the Job's pod, whose container is the database's own image
+	// (postgres:<version> for a Postgres: client tools of its major).
 	Image string
 	// Deadline bounds a Job's run; DefaultDeadline when zero.
 	Deadline time.Duration
@@ -349,8 +350,8 @@ func (r *BackupReconciler) start(ctx context.Context, b *v1alpha1.Backup) (ctrl.
 	return ctrl.Result{}, nil
 }
 
-// AgentDir is where a passthrough backup Job's init container puts the
-// agent, for the main container (the kind's own image) to run.
+// AgentDir is where a Job's init container puts the agent, for the main
+// container (the database's own image) to run.
 const AgentDir = "/chartpilot-agent"
 
 // passthroughJob is b's Job for a kind with a watches.yaml backup block:
@@ -370,18 +371,34 @@ func (r *BackupReconciler) passthroughJob(b *v1alpha1.Backup, block *watches.Bac
 	sargs, senv, volumes, mounts := storeFlags(st)
 	args = append(append(append(args, sargs...), "--"), block.Command...)
 	lbl := map[string]string{LabelBackup: b.Name, LabelComponent: "backup", "app.kubernetes.io/managed-by": "chartpilot"}
-	job := agentJob(b.Namespace, JobName(b), lbl, block.Image, r.Deadline, args, append(env, senv...), volumes, mounts)
+	return withAgent(agentJob(b.Namespace, JobName(b), lbl, block.Image, r.Deadline, args, append(env, senv...), volumes, mounts), r.Image, "backup")
+}
+
+// withAgent makes job's container (of another image: the database's own,
+// with its client tools) run chartpilot SUBCOMMAND, copied into a shared
+// volume by an init container of agentImage (chartpilot's image).
+func withAgent(job *batchv1.Job, agentImage string, subcommand ...string) *batchv1.Job {
 	pod := &job.Spec.Template.Spec
 	pod.Volumes = append(pod.Volumes, corev1.Volume{Name: "agent", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
 	agentMount := corev1.VolumeMount{Name: "agent", MountPath: AgentDir}
 	main := &pod.Containers[0]
-	main.Command = []string{AgentDir + "/chartpilot", "backup"}
+	main.Command = append([]string{AgentDir + "/chartpilot"}, subcommand...)
 	main.VolumeMounts = append(main.VolumeMounts, agentMount)
 	pod.InitContainers = []corev1.Container{{
-		Name: "install-agent", Image: r.Image, Command: []string{"chartpilot", "install-agent", AgentDir},
+		Name: "install-agent", Image: agentImage, Command: []string{"chartpilot", "install-agent", AgentDir},
 		VolumeMounts: []corev1.VolumeMount{agentMount}, SecurityContext: main.SecurityContext, Resources: main.Resources,
 	}}
 	return job
+}
+
+// postgresImage is the image of pg's PostgreSQL (repository "postgres",
+// the chart's default, or the given one): its client tools are those of
+// the server's major.
+func postgresImage(repository string, pg *v1alpha1.Postgres) string {
+	if repository == "" {
+		repository = "postgres"
+	}
+	return repository + ":" + pg.Spec.Version
 }
 
 // Location is where b's backup goes in its store: one series per target
@@ -434,7 +451,7 @@ func (r *BackupReconciler) job(b *v1alpha1.Backup, pg *v1alpha1.Postgres, st *re
 	sargs, senv, volumes, mounts := storeFlags(st)
 	args = append(append(args, sargs...), "--", "pg_dump", "-Fc")
 	lbl := map[string]string{LabelBackup: b.Name, LabelComponent: "backup", "app.kubernetes.io/managed-by": "chartpilot"}
-	return agentJob(b.Namespace, JobName(b), lbl, r.Image, r.Deadline, args, append(env, senv...), volumes, mounts)
+	return withAgent(agentJob(b.Namespace, JobName(b), lbl, postgresImage("", pg), r.Deadline, args, append(env, senv...), volumes, mounts), r.Image, "backup")
 }
 
 func secretKey(name, key string) *corev1.EnvVarSource {

@@ -267,6 +267,12 @@ func TestBackupRunsAsJob(t *testing.T) {
 	if pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken || *job.Spec.BackoffLimit != 0 || !metav1.IsControlledBy(job, got) {
 		t.Errorf("Job %s: token mounted, retried, or not owned by its Backup", job.Name)
 	}
+	// The database's own image (its pg_dump is the server's major) runs the
+	// agent that an init container of chartpilot's image copied in.
+	if img := pod.Containers[0].Image; !strings.HasPrefix(img, "postgres:") || len(pod.InitContainers) != 1 || pod.InitContainers[0].Image != "chartpilot:test" ||
+		pod.Containers[0].Command[0] != backup.AgentDir+"/chartpilot" {
+		t.Errorf("Job %s runs %s %v after %+v; want postgres:<version> running the agent copied from chartpilot:test", job.Name, img, pod.Containers[0].Command, pod.InitContainers)
+	}
 	for _, e := range pod.Containers[0].Env {
 		if (strings.Contains(e.Name, "PASSWORD") || strings.Contains(e.Name, "KEY")) && (e.Value != "" || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil) {
 			t.Errorf("Job env %s is not a reference to a Secret", e.Name)

@@ -319,10 +319,6 @@ func (m *Major) job(pg *v1alpha1.Postgres, ch *majorChange, claim string) *batch
 	if deadline == 0 {
 		deadline = 6 * time.Hour
 	}
-	repo := m.PostgresImage
-	if repo == "" {
-		repo = "postgres"
-	}
 	lbl := map[string]string{LabelMajorUpgrade: pg.Name, LabelComponent: "major-upgrade", "app.kubernetes.io/managed-by": "chartpilot"}
 	args := []string{"major-upgrade", "--bin", "/usr/lib/postgresql/" + ch.to + "/bin",
 		"--data", "/var/lib/postgresql/data/pgdata", "--work-dir", "/var/lib/postgresql/data/major-upgrade", "--report", "/dev/termination-log"}
@@ -335,23 +331,16 @@ func (m *Major) job(pg *v1alpha1.Postgres, ch *majorChange, claim string) *batch
 	volumes := []corev1.Volume{
 		{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}},
 		{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-		{Name: "agent", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 	}
-	agent := corev1.VolumeMount{Name: "agent", MountPath: AgentDir}
-	mounts := []corev1.VolumeMount{{Name: "data", MountPath: "/var/lib/postgresql/data"}, {Name: "tmp", MountPath: "/tmp"}, agent}
-	job := agentJob(pg.Namespace, ch.job, lbl, repo+":"+pg.Spec.Version, deadline, args, env, volumes, mounts)
+	mounts := []corev1.VolumeMount{{Name: "data", MountPath: "/var/lib/postgresql/data"}, {Name: "tmp", MountPath: "/tmp"}}
+	job := agentJob(pg.Namespace, ch.job, lbl, postgresImage(m.PostgresImage, pg), deadline, args, env, volumes, mounts)
 	pod := &job.Spec.Template.Spec
 	// The official image's postgres user owns the data, as in the chart.
 	pod.SecurityContext.RunAsUser, pod.SecurityContext.RunAsGroup, pod.SecurityContext.FSGroup = ptr.To[int64](999), ptr.To[int64](999), ptr.To[int64](999)
 	main := &pod.Containers[0]
 	main.Name = "major-upgrade"
-	main.Command = []string{AgentDir + "/chartpilot"}
 	main.Resources.Limits[corev1.ResourceMemory] = resource.MustParse("1Gi")
-	pod.InitContainers = []corev1.Container{{
-		Name: "install-agent", Image: m.AgentImage, Command: []string{"chartpilot", "install-agent", AgentDir},
-		VolumeMounts: []corev1.VolumeMount{agent}, SecurityContext: main.SecurityContext, Resources: main.Resources,
-	}}
-	return job
+	return withAgent(job, m.AgentImage)
 }
 
 // Watch wakes a Postgres when its major upgrade Job or the Backup taken

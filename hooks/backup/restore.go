@@ -224,7 +224,7 @@ func (r *RestoreReconciler) step(ctx context.Context, pg *v1alpha1.Postgres) (ct
 	args := append([]string{"restore", "--location", location, "--manifest-file", "/dev/termination-log"}, sargs...)
 	args = append(args, "--", "pg_restore", "--exit-on-error", "--no-owner", "--dbname", "postgres")
 	lbl := map[string]string{LabelComponent: "restore", "app.kubernetes.io/managed-by": "chartpilot", "chartpilot.dev/restore": pg.Name}
-	job := agentJob(pg.Namespace, RestoreJobName(pg), lbl, r.Image, r.Deadline, args, append(env, senv...), volumes, mounts)
+	job := withAgent(agentJob(pg.Namespace, RestoreJobName(pg), lbl, postgresImage("", pg), r.Deadline, args, append(env, senv...), volumes, mounts), r.Image, "backup")
 	if err := controllerutil.SetControllerReference(pg, job, r.Client.Scheme()); err != nil {
 		return ctrl.Result{}, err
 	}

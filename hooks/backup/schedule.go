@@ -341,7 +341,7 @@ func (r *ScheduleReconciler) drill(ctx context.Context, pg *v1alpha1.Postgres, n
 	args := append([]string{"verify", "--location", b.Status.Location, "--manifest-file", "/dev/termination-log"}, sargs...)
 	lbl := map[string]string{LabelComponent: "verify", "app.kubernetes.io/managed-by": "chartpilot", LabelBackup: b.Name}
 	name := fmt.Sprintf("verify-%s-%s", truncate(pg.Name, 40), due.UTC().Format("200601021504"))
-	job := agentJob(pg.Namespace, name, lbl, r.Image, DefaultDeadline, args, append(env, senv...), volumes, mounts)
+	job := withAgent(agentJob(pg.Namespace, name, lbl, postgresImage("", pg), DefaultDeadline, args, append(env, senv...), volumes, mounts), r.Image, "backup")
 	if err := controllerutil.SetControllerReference(pg, job, r.Client.Scheme()); err != nil {
 		return time.Time{}, err
 	}

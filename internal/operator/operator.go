@@ -77,8 +77,9 @@ type Options struct {
 	// BackupStoreEndpoints are the URL prefixes a namespaced BackupStore's
 	// S3 endpoint may start with (the operator connects to it).
 	BackupStoreEndpoints []string
-	// BackupImage is the image of the backup Jobs (chartpilot with the
-	// PostgreSQL client tools).
+	// BackupImage is chartpilot's image, which backup, restore, drill and
+	// major upgrade Jobs copy the agent from (their containers run the
+	// database's own image).
 	BackupImage string
 	// ChartCacheDir holds remote charts and version lists (default: the
 	// user cache directory).

@@ -87,13 +87,16 @@ func pendingMajor(u *unstructured.Unstructured) (*majorChange, error) {
 	if u == nil || u.GetKind() != "Postgres" {
 		return nil, nil
 	}
+	// Every pass asks: the two fields first, the whole object only for a change.
+	want, _, _ := unstructured.NestedString(u.Object, "spec", "version")
+	have, _, _ := unstructured.NestedString(u.Object, "status", "version")
+	from, to := majorOf(have), majorOf(want)
+	if from == "" || to == "" || from == to {
+		return nil, nil
+	}
 	pg := &v1alpha1.Postgres{}
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, pg); err != nil {
 		return nil, err
-	}
-	from, to := majorOf(pg.Status.Version), majorOf(pg.Spec.Version)
-	if from == "" || to == "" || from == to {
-		return nil, nil
 	}
 	if dv := pg.Status.DataVolume; dv != nil && dv.Major == to {
 		return nil, nil // moved: the release switches

@@ -162,6 +162,9 @@ type Manager struct {
 	following string
 	// podLabelled is the pod's role label as last written (nil: unknown).
 	podLabelled *bool
+	// unlabel is the old primary's pod whose role label a promotion could
+	// not remove yet: the primary tries again at each renewal.
+	unlabel string
 }
 
 // New checks cfg and makes a Manager.
@@ -267,6 +270,9 @@ func (m *Manager) lead(ctx context.Context, lease *coordinationv1.Lease, now tim
 		return m.unreachable(now, err)
 	}
 	m.renewed(now)
+	if m.unlabel != "" && m.patchRole(ctx, m.unlabel, false) {
+		m.unlabel = ""
+	}
 	m.labelPod(ctx, true)
 	return m.synchronous()
 }
@@ -462,8 +468,8 @@ func (m *Manager) elect(ctx context.Context, lease *coordinationv1.Lease, previo
 	m.setRole(RolePrimary)
 	m.renewed(now)
 	// The read-write Service leaves the old primary's pod, then selects this one.
-	if previous != "" && previous != m.cfg.Member && m.cfg.Pod != "" {
-		m.patchRole(ctx, previous, false)
+	if previous != "" && previous != m.cfg.Member && m.cfg.Pod != "" && !m.patchRole(ctx, previous, false) {
+		m.unlabel = previous
 	}
 	m.labelPod(ctx, true)
 	m.event(ctx, "Promoted", fmt.Sprintf("%s is the primary: the lease of %s expired; %d bytes behind it at promotion", m.cfg.Member, previous, lag))

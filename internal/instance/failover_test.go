@@ -223,6 +223,18 @@ func TestWholeClusterRestarts(t *testing.T) {
 		})
 		return out
 	}
+	// Each stop starts from a cluster whose standbys have every row: what
+	// is tested is the restart, not a standby that had not caught up (the
+	// election compares positions, not timelines; see the README).
+	caughtUp := func(ms ...string) {
+		for _, m := range ms {
+			c.WaitFor(m+" with every row", 2*time.Minute, func() (bool, string) {
+				out, ok := c.Psql(c.Ports[m], 5*time.Second, "SELECT count(*) FROM restart_rows")
+				return ok && out == "100", out
+			})
+		}
+	}
+	caughtUp(standbys...)
 	for _, s := range standbys {
 		c.Kill(s)
 	}
@@ -241,6 +253,7 @@ func TestWholeClusterRestarts(t *testing.T) {
 		t.Errorf("the primary has %s rows after the restart, want 100", n)
 	}
 
+	caughtUp(others...)
 	c.Kill(p)
 	for _, s := range others {
 		c.Kill(s)

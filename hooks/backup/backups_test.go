@@ -54,22 +54,10 @@ func runJobWith(t *testing.T, ctx context.Context, c client.Client, job *batchv1
 	t.Helper()
 	ctr := job.Spec.Template.Spec.Containers[0]
 	env := []string{"PATH=" + testpg.Bin(t) + ":" + os.Getenv("PATH")}
-	for _, e := range ctr.Env {
-		v := e.Value
-		if ref := e.ValueFrom; ref != nil && ref.SecretKeyRef != nil {
-			s := &corev1.Secret{}
-			if err := c.Get(ctx, client.ObjectKey{Namespace: job.Namespace, Name: ref.SecretKeyRef.Name}, s); err != nil {
-				t.Fatalf("env %s: %v", e.Name, err)
-			}
-			v = string(s.Data[ref.SecretKeyRef.Key])
-		}
-		switch e.Name {
-		case "PGHOST":
-			v = pgHost
-		case "PGPORT":
-			v = strconv.Itoa(pgPort)
-		}
-		env = append(env, e.Name+"="+v)
+	vars := jobEnv(t, ctx, c, job)
+	vars["PGHOST"], vars["PGPORT"] = pgHost, strconv.Itoa(pgPort)
+	for k, v := range vars {
+		env = append(env, k+"="+v)
 	}
 	termination := filepath.Join(t.TempDir(), "termination-log")
 	args := append([]string{}, ctr.Command[1:]...)
@@ -97,6 +85,25 @@ func runJobWith(t *testing.T, ctx context.Context, c client.Client, job *batchv1
 		t.Fatalf("the agent wrote no termination message: %v", err)
 	}
 	return string(msg)
+}
+
+// jobEnv is the environment of job's container as the kubelet gives it:
+// values, and Secret references resolved.
+func jobEnv(t *testing.T, ctx context.Context, c client.Client, job *batchv1.Job) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, e := range job.Spec.Template.Spec.Containers[0].Env {
+		v := e.Value
+		if ref := e.ValueFrom; ref != nil && ref.SecretKeyRef != nil {
+			s := &corev1.Secret{}
+			if err := c.Get(ctx, client.ObjectKey{Namespace: job.Namespace, Name: ref.SecretKeyRef.Name}, s); err != nil {
+				t.Fatalf("env %s: %v", e.Name, err)
+			}
+			v = string(s.Data[ref.SecretKeyRef.Key])
+		}
+		out[e.Name] = v
+	}
+	return out
 }
 
 // waitBackup waits (3 minutes at most) for Backup ns/name to be in phase

@@ -16,8 +16,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/chartpilot/chartpilot/hooks"
@@ -44,18 +42,7 @@ func runMajorJob(t *testing.T, ctx context.Context, c client.Client, job *batchv
 	if len(ctr.Command) != 1 || ctr.Command[0] != backup.AgentDir+"/chartpilot" {
 		t.Fatalf("the Job runs %v, want the agent copied to %s", ctr.Command, backup.AgentDir)
 	}
-	env := map[string]string{}
-	for _, e := range ctr.Env {
-		v := e.Value
-		if ref := e.ValueFrom; ref != nil && ref.SecretKeyRef != nil {
-			s := &corev1.Secret{}
-			if err := c.Get(ctx, client.ObjectKey{Namespace: job.Namespace, Name: ref.SecretKeyRef.Name}, s); err != nil {
-				t.Fatalf("env %s: %v", e.Name, err)
-			}
-			v = string(s.Data[ref.SecretKeyRef.Key])
-		}
-		env[e.Name] = v
-	}
+	env := jobEnv(t, ctx, c, job)
 	env["PGHOST"], env["PGPORT"] = "127.0.0.1", strconv.Itoa(old.Port)
 	termination := filepath.Join(work, "termination-log")
 	replace := strings.NewReplacer("/var/lib/postgresql/data", dataDir, "/dev/termination-log", termination, "/usr/lib/postgresql/17/bin", pg17)
@@ -106,13 +93,7 @@ func TestMajorUpgradeCarriedOut(t *testing.T) {
 	old := testpg.Start(t)
 	old.Query(t, "postgres", "create table items (id int primary key, name text); insert into items select i, 'item ' || i from generate_series(1, 5000) i")
 	ns := cluster.Namespace(t)
-	scheme := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = v1alpha1.AddToScheme(scheme)
-	c, err := client.New(cluster.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := directClient(t)
 	ctx := context.Background()
 	// No node takes the Job's pod: the test plays its kubelet.
 	if err := cluster.Cordon(ctx, true); err != nil {
@@ -215,7 +196,7 @@ func TestMajorUpgradeCarriedOut(t *testing.T) {
 	// The refusal that names the field: no backup.
 	noBackup := fresh()
 	noBackup.Spec.Backup = nil
-	_, err = pass(noBackup)
+	_, err := pass(noBackup)
 	expect(err, "MajorUpgradeNeedsBackup", "spec.backup.store")
 
 	// The Job starts; the values keep the old volume.

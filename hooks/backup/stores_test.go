@@ -35,10 +35,7 @@ type controller interface {
 // returns a client of the cluster.
 func startControllers(t *testing.T, build func(mgr ctrl.Manager) []controller) (context.Context, client.Client) {
 	t.Helper()
-	scheme := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = v1alpha1.AddToScheme(scheme)
-	mgr, err := ctrl.NewManager(cluster.Config, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
+	mgr, err := ctrl.NewManager(cluster.Config, ctrl.Options{Scheme: testScheme(), Metrics: metricsserver.Options{BindAddress: "0"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,11 +47,25 @@ func startControllers(t *testing.T, build func(mgr ctrl.Manager) []controller) (
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	go func() { _ = mgr.Start(ctx) }()
-	c, err := client.New(cluster.Config, client.Options{Scheme: scheme})
+	return ctx, directClient(t)
+}
+
+// testScheme knows the built-in kinds and chartpilot's.
+func testScheme() *runtime.Scheme {
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = v1alpha1.AddToScheme(scheme)
+	return scheme
+}
+
+// directClient is a client of the test cluster without a cache.
+func directClient(t *testing.T) client.Client {
+	t.Helper()
+	c, err := client.New(cluster.Config, client.Options{Scheme: testScheme()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ctx, c
+	return c
 }
 
 func TestMain(m *testing.M) {

@@ -191,13 +191,7 @@ func TestFencedBeforeAnotherPromotes(t *testing.T) {
 		t.Errorf("the old primary was fenced at %s, not before %s took the lease at %s", fenced.Format(time.RFC3339Nano), primary, promoted.Format(time.RFC3339Nano))
 	}
 	c.CutAPI(old, false)
-	var rest []string
-	for _, m := range c.Members {
-		if m != primary {
-			rest = append(rest, m)
-		}
-	}
-	c.WaitSettled(primary, rest...)
+	c.WaitSettled(primary, except(c.Members, primary)...)
 }
 
 // TestWholeClusterRestarts: every member down for longer than the Lease
@@ -271,13 +265,7 @@ func TestWholeClusterRestarts(t *testing.T) {
 		t.Errorf("the elected standby %s has %s rows, want 100", next, n)
 	}
 	c.Start(p)
-	var rest []string
-	for _, m := range c.Members {
-		if m != next {
-			rest = append(rest, m)
-		}
-	}
-	c.WaitSettled(next, rest...)
+	c.WaitSettled(next, except(c.Members, next)...)
 	if n := rows(p); n != "100" {
 		t.Errorf("the old primary %s, rejoined as a standby, has %s rows, want 100", p, n)
 	}
@@ -318,13 +306,7 @@ func TestMovedDataLeads(t *testing.T) {
 	for _, m := range c.Members {
 		c.Start(m)
 	}
-	var rest []string
-	for _, m := range c.Members {
-		if m != target {
-			rest = append(rest, m)
-		}
-	}
-	c.WaitSettled(target, rest...)
+	c.WaitSettled(target, except(c.Members, target)...)
 	for _, m := range c.Members {
 		var n string
 		c.WaitFor(m+" with the moved rows", time.Minute, func() (bool, string) {
@@ -373,4 +355,15 @@ func TestNoSecondBootstrap(t *testing.T) {
 	}
 	p, others := c.WaitSettled("")
 	c.WaitSettled(p, others...)
+}
+
+// except is members without one.
+func except(members []string, one string) []string {
+	var out []string
+	for _, m := range members {
+		if m != one {
+			out = append(out, m)
+		}
+	}
+	return out
 }

@@ -21,6 +21,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -40,6 +41,18 @@ const (
 	AnnotationAddress = "chartpilot.dev/address"
 	AnnotationRole    = "chartpilot.dev/role"
 	AnnotationLSN     = "chartpilot.dev/lsn"
+	// AnnotationTimeline is the member's timeline: positions compare
+	// within a timeline, and a newer timeline wins over any position on
+	// an older one.
+	AnnotationTimeline = "chartpilot.dev/timeline"
+	// AnnotationSynchronous, on the primary's member Lease, names the
+	// standby whose flush acknowledges commits: after the primary is lost,
+	// no other promotes without it taking part in the election.
+	AnnotationSynchronous = "chartpilot.dev/synchronous"
+	// AnnotationSettled says the member's position did not move since its
+	// previous report: a standby replaying its own WAL after a restart
+	// is not compared until it has finished.
+	AnnotationSettled = "chartpilot.dev/settled"
 	// On the primary's Lease, written by a member that promoted: the
 	// member it took over from, and how far behind that one it was.
 	AnnotationPrevious = "chartpilot.dev/previous"
@@ -165,6 +178,10 @@ type Manager struct {
 	// unlabel is the old primary's pod whose role label a promotion could
 	// not remove yet: the primary tries again at each renewal.
 	unlabel string
+	// waitingFor is the reason last logged for not promoting.
+	waitingFor string
+	// reported is the position this member last reported.
+	reported uint64
 }
 
 // New checks cfg and makes a Manager.
@@ -205,7 +222,21 @@ func (m *Manager) memberLease(member string) string {
 type member struct {
 	name, address, role string
 	lsn                 uint64
-	fresh               bool
+	timeline            uint64
+	settled             bool
+	// synchronous: the standbys acknowledging commits (a primary's).
+	synchronous []string
+	// at is when the member last reported; fresh, within a Lease duration.
+	at    time.Time
+	fresh bool
+}
+
+// ahead reports whether position (timeline, lsn) a is newer than b.
+func ahead(aTimeline, aLSN, bTimeline, bLSN uint64) bool {
+	if aTimeline != bTimeline {
+		return aTimeline > bTimeline
+	}
+	return aLSN > bLSN
 }
 
 // tick is one step: look at the primary's Lease and act on it.
@@ -322,11 +353,13 @@ func (m *Manager) release(ctx context.Context, lease *coordinationv1.Lease) erro
 	return err
 }
 
-// synchronous sets synchronous_standby_names for Synchronous.
+// synchronous sets synchronous_standby_names for Synchronous: one
+// standby at a time (FIRST, not ANY: the one the primary names is the one
+// that has every acknowledged commit, see mayPromote).
 func (m *Manager) synchronous() error {
 	want := ""
 	if m.cfg.Synchronous == 1 {
-		want = "ANY 1 (*)"
+		want = "FIRST 1 (*)"
 	}
 	have, err := m.pg.query("SHOW synchronous_standby_names")
 	if err != nil || have == want {
@@ -431,13 +464,12 @@ func (m *Manager) elect(ctx context.Context, lease *coordinationv1.Lease, previo
 	if err != nil {
 		return err
 	}
-	for _, o := range members {
-		if o.name == m.cfg.Member || !o.fresh || o.role != RoleStandby {
-			continue
-		}
-		if o.lsn > mine || (o.lsn == mine && o.name < m.cfg.Member) {
-			return nil // a more advanced standby promotes
-		}
+	tli, err := m.pg.timeline(false)
+	if err != nil {
+		return err
+	}
+	if !m.mayPromote(lease, members, previous, tli, mine) {
+		return nil
 	}
 	if p, ok := find(members, previous); ok {
 		m.lastPrimaryLSN = max(m.lastPrimaryLSN, p.lsn)
@@ -455,7 +487,13 @@ func (m *Manager) elect(ctx context.Context, lease *coordinationv1.Lease, previo
 	if err := m.take(ctx, lease, now); err != nil {
 		return err
 	}
-	m.cfg.Log.Info("Promoting: the primary's lease expired", "previous", previous, "lsn", formatLSN(mine), "lagBytes", lag)
+	var compared []string
+	for _, o := range members {
+		if o.name != m.cfg.Member && o.fresh && o.role == RoleStandby {
+			compared = append(compared, fmt.Sprintf("%s at %d/%s", o.name, o.timeline, formatLSN(o.lsn)))
+		}
+	}
+	m.cfg.Log.Info("Promoting: the primary's lease expired", "previous", previous, "timeline", tli, "lsn", formatLSN(mine), "lagBytes", lag, "standbys", compared)
 	if _, err := m.pg.query("SELECT pg_promote(true, 60)"); err != nil {
 		return fmt.Errorf("promoting: %w", err)
 	}
@@ -474,6 +512,69 @@ func (m *Manager) elect(ctx context.Context, lease *coordinationv1.Lease, previo
 	m.labelPod(ctx, true)
 	m.event(ctx, "Promoted", fmt.Sprintf("%s is the primary: the lease of %s expired; %d bytes behind it at promotion", m.cfg.Member, previous, lag))
 	return m.synchronous()
+}
+
+// mayPromote decides whether this standby, at position (tli, mine), is the
+// one to promote after the primary's Lease expired. Positions compare only
+// once they are final: every other live standby must have reported after
+// the expiry (the old primary fenced itself before it, so no WAL came
+// later) a position that had stopped moving (a standby started without a
+// primary replays its own WAL first), and so must this one; a newer
+// timeline wins over any position on an older one, then
+// the higher position, then the lower name. With a synchronous standby,
+// the one the last primary named must be among those reporting (or be
+// this one): a commit acknowledged to a client may exist only on it, so
+// without it no one promotes (writes wait; nothing acknowledged is lost).
+func (m *Manager) mayPromote(lease *coordinationv1.Lease, members []member, previous string, tli, mine uint64) bool {
+	var expiredAt time.Time
+	if lease.Spec.RenewTime != nil {
+		expiredAt = lease.Spec.RenewTime.Add(time.Duration(ptr.Deref(lease.Spec.LeaseDurationSeconds, 0)) * time.Second)
+	}
+	final := func(o member) bool {
+		return o.fresh && o.role == RoleStandby && o.settled && !o.at.Before(expiredAt)
+	}
+	if mine != m.reported {
+		m.waiting("this standby's position is still moving", "lsn", formatLSN(mine))
+		return false
+	}
+	if p, ok := find(members, previous); ok && m.cfg.Synchronous > 0 && len(p.synchronous) > 0 {
+		var missing []string
+		for _, name := range p.synchronous {
+			if name == m.cfg.Member {
+				continue
+			}
+			if o, ok := find(members, name); !ok || !final(o) {
+				missing = append(missing, name)
+			}
+		}
+		if len(missing) > 0 {
+			m.waiting("the last primary's synchronous standby has not reported since it stopped: commits acknowledged by it alone would be lost", "synchronous", missing)
+			return false
+		}
+	}
+	for _, o := range members {
+		if o.name == m.cfg.Member || !o.fresh || o.role != RoleStandby {
+			continue
+		}
+		if !final(o) {
+			m.waiting("waiting for every live standby's position after the primary's lease expired", "member", o.name)
+			return false
+		}
+		if ahead(o.timeline, o.lsn, tli, mine) || (o.timeline == tli && o.lsn == mine && o.name < m.cfg.Member) {
+			return false // a more advanced standby promotes
+		}
+	}
+	m.waitingFor = ""
+	return true
+}
+
+// waiting logs why this standby does not promote yet, once per reason.
+func (m *Manager) waiting(msg string, kv ...any) {
+	if m.waitingFor == msg {
+		return
+	}
+	m.waitingFor = msg
+	m.cfg.Log.Info("Not promoting: "+msg, kv...)
 }
 
 // restartWithoutPrimary starts a member whose server is not running while
@@ -605,23 +706,39 @@ func (m *Manager) readMember(ctx context.Context, name string) (member, error) {
 func (m *Manager) parseMember(l *coordinationv1.Lease) member {
 	o := member{name: ptr.Deref(l.Spec.HolderIdentity, ""), address: l.Annotations[AnnotationAddress], role: l.Annotations[AnnotationRole]}
 	o.lsn, _ = parseLSN(l.Annotations[AnnotationLSN])
+	o.timeline, _ = strconv.ParseUint(l.Annotations[AnnotationTimeline], 10, 32)
+	o.settled = l.Annotations[AnnotationSettled] == "true"
+	if v := l.Annotations[AnnotationSynchronous]; v != "" {
+		o.synchronous = strings.Split(v, ",")
+	}
 	if l.Spec.RenewTime != nil {
-		o.fresh = m.cfg.Now().Sub(l.Spec.RenewTime.Time) < m.cfg.LeaseDuration
+		o.at = l.Spec.RenewTime.Time
+		o.fresh = m.cfg.Now().Sub(o.at) < m.cfg.LeaseDuration
 	}
 	return o
 }
 
 // report writes this member's Lease: address, role and position.
 func (m *Manager) report(ctx context.Context) {
-	lsn := ""
+	primary := m.role == RolePrimary
+	ann := map[string]string{AnnotationAddress: m.cfg.Address, AnnotationRole: m.role}
 	if m.pg.running() {
-		if l, err := m.pg.lsn(m.role == RolePrimary); err == nil {
-			lsn = formatLSN(l)
+		if l, err := m.pg.lsn(primary); err == nil {
+			ann[AnnotationLSN] = formatLSN(l)
+			ann[AnnotationSettled] = strconv.FormatBool(l == m.reported)
+			m.reported = l
+		}
+		if t, err := m.pg.timeline(primary); err == nil {
+			ann[AnnotationTimeline] = strconv.FormatUint(t, 10)
+		}
+		if primary && m.cfg.Synchronous > 0 {
+			if names, err := m.pg.synchronousStandbys(); err == nil && names != "" {
+				ann[AnnotationSynchronous] = names
+			}
 		}
 	}
 	leases := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace)
 	now := metav1.MicroTime{Time: m.cfg.Now()}
-	ann := map[string]string{AnnotationAddress: m.cfg.Address, AnnotationRole: m.role, AnnotationLSN: lsn}
 	l, err := leases.Get(ctx, m.memberLease(m.cfg.Member), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		_, _ = leases.Create(ctx, &coordinationv1.Lease{
@@ -632,6 +749,12 @@ func (m *Manager) report(ctx context.Context) {
 	}
 	if err != nil {
 		return
+	}
+	// The synchronous standby named last stays named until another is,
+	// while this member is (or may again be, after a restart) the primary:
+	// the commits it acknowledged are still only certain to be there.
+	if _, ok := ann[AnnotationSynchronous]; !ok && m.role != RoleStandby && l.Annotations[AnnotationSynchronous] != "" {
+		ann[AnnotationSynchronous] = l.Annotations[AnnotationSynchronous]
 	}
 	l.Annotations = ann
 	l.Spec.HolderIdentity = ptr.To(m.cfg.Member)

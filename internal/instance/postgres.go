@@ -349,10 +349,12 @@ func (s *server) primaryConninfo() string {
 	return out
 }
 
-// lsn is the server's position: written WAL on a primary, WAL received and
-// flushed on a standby.
+// lsn is the server's position: written WAL on a primary; on a standby
+// the further of WAL received and flushed and WAL replayed (a standby
+// restarted without its primary replays WAL it had received before, while
+// its receiver, asking for a segment, reports that segment's start).
 func (s *server) lsn(primary bool) (uint64, error) {
-	q := "SELECT pg_last_wal_receive_lsn()"
+	q := "SELECT GREATEST(pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn())"
 	if primary {
 		q = "SELECT pg_current_wal_lsn()"
 	}
@@ -360,13 +362,30 @@ func (s *server) lsn(primary bool) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	if out == "" { // a standby that has received nothing yet
-		out, err = s.query("SELECT pg_last_wal_replay_lsn()")
-		if err != nil || out == "" {
-			return 0, err
-		}
+	if out == "" {
+		return 0, errors.New("the standby has neither received nor replayed WAL yet")
 	}
 	return parseLSN(out)
+}
+
+// timeline is the server's timeline: the one it writes on a primary; on a
+// standby the one it receives, or (not streaming) its last restartpoint's.
+func (s *server) timeline(primary bool) (uint64, error) {
+	q := "SELECT timeline_id FROM pg_control_checkpoint()"
+	if !primary {
+		q = "SELECT COALESCE((SELECT received_tli FROM pg_stat_wal_receiver WHERE received_tli > 0), (SELECT timeline_id FROM pg_control_checkpoint()))"
+	}
+	out, err := s.query(q)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseUint(out, 10, 32)
+}
+
+// synchronousStandbys names, on a primary, the standbys whose flush
+// acknowledges commits now (their application_name is their member name).
+func (s *server) synchronousStandbys() (string, error) {
+	return s.query("SELECT COALESCE(string_agg(application_name, ',' ORDER BY application_name), '') FROM pg_stat_replication WHERE sync_state IN ('sync', 'quorum')")
 }
 
 // parseLSN reads "16/B374D848".

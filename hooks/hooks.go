@@ -92,6 +92,19 @@ func (f PreUpgradeFunc) PreUpgrade(ctx context.Context, obj Object, from, to str
 	return f(ctx, obj, from, to)
 }
 
+// PreInstaller may hold a resource's first install (a Rejection says why
+// and keeps it held; it is asked again soon): for work that must be done
+// before the release's objects exist, such as restoring a data volume.
+type PreInstaller interface {
+	PreInstall(ctx context.Context, obj Object) error
+}
+
+// PreInstallFunc adapts a function to PreInstaller.
+type PreInstallFunc func(ctx context.Context, obj Object) error
+
+// PreInstall calls f.
+func (f PreInstallFunc) PreInstall(ctx context.Context, obj Object) error { return f(ctx, obj) }
+
 // PostReleaser runs after a successful install or upgrade.
 type PostReleaser interface {
 	PostRelease(ctx context.Context, obj Object) error
@@ -133,6 +146,7 @@ type Hook struct {
 	Validator     Validator
 	Values        ValuesProvider
 	ValuesLayer   Layer
+	PreInstall    PreInstaller
 	PreUpgrade    PreUpgrader
 	PostRelease   PostReleaser
 	Watcher       Watcher

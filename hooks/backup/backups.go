@@ -39,6 +39,20 @@ import (
 type PassthroughKind struct {
 	GVK    schema.GroupVersionKind
 	Backup *watches.Backup
+	// SizeValue is the values path of the data volume's size (the watch's
+	// storage.sizeValue), read for a restore's claim.
+	SizeValue []string
+}
+
+// KindsOf are the kinds of ws with a watches.yaml backup block, by kind.
+func KindsOf(ws []watches.Watch) map[string]PassthroughKind {
+	kinds := map[string]PassthroughKind{}
+	for _, w := range ws {
+		if w.Backup != nil {
+			kinds[w.GVK.Kind] = PassthroughKind{GVK: w.GVK, Backup: w.Backup, SizeValue: w.StorageSizeValue}
+		}
+	}
+	return kinds
 }
 
 // Labels of a backup Job and its pod; of a scheduled Backup.

@@ -133,7 +133,7 @@ func TestMajorUpgradeCarriedOut(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	hook := backup.Hook(c, &backup.Major{Client: c, Reader: c, AgentImage: "chartpilot:test"})
+	hook := backup.Hook(c, &backup.Major{Client: c, Reader: c, AgentImage: "chartpilot:test"}, nil)
 	fresh := func() *v1alpha1.Postgres {
 		t.Helper()
 		p := &v1alpha1.Postgres{}

@@ -2,7 +2,6 @@ package backup_test
 
 import (
 	"context"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -18,6 +17,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/chartpilot/chartpilot/hooks"
 	"github.com/chartpilot/chartpilot/hooks/backup"
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/backup/backuptest"
@@ -71,12 +71,7 @@ func TestPassthroughBackup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kinds := map[string]backup.PassthroughKind{}
-	for _, w := range ws {
-		if w.Backup != nil {
-			kinds[w.GVK.Kind] = backup.PassthroughKind{GVK: w.GVK, Backup: w.Backup}
-		}
-	}
+	kinds := backup.KindsOf(ws)
 	if _, ok := kinds["Redis"]; !ok {
 		t.Fatal("watches.yaml has no backup block for Redis")
 	}
@@ -159,21 +154,95 @@ func TestPassthroughBackup(t *testing.T) {
 		t.Errorf("Backup status %+v", done.Status)
 	}
 
-	// The snapshot, restored as the data file of a new server, has every key.
-	restored := t.TempDir()
-	restore := exec.CommandContext(ctx, agent, "backup", "restore", "--store", "azure", "--azure-endpoint", az.Endpoint, "--azure-account", az.AccountName,
-		"--azure-container", az.Container, "--azure-prefix", "team-a", "--location", done.Status.Location, "--", "sh", "-c", "cat > "+filepath.Join(restored, "dump.rdb"))
-	restore.Env = []string{"PATH=" + os.Getenv("PATH"), "CHARTPILOT_AZURE_ACCOUNT_KEY=" + az.AccountKey}
-	if out, err := restore.CombinedOutput(); err != nil {
-		t.Fatalf("restoring the snapshot: %v\n%s", err, out)
+	// A new Redis annotated with the Backup starts on it: before its
+	// release is installed, the hook makes the claim its pod will mount and
+	// a Job that writes the snapshot there; only then may it install.
+	restores := &backup.Restores{Client: c, Reader: c, AgentImage: "chartpilot:test", Kinds: kinds}
+	hook := backup.Hook(c, nil, restores)
+	newRedis := func(name string, spec map[string]any) hooks.Object {
+		t.Helper()
+		u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "chartpilot.dev/v1alpha1", "kind": "Redis",
+			"metadata": map[string]any{"namespace": ns, "name": name, "annotations": map[string]any{v1alpha1.AnnotationRestoreFrom: "rb"}}, "spec": spec}}
+		if err := c.Create(ctx, u); err != nil {
+			t.Fatal(err)
+		}
+		return hooks.Object{Resource: u}
 	}
-	port2 := startRedis(t, restored, password, "--dbfilename", "dump.rdb")
+	held := func(obj hooks.Object, reason, msg string) {
+		t.Helper()
+		err := hook.PreInstall.PreInstall(ctx, obj)
+		rej, ok := hooks.AsRejection(err)
+		if !ok || rej.Reason != reason || !strings.Contains(rej.Message, msg) {
+			t.Fatalf("PreInstall of %s: %v, want %s naming %q", obj.Resource.GetName(), err, reason, msg)
+		}
+		if strings.Contains(rej.Message, password) || strings.Contains(rej.Message, az.AccountKey) {
+			t.Fatalf("PreInstall's message shows a secret: %s", rej.Message)
+		}
+	}
+	// Without a data volume the restore would be lost: refused, nothing made.
+	bare := newRedis("bare", map[string]any{})
+	held(bare, "RestoreFailed", "spec.persistence.enabled must be true")
+	claims := &corev1.PersistentVolumeClaimList{}
+	if err := c.List(ctx, claims, client.InNamespace(ns)); err != nil || len(claims.Items) != 0 {
+		t.Fatalf("claims after a refused restore: %d %v", len(claims.Items), err)
+	}
+	fresh := newRedis("fresh", map[string]any{"persistence": map[string]any{"enabled": true, "size": "2Gi"}})
+	held(fresh, "Restoring", "restores Backup rb")
+	claim := &corev1.PersistentVolumeClaim{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "data-fresh-0"}, claim); err != nil {
+		t.Fatalf("the claim of the first pod: %v", err)
+	}
+	if q := claim.Spec.Resources.Requests[corev1.ResourceStorage]; q.String() != "2Gi" {
+		t.Errorf("claim data-fresh-0 requests %s, want the values' 2Gi", q.String())
+	}
+	jobs := &batchv1.JobList{}
+	if err := c.List(ctx, jobs, client.InNamespace(ns), client.MatchingLabels{backup.LabelRestoreInto: "fresh"}); err != nil || len(jobs.Items) != 1 {
+		t.Fatalf("restore Jobs of fresh: %d %v", len(jobs.Items), err)
+	}
+	rjob := &jobs.Items[0]
+	rpod := rjob.Spec.Template.Spec
+	mounted := false
+	for _, v := range rpod.Volumes {
+		mounted = mounted || (v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ClaimName == "data-fresh-0")
+	}
+	if !mounted || rpod.Containers[0].Image != "redis:7.4" || len(rjob.OwnerReferences) != 1 || rjob.OwnerReferences[0].Name != "fresh" {
+		t.Errorf("restore Job %s: volumes %v, image %s, owners %v", rjob.Name, rpod.Volumes, rpod.Containers[0].Image, rjob.OwnerReferences)
+	}
+	held(fresh, "Restoring", "restores Backup rb") // the Job runs: still held, nothing made twice
+	// The Job's own command, with the claim's mount path a folder here.
+	volume := t.TempDir()
+	toFolder := func(args []string) []string {
+		for i := range args {
+			args[i] = strings.ReplaceAll(args[i], "/data/", volume+"/")
+		}
+		return args
+	}
+	finishPod(t, ctx, c, rjob, runJobWith(t, ctx, c, rjob, agent, "", 0, toFolder))
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		err := hook.PreInstall.PreInstall(ctx, fresh)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("PreInstall after the restore Job completed: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if cond := hook.Report(ctx, fresh); cond == nil || cond.Status != metav1.ConditionTrue || cond.Reason != "RestoreCompleted" {
+		t.Errorf("Restored after the Job: %+v", cond)
+	}
+	port2 := startRedis(t, volume, password, "--dbfilename", "dump.rdb")
 	if n := redisCLI(t, port2, password, "dbsize"); n != "200" {
 		t.Errorf("the restored server has %s keys, want 200", n)
 	}
 	if v := redisCLI(t, port2, password, "get", "key:137"); v != "value 137" {
 		t.Errorf("key:137 = %q", v)
 	}
+	// A Backup that does not exist is named, with the fix.
+	missing := newRedis("missing", map[string]any{"persistence": map[string]any{"enabled": true}})
+	missing.Resource.SetAnnotations(map[string]string{v1alpha1.AnnotationRestoreFrom: "nope"})
+	held(missing, "RestoreFailed", "Backup nope does not exist in "+ns)
 }
 
 // TestBackupJobRunsAsIdentity: the Job of a Backup is created as the

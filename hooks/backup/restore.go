@@ -39,7 +39,11 @@ const HookName = "backup"
 // With m, the major upgrade is then carried out (see Major): its values
 // name the data's claim template, and the upgrade waits for the data to
 // be on a new volume of the new major. Without m only the image changes.
-func Hook(c client.Client, m *Major) *hooks.Hook {
+//
+// With pr, a new resource of a passthrough kind annotated
+// chartpilot.dev/restore-from is restored before its first install (see
+// Restores).
+func Hook(c client.Client, m *Major, pr *Restores) *hooks.Hook {
 	h := &hooks.Hook{
 		Name:          HookName,
 		ConditionType: "BackupBeforeMajorUpgrade",
@@ -50,9 +54,15 @@ func Hook(c client.Client, m *Major) *hooks.Hook {
 			return m.carryOut(ctx, obj)
 		}),
 		ReportType: v1alpha1.ConditionRestored,
-		Report: func(_ context.Context, obj hooks.Object) *metav1.Condition {
-			if obj.Resource == nil || obj.Resource.GetKind() != "Postgres" {
+		Report: func(ctx context.Context, obj hooks.Object) *metav1.Condition {
+			if obj.Resource == nil {
 				return nil
+			}
+			if obj.Resource.GetKind() != "Postgres" {
+				if pr == nil {
+					return nil
+				}
+				return pr.report(ctx, obj.Resource)
 			}
 			spec, _ := obj.Resource.Object["spec"].(map[string]any)
 			if _, ok := spec["restore"]; !ok {
@@ -73,9 +83,17 @@ func Hook(c client.Client, m *Major) *hooks.Hook {
 			return &metav1.Condition{Status: metav1.ConditionFalse, Reason: "Restoring", Message: msg}
 		},
 	}
+	var ws watchers
 	if m != nil {
 		h.Values = hooks.ValuesFunc(m.values)
-		h.Watcher = m
+		ws = append(ws, m)
+	}
+	if pr != nil {
+		h.PreInstall = pr
+		ws = append(ws, pr)
+	}
+	if len(ws) > 0 {
+		h.Watcher = ws
 	}
 	return h
 }

@@ -35,12 +35,7 @@ func addBackupStores(o Options, mgr manager.Manager, identity *backup.Identity) 
 	}
 	b := &backup.BackupReconciler{
 		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("chartpilot-backup"),
-		Image: o.BackupImage, SkipNameValidation: o.SeveralInProcess, Kinds: map[string]backup.PassthroughKind{}, Identity: identity,
-	}
-	for _, w := range o.Watches {
-		if w.Backup != nil {
-			b.Kinds[w.GVK.Kind] = backup.PassthroughKind{GVK: w.GVK, Backup: w.Backup}
-		}
+		Image: o.BackupImage, SkipNameValidation: o.SeveralInProcess, Kinds: backup.KindsOf(o.Watches), Identity: identity,
 	}
 	if err := b.SetupWithManager(mgr); err != nil {
 		return err

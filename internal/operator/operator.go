@@ -315,7 +315,8 @@ func addReconcilers(o Options, mgr manager.Manager, scheme *runtime.Scheme, sour
 	majorIdentity := &backup.Identity{Config: o.Config}
 	major := &backup.Major{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("chartpilot-major-upgrade"),
 		Identity: majorIdentity, AgentImage: o.BackupImage}
-	for _, h := range append([]*hooks.Hook{tn.Hook(), mon.Hook(), backup.Hook(mgr.GetClient(), major)}, o.Hooks...) {
+	restores := &backup.Restores{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Identity: majorIdentity, AgentImage: o.BackupImage, Kinds: backup.KindsOf(o.Watches)}
+	for _, h := range append([]*hooks.Hook{tn.Hook(), mon.Hook(), backup.Hook(mgr.GetClient(), major, restores)}, o.Hooks...) {
 		if err := registry.Register(h); err != nil {
 			return nil, nil, err
 		}

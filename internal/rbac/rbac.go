@@ -91,7 +91,7 @@ func ownRules(o Options, tenancyUsed bool) []rbacv1.PolicyRule {
 		{APIGroups: []string{"chartpilot.dev"}, Resources: []string{"backupstores", "backupstores/status", "clusterbackupstores", "clusterbackupstores/status"}, Verbs: []string{"get", "list", "watch", "update", "patch"}},
 		// and storage growth: the claims of a StatefulSet whose volumes grow are listed and expanded, their
 		// StorageClasses read (does the class expand volumes? which one is the default?); a PostgreSQL major
-		// upgrade makes the claim its data moves to.
+		// upgrade makes the claim its data moves to, a passthrough restore the claim of the first pod.
 		{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims"}, Verbs: []string{"get", "list", "patch", "create"}},
 		{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"storageclasses"}, Verbs: []string{"get", "list"}},
 		// Automatic volume growth: each volume's use, from the kubelets' statistics through the API server's node proxy.

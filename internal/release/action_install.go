@@ -4,11 +4,14 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/chartpilot/chartpilot/hooks"
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/apiretry"
 	"github.com/chartpilot/chartpilot/internal/helm"
@@ -16,6 +19,9 @@ import (
 
 // install is the Install action.
 func (r *Reconciler) install(ctx context.Context, p *pass, d *desired) (ctrl.Result, error) {
+	if res, held, err := r.preInstall(ctx, p, d); held || err != nil {
+		return res, err
+	}
 	setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionTrue, "Installing", "installing chart "+d.chart.Name+" "+d.chart.Version)
 	rel, err := timed("install", func() (*helm.Release, error) {
 		return r.Helm.As(d.identity).Install(ctx, d.chart, r.actionOptions(p, d, "Install by chartpilot"))
@@ -77,4 +83,35 @@ func progressing(p *pass, pending []string) {
 		}
 	}
 	setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionTrue, "Progressing", waitingFor(pending))
+}
+
+// preInstall runs the PreInstall hooks; held is true when one holds the
+// install (asked again in 15 s, or when the hook's watch wakes the
+// resource). A hold is not a failure: no failed revision, no backoff.
+func (r *Reconciler) preInstall(ctx context.Context, p *pass, d *desired) (ctrl.Result, bool, error) {
+	for _, h := range r.Hooks {
+		if h.PreInstall == nil {
+			continue
+		}
+		err := h.PreInstall.PreInstall(ctx, d.hobj)
+		if err == nil {
+			continue
+		}
+		rej, ok := hooks.AsRejection(err)
+		if !ok {
+			return ctrl.Result{}, true, fmt.Errorf("hook %s before the install: %w", h.Name, err)
+		}
+		msg := "hook " + h.Name + " holds the install: " + oneLine(rej.Message)
+		prev := apimeta.FindStatusCondition(p.status.Conditions, v1alpha1.ConditionReconciling)
+		if prev == nil || prev.Reason != "InstallBlocked" || prev.Message != msg {
+			kind := corev1.EventTypeNormal
+			if strings.HasSuffix(rej.Reason, "Failed") {
+				kind = corev1.EventTypeWarning
+			}
+			r.Recorder.Event(p.obj, kind, rej.Reason, oneLine(rej.Message))
+		}
+		setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionTrue, "InstallBlocked", msg)
+		return ctrl.Result{RequeueAfter: 15 * time.Second}, true, nil
+	}
+	return ctrl.Result{}, false, nil
 }

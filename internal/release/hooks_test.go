@@ -17,13 +17,16 @@ import (
 )
 
 // TestHooks: a hook's Values layer reaches the release; its PreUpgrade can
-// hold an upgrade (condition and event, release untouched) and its
+// hold an upgrade (condition and event, release untouched), its PreInstall
+// a first install (no release record until it lets go), and its
 // PostRelease runs after each release; an unknown hook name is a start-up
 // error naming the watch.
 func TestHooks(t *testing.T) {
 	e := newEnv(t)
 	var holdUpgrades atomic.Bool
 	var postReleases atomic.Int32
+	var holdInstall atomic.Bool
+	holdInstall.Store(true)
 	gate := &hooks.Hook{
 		Name:          "gate",
 		ConditionType: "GatePassed",
@@ -33,6 +36,12 @@ func TestHooks(t *testing.T) {
 		PreUpgrade: hooks.PreUpgradeFunc(func(_ context.Context, _ hooks.Object, from, to string) error {
 			if holdUpgrades.Load() {
 				return hooks.Reject("MaintenanceFreeze", "upgrades from %s to %s are frozen", from, to)
+			}
+			return nil
+		}),
+		PreInstall: hooks.PreInstallFunc(func(_ context.Context, obj hooks.Object) error {
+			if obj.Resource.GetName() == "held" && holdInstall.Load() {
+				return hooks.Reject("DataNotReady", "the data of %s is not on its volume yet", obj.Resource.GetName())
 			}
 			return nil
 		}),
@@ -73,6 +82,26 @@ func TestHooks(t *testing.T) {
 	e.waitCondition("hooked", v1alpha1.ConditionReady, metav1.ConditionTrue, "")
 	if postReleases.Load() != 2 {
 		t.Errorf("PostRelease ran %d times after install and upgrade", postReleases.Load())
+	}
+
+	// A first install held by PreInstall: no release until it lets go.
+	e.create("held", map[string]any{"message": "own", "replicas": 1}, nil, nil)
+	u = e.waitCondition("held", v1alpha1.ConditionReconciling, metav1.ConditionTrue, "InstallBlocked")
+	if c := condition(u, v1alpha1.ConditionReconciling); !strings.Contains(c.Message, "hook gate holds the install: the data of held is not on its volume yet") {
+		t.Errorf("Reconciling while the install is held: %+v", c)
+	}
+	if c := condition(u, v1alpha1.ConditionReady); c.Status == metav1.ConditionTrue {
+		t.Errorf("Ready while a hook holds the install: %+v", c)
+	}
+	e.waitEvent("held", "DataNotReady", "not on its volume yet")
+	if n := len(e.history("held")); n != 0 {
+		t.Errorf("held install ran: %d revisions", n)
+	}
+	holdInstall.Store(false)
+	e.patch("held", fmt.Sprintf(`{"metadata":{"annotations":{%q:"go"}}}`, v1alpha1.AnnotationReconcileRequestedAt))
+	e.waitCondition("held", v1alpha1.ConditionReady, metav1.ConditionTrue, "")
+	if n := len(e.history("held")); n != 1 {
+		t.Errorf("after the hold: %d revisions, want 1", n)
 	}
 
 	// An unknown hook name stops start-up with the watch named.

@@ -15,10 +15,12 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -78,6 +80,31 @@ type Backup struct {
 	Image   string      `json:"image"`
 	Command []string    `json:"command"`
 	Env     []BackupEnv `json:"env,omitempty"`
+	// Restore, when set, restores a backup into a new resource annotated
+	// chartpilot.dev/restore-from: BACKUP before its release is installed.
+	Restore *BackupRestore `json:"restore,omitempty"`
+}
+
+// BackupRestore is how a backup of a passthrough kind is put back: before
+// the first install, a Job mounts the data volume the release's first pod
+// will use (Claim, made now, later adopted by the StatefulSet) at
+// MountPath and runs Command in Image (Backup's image when empty), the
+// backup on its standard input, checked by chartpilot's agent first.
+type BackupRestore struct {
+	Image     string   `json:"image,omitempty"`
+	Command   []string `json:"command"`
+	Claim     string   `json:"claim"`
+	MountPath string   `json:"mountPath"`
+	// Size is the claim's size when the resource's values do not set it
+	// at the watch's storage.sizeValue.
+	Size string `json:"size"`
+	// StorageClassValue is the values path of the claim's storage class
+	// (e.g. persistence.storageClass; unset: the cluster's default).
+	StorageClassValue string `json:"storageClassValue,omitempty"`
+	// EnabledValue is a values path that must be true for the release to
+	// use the claim at all (e.g. persistence.enabled): without it a
+	// restore would be lost, and is refused.
+	EnabledValue string `json:"enabledValue,omitempty"`
 }
 
 // BackupEnv is an environment variable of a backup Job from a Secret.
@@ -367,6 +394,14 @@ func validate(e entry, baseDir string, lookupEnv func(string) (string, bool)) (W
 				return w, fmt.Errorf("field backup.env[%d]: name (a variable name), secret and key are required", i)
 			}
 		}
+		if r := b.Restore; r != nil {
+			if !seenHooks["backup"] {
+				return w, errors.New("field backup.restore: the backup hook carries restores out: add backup to hooks")
+			}
+			if err := checkRestore(r); err != nil {
+				return w, err
+			}
+		}
 		w.Backup = b
 	}
 
@@ -543,4 +578,23 @@ func shortDuration(d time.Duration) string {
 		return s
 	}
 	return d.String()
+}
+
+// checkRestore checks a backup.restore block.
+func checkRestore(r *BackupRestore) error {
+	switch {
+	case len(r.Command) == 0:
+		return errors.New("field backup.restore.command is required: it reads the backup from its standard input, e.g. [sh, -c, 'cat > /data/dump.rdb']")
+	case !strings.Contains(r.Claim, "{name}"):
+		return fmt.Errorf("field backup.restore.claim %q must contain {name} (the resource's name): it is the claim the release's first pod mounts, e.g. data-{name}-0", r.Claim)
+	case !strings.HasPrefix(r.MountPath, "/"):
+		return fmt.Errorf("field backup.restore.mountPath %q must be an absolute path (where the restore command finds the volume)", r.MountPath)
+	}
+	if _, err := resource.ParseQuantity(r.Size); err != nil {
+		return fmt.Errorf("field backup.restore.size %q: a quantity such as 1Gi is required (the claim's size when the values do not set it)", r.Size)
+	}
+	if r.EnabledValue != "" && slices.Contains(strings.Split(r.EnabledValue, "."), "") {
+		return fmt.Errorf("field backup.restore.enabledValue %q is not a values path, e.g. persistence.enabled", r.EnabledValue)
+	}
+	return nil
 }

@@ -136,6 +136,11 @@ func TestParseErrorsNameEntryAndField(t *testing.T) {
 		"remote short interval":   {"- group: chartpilot.dev\n  version: v1\n  kind: Redis\n  chart: {repo: \"https://x.y\", name: redis, interval: 1s}\n", []string{"field chart.interval"}},
 		"plainHTTP on https":      {"- group: chartpilot.dev\n  version: v1\n  kind: Redis\n  chart: {repo: \"https://x.y\", name: redis, plainHTTP: true}\n", []string{"field chart.plainHTTP"}},
 		"bad soak":                {base + "  canarySoak: long\n", []string{"field canarySoak"}},
+		"restore without hook":    {base + restoreBlock("claim: \"data-{name}-0\""), []string{"field backup.restore", "add backup to hooks"}},
+		"restore claim no name":   {base + "  hooks: [backup]\n" + restoreBlock("claim: data-0"), []string{"field backup.restore.claim", "{name}"}},
+		"restore relative mount":  {base + "  hooks: [backup]\n" + strings.Replace(restoreBlock("claim: \"data-{name}-0\""), "mountPath: /data", "mountPath: data", 1), []string{"field backup.restore.mountPath"}},
+		"restore bad size":        {base + "  hooks: [backup]\n" + strings.Replace(restoreBlock("claim: \"data-{name}-0\""), "size: 1Gi", "size: big", 1), []string{"field backup.restore.size"}},
+		"restore no command":      {base + "  hooks: [backup]\n" + strings.Replace(restoreBlock("claim: \"data-{name}-0\""), "command: [sh]", "command: []", 1), []string{"field backup.restore.command"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := Parse([]byte(tc.yaml), ".", env(nil))
@@ -246,4 +251,9 @@ func FuzzParse(f *testing.F) {
 			seen[w.GVK.String()] = true
 		}
 	})
+}
+
+// restoreBlock is a backup block with a restore whose claim line is claim.
+func restoreBlock(claim string) string {
+	return "  backup:\n    image: redis\n    command: [redis-cli]\n    restore:\n      command: [sh]\n      " + claim + "\n      mountPath: /data\n      size: 1Gi\n"
 }

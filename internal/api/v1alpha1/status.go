@@ -123,6 +123,9 @@ const (
 	// AnnotationMaintenanceWindow limits chart version upgrades to windows
 	// such as "Sat 02:00-04:00 UTC" (on the resource or its namespace).
 	AnnotationMaintenanceWindow = "chartpilot.dev/maintenance-window"
+	// AnnotationRestoreFrom names a completed Backup restored into a new
+	// resource of a passthrough kind before its release is installed.
+	AnnotationRestoreFrom = "chartpilot.dev/restore-from"
 )
 
 // LabelCanary "true" makes a resource a canary: it upgrades to a new chart

@@ -1,0 +1,271 @@
+package backup
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/chartpilot/chartpilot/hooks"
+	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
+	"github.com/chartpilot/chartpilot/internal/backup"
+)
+
+// LabelRestoreInto marks a passthrough restore's Job and claim with the
+// resource restored into.
+const LabelRestoreInto = "chartpilot.dev/restore-into"
+
+// Restores restores a backup into a new resource of a passthrough kind
+// annotated chartpilot.dev/restore-from: BACKUP, before its release is
+// installed (the data must be on the volume before the server first
+// starts, as with Redis's RDB file). As the resource's identity it makes
+// the claim the release's first pod will mount (the StatefulSet adopts a
+// claim of its template's name) and a Job that mounts it and runs the
+// kind's restore command with the backup, checked against its SHA-256, on
+// standard input. The install is held until the Job completes; a failure
+// holds it with the reason, and nothing is deleted.
+type Restores struct {
+	Client client.Client
+	// Reader reads the restore Job's pod (its termination message).
+	Reader   client.Reader
+	Identity *Identity
+	// AgentImage is chartpilot's image, copied into the restore image.
+	AgentImage string
+	// Kinds are the passthrough kinds with a watches.yaml backup block.
+	Kinds map[string]PassthroughKind
+	// Deadline bounds a Job's run; DefaultDeadline when zero.
+	Deadline time.Duration
+}
+
+// restoreJobName is the name of the restore Job of the resource u.
+func restoreJobName(namespace, name string, uid types.UID) string {
+	sum := sha256.Sum256([]byte(namespace + "/" + name + "/" + string(uid)))
+	if len(name) > 40 {
+		name = name[:40]
+	}
+	return "restore-" + name + "-" + hex.EncodeToString(sum[:])[:8]
+}
+
+// PreInstall holds u's first install until its restore is done.
+func (r *Restores) PreInstall(ctx context.Context, obj hooks.Object) error {
+	u := obj.Resource
+	if u == nil || u.GetKind() == "Postgres" {
+		return nil // Postgres restores through spec.restore, after the install
+	}
+	from := u.GetAnnotations()[v1alpha1.AnnotationRestoreFrom]
+	if from == "" {
+		return nil
+	}
+	field := "annotation " + v1alpha1.AnnotationRestoreFrom
+	pk, ok := r.Kinds[u.GetKind()]
+	if !ok || pk.Backup.Restore == nil {
+		return hooks.Reject("RestoreFailed", "%s: kind %s has no backup.restore block in watches.yaml, so its backups cannot be restored: remove the annotation to install without data", field, u.GetKind())
+	}
+	rs := pk.Backup.Restore
+	if rs.EnabledValue != "" {
+		v, _, _ := unstructured.NestedFieldNoCopy(u.Object, append([]string{"spec"}, strings.Split(rs.EnabledValue, ".")...)...)
+		if on, _ := v.(bool); !on {
+			return hooks.Reject("RestoreFailed", "%s: spec.%s must be true: without it the release has no data volume and the restored data would not be used", field, rs.EnabledValue)
+		}
+	}
+	job := &batchv1.Job{}
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: u.GetNamespace(), Name: restoreJobName(u.GetNamespace(), u.GetName(), u.GetUID())}, job)
+	switch {
+	case err == nil:
+		return r.follow(ctx, u, from, job)
+	case !apierrors.IsNotFound(err):
+		return err
+	}
+	return r.start(ctx, u, pk, from)
+}
+
+// start checks the Backup and its store, then makes the claim and the Job.
+func (r *Restores) start(ctx context.Context, u *unstructured.Unstructured, pk PassthroughKind, from string) error {
+	field := "annotation " + v1alpha1.AnnotationRestoreFrom
+	b := &v1alpha1.Backup{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: u.GetNamespace(), Name: from}, b); err != nil {
+		if apierrors.IsNotFound(err) {
+			return hooks.Reject("RestoreFailed", "%s: Backup %s does not exist in %s: name a completed Backup of a %s", field, from, u.GetNamespace(), u.GetKind())
+		}
+		return err
+	}
+	if b.Spec.Target.Kind != u.GetKind() {
+		return hooks.Reject("RestoreFailed", "%s: Backup %s is of a %s, not a %s: name a Backup of a %s", field, from, b.Spec.Target.Kind, u.GetKind(), u.GetKind())
+	}
+	switch b.Status.Phase {
+	case v1alpha1.BackupCompleted:
+	case v1alpha1.BackupFailed:
+		return hooks.Reject("RestoreFailed", "%s: Backup %s failed (%s): name a completed Backup", field, from, b.Status.Message)
+	default:
+		return hooks.Reject("Restoring", "the restore waits for Backup %s to complete (%s)", from, orPending(b.Status.Phase))
+	}
+	resolver := &BackupReconciler{Client: r.Client, Reader: r.Reader}
+	store, why, mayWait := resolver.store(ctx, b)
+	if store == nil {
+		if mayWait {
+			return hooks.Reject("Restoring", "the restore of Backup %s waits for its store: %s", from, why)
+		}
+		return hooks.Reject("RestoreFailed", "Backup %s: %s", from, why)
+	}
+	rs := pk.Backup.Restore
+	sizeText := rs.Size
+	if len(pk.SizeValue) > 0 {
+		if v, ok, _ := unstructured.NestedString(u.Object, append([]string{"spec"}, pk.SizeValue...)...); ok && v != "" {
+			sizeText = v
+		}
+	}
+	size, err := resource.ParseQuantity(sizeText)
+	if err != nil {
+		return hooks.Reject("RestoreFailed", "spec.%s %q is not a size (e.g. 1Gi): the restore's volume needs one", strings.Join(pk.SizeValue, "."), sizeText)
+	}
+	lbl := map[string]string{LabelRestoreInto: u.GetName(), "app.kubernetes.io/instance": u.GetName(), "app.kubernetes.io/managed-by": "chartpilot"}
+	claim := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: u.GetNamespace(), Name: strings.ReplaceAll(rs.Claim, "{name}", u.GetName()), Labels: lbl},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: size}},
+		},
+	}
+	if rs.StorageClassValue != "" {
+		if sc, _, _ := unstructured.NestedString(u.Object, append([]string{"spec"}, strings.Split(rs.StorageClassValue, ".")...)...); sc != "" {
+			claim.Spec.StorageClassName = ptr.To(sc)
+		}
+	}
+	if err := r.Identity.create(ctx, r.Client, u, claim, "persistentvolumeclaims"); err != nil {
+		return refusal(err)
+	}
+	job := r.job(u, pk, b, store, claim.Name)
+	job.OwnerReferences = []metav1.OwnerReference{{APIVersion: u.GetAPIVersion(), Kind: u.GetKind(), Name: u.GetName(), UID: u.GetUID()}}
+	if err := r.Identity.createJob(ctx, r.Client, u, job); err != nil {
+		return refusal(err)
+	}
+	return hooks.Reject("Restoring", "Job %s restores Backup %s (%s) into claim %s; the release is installed once it completes", job.Name, from, b.Status.Location, claim.Name)
+}
+
+// refusal turns an identity's refusal into a held install naming the fix.
+func refusal(err error) error {
+	var ref *refused
+	if errors.As(err, &ref) {
+		return hooks.Reject("RestoreFailed", "%s", ref.msg)
+	}
+	return err
+}
+
+// job is the restore Job: the kind's restore image with chartpilot copied
+// in; the agent reads the backup, checks its SHA-256 and pipes it into the
+// restore command, the claim mounted where the command expects it.
+func (r *Restores) job(u *unstructured.Unstructured, pk PassthroughKind, b *v1alpha1.Backup, store *resolvedStore, claim string) *batchv1.Job {
+	rs := pk.Backup.Restore
+	env := []corev1.EnvVar{
+		{Name: "CHARTPILOT_TARGET_NAME", Value: u.GetName()},
+		{Name: "CHARTPILOT_TARGET_NAMESPACE", Value: u.GetNamespace()},
+	}
+	// Not the backup command's env: it names the release's Secrets,
+	// which do not exist before the install.
+	sargs, senv, volumes, mounts := storeFlags(store)
+	args := append([]string{"restore", "--location", b.Status.Location, "--manifest-file", "/dev/termination-log"}, sargs...)
+	args = append(append(args, "--"), rs.Command...)
+	volumes = append(volumes, corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}})
+	mounts = append(mounts, corev1.VolumeMount{Name: "data", MountPath: rs.MountPath})
+	image := rs.Image
+	if image == "" {
+		image = pk.Backup.Image
+	}
+	deadline := r.Deadline
+	if deadline == 0 {
+		deadline = DefaultDeadline
+	}
+	lbl := map[string]string{LabelRestoreInto: u.GetName(), LabelComponent: "restore", "app.kubernetes.io/managed-by": "chartpilot"}
+	job := agentJob(u.GetNamespace(), restoreJobName(u.GetNamespace(), u.GetName(), u.GetUID()), lbl, image, deadline, args, append(env, senv...), volumes, mounts)
+	return withAgent(job, r.AgentImage, "backup")
+}
+
+// follow reads the restore Job: complete with the manifest of the Backup
+// it named, the install goes on.
+func (r *Restores) follow(ctx context.Context, u *unstructured.Unstructured, from string, job *batchv1.Job) error {
+	switch {
+	case jobCondition(job, batchv1.JobFailed):
+		why := fmt.Sprintf("Job %s failed", job.Name)
+		if msg := podMessage(ctx, r.Reader, job); msg != "" {
+			why += ": " + msg
+		}
+		return hooks.Reject("RestoreFailed", "%s (kubectl logs job/%s); the install is held and the claim kept: delete Job %s to try again, or remove the annotation %s to install with what the claim holds", why, job.Name, job.Name, v1alpha1.AnnotationRestoreFrom)
+	case jobCondition(job, batchv1.JobComplete):
+		m := &backup.Manifest{}
+		want := ""
+		b := &v1alpha1.Backup{}
+		if err := r.Client.Get(ctx, types.NamespacedName{Namespace: u.GetNamespace(), Name: from}, b); err == nil {
+			want = b.Status.SHA256
+		}
+		if err := json.Unmarshal([]byte(podMessage(ctx, r.Reader, job)), m); err != nil || m.SHA256 == "" || (want != "" && m.SHA256 != want) {
+			return hooks.Reject("RestoreFailed", "Job %s ended without reporting the backup it restored (sha256 %s expected): delete Job %s to try again", job.Name, want, job.Name)
+		}
+		return nil
+	}
+	return hooks.Reject("Restoring", "Job %s restores Backup %s; the release is installed once it completes", job.Name, from)
+}
+
+// report is the Restored condition of a passthrough resource restored
+// before its install.
+func (r *Restores) report(ctx context.Context, u *unstructured.Unstructured) *metav1.Condition {
+	from := u.GetAnnotations()[v1alpha1.AnnotationRestoreFrom]
+	if from == "" {
+		return nil
+	}
+	job := &batchv1.Job{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: u.GetNamespace(), Name: restoreJobName(u.GetNamespace(), u.GetName(), u.GetUID())}, job); err != nil {
+		if _, installed, _ := unstructured.NestedMap(u.Object, "status", "release"); installed {
+			return nil // installed before the annotation, or the Job was deleted since
+		}
+		return &metav1.Condition{Status: metav1.ConditionFalse, Reason: "Restoring", Message: "Backup " + from + " is restored before the release is installed"}
+	}
+	switch {
+	case jobCondition(job, batchv1.JobComplete):
+		return &metav1.Condition{Status: metav1.ConditionTrue, Reason: "RestoreCompleted", Message: "Job " + job.Name + " restored Backup " + from + " before the release was installed"}
+	case jobCondition(job, batchv1.JobFailed):
+		return &metav1.Condition{Status: metav1.ConditionFalse, Reason: "RestoreFailed", Message: "Job " + job.Name + " failed; delete it to try again"}
+	}
+	return &metav1.Condition{Status: metav1.ConditionFalse, Reason: "Restoring", Message: "Job " + job.Name + " restores Backup " + from}
+}
+
+// Watch wakes a resource when its restore Job changes (it ends).
+func (r *Restores) Watch(mgr manager.Manager, c controller.Controller, _ hooks.EnqueueFunc) error {
+	return c.Watch(source.Kind(mgr.GetCache(), &batchv1.Job{}, handler.TypedEnqueueRequestsFromMapFunc(func(_ context.Context, j *batchv1.Job) []reconcile.Request {
+		name := j.Labels[LabelRestoreInto]
+		if name == "" {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: j.Namespace, Name: name}}}
+	})))
+}
+
+// watchers is several hooks.Watchers as one.
+type watchers []hooks.Watcher
+
+func (ws watchers) Watch(mgr manager.Manager, c controller.Controller, enqueue hooks.EnqueueFunc) error {
+	for _, w := range ws {
+		if err := w.Watch(mgr, c, enqueue); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -132,6 +132,24 @@ func TestFailoverLosesNothingSynchronous(t *testing.T) {
 	if out, _ := c.Psql(c.Ports[old], 5*time.Second, "SELECT pg_is_in_recovery()"); out != "t" {
 		t.Errorf("the old primary is not a standby: pg_is_in_recovery = %q", out)
 	}
+	// Every member reports the new primary's timeline (the election ranks
+	// timelines first), the rewound old primary too.
+	c.WaitFor("every member on the new timeline", time.Minute, func() (bool, string) {
+		seen := map[string]string{}
+		for _, m := range c.Members {
+			l, err := c.CS.CoordinationV1().Leases(c.NS).Get(context.Background(), instancetest.ClusterName+"-"+m, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			seen[m] = l.Annotations[instance.AnnotationTimeline]
+		}
+		for _, m := range c.Members {
+			if seen[m] != "2" {
+				return false, fmt.Sprint(seen)
+			}
+		}
+		return true, ""
+	})
 }
 
 // TestFailoverAsynchronous: the same without a synchronous standby; what

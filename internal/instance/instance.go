@@ -223,7 +223,9 @@ type member struct {
 	name, address, role string
 	lsn                 uint64
 	timeline            uint64
-	settled             bool
+	// positioned: the member reported a position and a timeline.
+	positioned bool
+	settled    bool
 	// synchronous: the standbys acknowledging commits (a primary's).
 	synchronous []string
 	// at is when the member last reported; fresh, within a Lease duration.
@@ -242,8 +244,11 @@ func ahead(aTimeline, aLSN, bTimeline, bLSN uint64) bool {
 // tick is one step: look at the primary's Lease and act on it.
 func (m *Manager) tick(ctx context.Context) error {
 	now := m.cfg.Now()
-	if m.role == RolePrimary && !m.pg.running() {
-		m.setRole(RoleStopped) // the server died (or was fenced): the Lease must pass on
+	if (m.role == RolePrimary || m.role == RoleStandby) && !m.pg.running() {
+		// The server died (or was fenced): a primary's Lease must pass on;
+		// a standby is started again, and meanwhile no one waits for its
+		// position.
+		m.setRole(RoleStopped)
 	}
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.RenewDeadline/2+time.Second)
 	defer cancel()
@@ -530,9 +535,8 @@ func (m *Manager) mayPromote(lease *coordinationv1.Lease, members []member, prev
 	if lease.Spec.RenewTime != nil {
 		expiredAt = lease.Spec.RenewTime.Add(time.Duration(ptr.Deref(lease.Spec.LeaseDurationSeconds, 0)) * time.Second)
 	}
-	final := func(o member) bool {
-		return o.fresh && o.role == RoleStandby && o.settled && !o.at.Before(expiredAt)
-	}
+	after := func(o member) bool { return o.fresh && o.role == RoleStandby && !o.at.Before(expiredAt) }
+	final := func(o member) bool { return after(o) && o.positioned && o.settled }
 	if mine != m.reported {
 		m.waiting("this standby's position is still moving", "lsn", formatLSN(mine))
 		return false
@@ -555,6 +559,9 @@ func (m *Manager) mayPromote(lease *coordinationv1.Lease, members []member, prev
 	for _, o := range members {
 		if o.name == m.cfg.Member || !o.fresh || o.role != RoleStandby {
 			continue
+		}
+		if after(o) && !o.positioned {
+			continue // it reports no position (its server does not answer): it cannot promote, and is not waited for
 		}
 		if !final(o) {
 			m.waiting("waiting for every live standby's position after the primary's lease expired", "member", o.name)
@@ -705,8 +712,9 @@ func (m *Manager) readMember(ctx context.Context, name string) (member, error) {
 
 func (m *Manager) parseMember(l *coordinationv1.Lease) member {
 	o := member{name: ptr.Deref(l.Spec.HolderIdentity, ""), address: l.Annotations[AnnotationAddress], role: l.Annotations[AnnotationRole]}
-	o.lsn, _ = parseLSN(l.Annotations[AnnotationLSN])
-	o.timeline, _ = strconv.ParseUint(l.Annotations[AnnotationTimeline], 10, 32)
+	lsn, err1 := parseLSN(l.Annotations[AnnotationLSN])
+	tli, err2 := strconv.ParseUint(l.Annotations[AnnotationTimeline], 10, 32)
+	o.lsn, o.timeline, o.positioned = lsn, tli, err1 == nil && err2 == nil
 	o.settled = l.Annotations[AnnotationSettled] == "true"
 	if v := l.Annotations[AnnotationSynchronous]; v != "" {
 		o.synchronous = strings.Split(v, ",")

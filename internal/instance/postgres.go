@@ -369,11 +369,13 @@ func (s *server) lsn(primary bool) (uint64, error) {
 }
 
 // timeline is the server's timeline: the one it writes on a primary; on a
-// standby the one it receives, or (not streaming) its last restartpoint's.
+// standby the newest its WAL directory has a history file of (a standby
+// gets the file when it follows a timeline switch; its last restartpoint's
+// timeline, in the control file, can be minutes old), 1 when none.
 func (s *server) timeline(primary bool) (uint64, error) {
 	q := "SELECT timeline_id FROM pg_control_checkpoint()"
 	if !primary {
-		q = "SELECT COALESCE((SELECT received_tli FROM pg_stat_wal_receiver WHERE received_tli > 0), (SELECT timeline_id FROM pg_control_checkpoint()))"
+		q = `SELECT COALESCE(max(('x' || substr(name, 1, 8))::bit(32)::bigint), 1) FROM pg_ls_waldir() WHERE name ~ '^[0-9A-F]{8}[.]history$'`
 	}
 	out, err := s.query(q)
 	if err != nil {

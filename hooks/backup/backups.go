@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -547,6 +548,12 @@ func storeFlags(st *resolvedStore) (args []string, env []corev1.EnvVar, volumes 
 // bounded by deadline, no API token, non-root, read-only root file system,
 // no capabilities.
 func agentJob(namespace, name string, lbl map[string]string, image string, deadline time.Duration, args []string, env []corev1.EnvVar, volumes []corev1.Volume, mounts []corev1.VolumeMount) *batchv1.Job {
+	if !slices.ContainsFunc(volumes, func(v corev1.Volume) bool { return v.Name == "tmp" }) {
+		// The root file system is read-only; the agent keeps a download
+		// it checks before restoring in its temporary directory.
+		volumes = append(volumes, corev1.Volume{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+		mounts = append(mounts, corev1.VolumeMount{Name: "tmp", MountPath: "/tmp"})
+	}
 	return &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: lbl},
 		Spec: batchv1.JobSpec{

@@ -34,6 +34,15 @@ import (
 // resource restored into.
 const LabelRestoreInto = "chartpilot.dev/restore-into"
 
+// Annotations of a passthrough restore: on its claim, the UID of the
+// resource it was made for (a claim without it is never written to); on
+// its Job, the Backup it restores and that Backup's SHA-256.
+const (
+	AnnotationRestoreFor    = "chartpilot.dev/restore-for"
+	AnnotationRestoreBackup = "chartpilot.dev/restore-backup"
+	AnnotationRestoreSHA256 = "chartpilot.dev/restore-sha256"
+)
+
 // Restores restores a backup into a new resource of a passthrough kind
 // annotated chartpilot.dev/restore-from: BACKUP, before its release is
 // installed (the data must be on the volume before the server first
@@ -60,7 +69,7 @@ type Restores struct {
 func restoreJobName(namespace, name string, uid types.UID) string {
 	sum := sha256.Sum256([]byte(namespace + "/" + name + "/" + string(uid)))
 	if len(name) > 40 {
-		name = name[:40]
+		name = strings.TrimRight(name[:40], "-.")
 	}
 	return "restore-" + name + "-" + hex.EncodeToString(sum[:])[:8]
 }
@@ -73,6 +82,11 @@ func (r *Restores) PreInstall(ctx context.Context, obj hooks.Object) error {
 	}
 	from := u.GetAnnotations()[v1alpha1.AnnotationRestoreFrom]
 	if from == "" {
+		return nil
+	}
+	if _, installed, _ := unstructured.NestedMap(u.Object, "status", "release"); installed {
+		// A release existed (its records were lost, or it was removed):
+		// its volume holds live data, never overwritten by a restore.
 		return nil
 	}
 	field := "annotation " + v1alpha1.AnnotationRestoreFrom
@@ -134,7 +148,7 @@ func (r *Restores) start(ctx context.Context, u *unstructured.Unstructured, pk P
 		}
 	}
 	size, err := resource.ParseQuantity(sizeText)
-	if err != nil {
+	if err != nil || size.Sign() <= 0 {
 		return hooks.Reject("RestoreFailed", "spec.%s %q is not a size (e.g. 1Gi): the restore's volume needs one", strings.Join(pk.SizeValue, "."), sizeText)
 	}
 	lbl := map[string]string{LabelRestoreInto: u.GetName(), "app.kubernetes.io/instance": u.GetName(), "app.kubernetes.io/managed-by": "chartpilot"}
@@ -150,10 +164,22 @@ func (r *Restores) start(ctx context.Context, u *unstructured.Unstructured, pk P
 			claim.Spec.StorageClassName = ptr.To(sc)
 		}
 	}
-	if err := r.Identity.create(ctx, r.Client, u, claim, "persistentvolumeclaims"); err != nil {
-		return refusal(err)
+	claim.Annotations = map[string]string{AnnotationRestoreFor: string(u.GetUID())}
+	existing := &corev1.PersistentVolumeClaim{}
+	switch err := r.Reader.Get(ctx, client.ObjectKeyFromObject(claim), existing); {
+	case err == nil:
+		if existing.Annotations[AnnotationRestoreFor] != string(u.GetUID()) {
+			return hooks.Reject("RestoreFailed", "%s: claim %s already exists and was not made for this restore (it may hold another server's data; it is not written to): delete it to restore, or remove the annotation to install on it as it is", field, claim.Name)
+		}
+	case apierrors.IsNotFound(err):
+		if err := r.Identity.create(ctx, r.Client, u, claim, "persistentvolumeclaims"); err != nil {
+			return refusal(err)
+		}
+	default:
+		return err
 	}
 	job := r.job(u, pk, b, store, claim.Name)
+	job.Annotations = map[string]string{AnnotationRestoreBackup: b.Name, AnnotationRestoreSHA256: b.Status.SHA256}
 	job.OwnerReferences = []metav1.OwnerReference{{APIVersion: u.GetAPIVersion(), Kind: u.GetKind(), Name: u.GetName(), UID: u.GetUID()}}
 	if err := r.Identity.createJob(ctx, r.Client, u, job); err != nil {
 		return refusal(err)
@@ -202,21 +228,25 @@ func (r *Restores) job(u *unstructured.Unstructured, pk PassthroughKind, b *v1al
 // follow reads the restore Job: complete with the manifest of the Backup
 // it named, the install goes on.
 func (r *Restores) follow(ctx context.Context, u *unstructured.Unstructured, from string, job *batchv1.Job) error {
+	if len(job.OwnerReferences) != 1 || job.OwnerReferences[0].UID != u.GetUID() || job.Labels[LabelRestoreInto] != u.GetName() {
+		return hooks.Reject("RestoreFailed", "Job %s exists and is not this %s's restore: delete it", job.Name, u.GetKind())
+	}
+	if was := job.Annotations[AnnotationRestoreBackup]; was != from {
+		return hooks.Reject("RestoreFailed", "annotation %s names Backup %s, but Job %s restores Backup %s: set it back, or delete the Job and claim to restore the other", v1alpha1.AnnotationRestoreFrom, from, job.Name, was)
+	}
 	switch {
 	case jobCondition(job, batchv1.JobFailed):
 		why := fmt.Sprintf("Job %s failed", job.Name)
 		if msg := podMessage(ctx, r.Reader, job); msg != "" {
 			why += ": " + msg
+		} else if c := jobConditionOf(job, batchv1.JobFailed); c != nil && c.Message != "" {
+			why += ": " + c.Message
 		}
 		return hooks.Reject("RestoreFailed", "%s (kubectl logs job/%s); the install is held and the claim kept: delete Job %s to try again, or remove the annotation %s to install with what the claim holds", why, job.Name, job.Name, v1alpha1.AnnotationRestoreFrom)
 	case jobCondition(job, batchv1.JobComplete):
 		m := &backup.Manifest{}
-		want := ""
-		b := &v1alpha1.Backup{}
-		if err := r.Client.Get(ctx, types.NamespacedName{Namespace: u.GetNamespace(), Name: from}, b); err == nil {
-			want = b.Status.SHA256
-		}
-		if err := json.Unmarshal([]byte(podMessage(ctx, r.Reader, job)), m); err != nil || m.SHA256 == "" || (want != "" && m.SHA256 != want) {
+		want := job.Annotations[AnnotationRestoreSHA256]
+		if err := json.Unmarshal([]byte(podMessage(ctx, r.Reader, job)), m); err != nil || m.SHA256 == "" || m.SHA256 != want {
 			return hooks.Reject("RestoreFailed", "Job %s ended without reporting the backup it restored (sha256 %s expected): delete Job %s to try again", job.Name, want, job.Name)
 		}
 		return nil
@@ -236,7 +266,7 @@ func (r *Restores) report(ctx context.Context, u *unstructured.Unstructured) *me
 		if _, installed, _ := unstructured.NestedMap(u.Object, "status", "release"); installed {
 			return nil // installed before the annotation, or the Job was deleted since
 		}
-		return &metav1.Condition{Status: metav1.ConditionFalse, Reason: "Restoring", Message: "Backup " + from + " is restored before the release is installed"}
+		return &metav1.Condition{Status: metav1.ConditionFalse, Reason: "RestorePending", Message: "Backup " + from + " is restored before the release is installed; the Reconciling condition says what it waits for"}
 	}
 	switch {
 	case jobCondition(job, batchv1.JobComplete):

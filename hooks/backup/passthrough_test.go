@@ -12,6 +12,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -238,6 +239,19 @@ func TestPassthroughBackup(t *testing.T) {
 	}
 	if v := redisCLI(t, port2, password, "get", "key:137"); v != "value 137" {
 		t.Errorf("key:137 = %q", v)
+	}
+	// A claim of that name made by someone else (another server's data)
+	// is never written to: refused, no Job.
+	other := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "data-taken-0"}, Spec: corev1.PersistentVolumeClaimSpec{
+		AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+		Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}
+	if err := c.Create(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	taken := newRedis("taken", map[string]any{"persistence": map[string]any{"enabled": true}})
+	held(taken, "RestoreFailed", "claim data-taken-0 already exists and was not made for this restore")
+	if err := c.List(ctx, jobs, client.InNamespace(ns), client.MatchingLabels{backup.LabelRestoreInto: "taken"}); err != nil || len(jobs.Items) != 0 {
+		t.Fatalf("restore Jobs onto a claim made by someone else: %d %v", len(jobs.Items), err)
 	}
 	// A Backup that does not exist is named, with the fix.
 	missing := newRedis("missing", map[string]any{"persistence": map[string]any{"enabled": true}})

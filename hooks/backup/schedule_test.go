@@ -13,6 +13,7 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -161,19 +162,24 @@ func TestScheduledBackups(t *testing.T) {
 		t.Errorf("status.backup %+v: want lastSuccessfulBackup %s and both schedule times", st, third.Name)
 	}
 
-	got.Spec.Backup.Schedule = "61 * * * *"
-	if err := c.Update(ctx, got); err != nil {
-		t.Fatal(err)
+	// The controller writes the status meanwhile: each change is made on
+	// a fresh read.
+	change := func(f func(*v1alpha1.Postgres)) {
+		t.Helper()
+		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			if err := c.Get(ctx, key, got); err != nil {
+				return err
+			}
+			f(got)
+			return c.Update(ctx, got)
+		}); err != nil {
+			t.Fatal(err)
+		}
 	}
+	change(func(pg *v1alpha1.Postgres) { pg.Spec.Backup.Schedule = "61 * * * *" })
 	cond(metav1.ConditionFalse, "InvalidSchedule", "spec.backup.schedule")
 
-	if err := c.Get(ctx, key, got); err != nil {
-		t.Fatal(err)
-	}
-	got.Spec.Backup = nil
-	if err := c.Update(ctx, got); err != nil {
-		t.Fatal(err)
-	}
+	change(func(pg *v1alpha1.Postgres) { pg.Spec.Backup = nil })
 	eventually("status.backup and the condition gone", func() bool {
 		g := &v1alpha1.Postgres{}
 		return c.Get(ctx, key, g) == nil && g.Status.Backup == nil && apimeta.FindStatusCondition(g.Status.Conditions, v1alpha1.ConditionLastBackupSucceeded) == nil

@@ -102,13 +102,16 @@ func (r *Reconciler) preInstall(ctx context.Context, p *pass, d *desired) (ctrl.
 			return ctrl.Result{}, true, fmt.Errorf("hook %s before the install: %w", h.Name, err)
 		}
 		msg := "hook " + h.Name + " holds the install: " + oneLine(rej.Message)
+		if strings.HasSuffix(rej.Reason, "Failed") {
+			// The input must change (or a person act) before the install
+			// can go on: Stalled, looked at again each minute.
+			r.stall(p, rej.Reason, msg)
+			return ctrl.Result{RequeueAfter: time.Minute}, true, nil
+		}
+		apimeta.RemoveStatusCondition(&p.status.Conditions, v1alpha1.ConditionStalled)
 		prev := apimeta.FindStatusCondition(p.status.Conditions, v1alpha1.ConditionReconciling)
 		if prev == nil || prev.Reason != "InstallBlocked" || prev.Message != msg {
-			kind := corev1.EventTypeNormal
-			if strings.HasSuffix(rej.Reason, "Failed") {
-				kind = corev1.EventTypeWarning
-			}
-			r.Recorder.Event(p.obj, kind, rej.Reason, oneLine(rej.Message))
+			r.Recorder.Event(p.obj, corev1.EventTypeNormal, rej.Reason, oneLine(rej.Message))
 		}
 		setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionTrue, "InstallBlocked", msg)
 		return ctrl.Result{RequeueAfter: 15 * time.Second}, true, nil

@@ -40,8 +40,11 @@ func TestHooks(t *testing.T) {
 			return nil
 		}),
 		PreInstall: hooks.PreInstallFunc(func(_ context.Context, obj hooks.Object) error {
-			if obj.Resource.GetName() == "held" && holdInstall.Load() {
-				return hooks.Reject("DataNotReady", "the data of %s is not on its volume yet", obj.Resource.GetName())
+			switch name := obj.Resource.GetName(); {
+			case name == "held" && holdInstall.Load():
+				return hooks.Reject("DataNotReady", "the data of %s is not on its volume yet", name)
+			case name == "refused":
+				return hooks.Reject("DataFailed", "the data of %s cannot be restored: fix its source", name)
 			}
 			return nil
 		}),
@@ -102,6 +105,16 @@ func TestHooks(t *testing.T) {
 	e.waitCondition("held", v1alpha1.ConditionReady, metav1.ConditionTrue, "")
 	if n := len(e.history("held")); n != 1 {
 		t.Errorf("after the hold: %d revisions, want 1", n)
+	}
+
+	// A hold that needs a person (a reason ending in Failed) is Stalled.
+	e.create("refused", map[string]any{"message": "own", "replicas": 1}, nil, nil)
+	u = e.waitCondition("refused", v1alpha1.ConditionStalled, metav1.ConditionTrue, "DataFailed")
+	if c := condition(u, v1alpha1.ConditionStalled); !strings.Contains(c.Message, "fix its source") {
+		t.Errorf("Stalled: %+v", c)
+	}
+	if n := len(e.history("refused")); n != 0 {
+		t.Errorf("refused install ran: %d revisions", n)
 	}
 
 	// An unknown hook name stops start-up with the watch named.

@@ -603,13 +603,7 @@ func (r *BackupReconciler) follow(ctx context.Context, b *v1alpha1.Backup) (ctrl
 	}
 	switch {
 	case jobCondition(job, batchv1.JobFailed):
-		why := fmt.Sprintf("Job %s failed", job.Name)
-		if msg := podMessage(ctx, r.Reader, job); msg != "" {
-			why += ": " + msg
-		} else if c := jobConditionOf(job, batchv1.JobFailed); c != nil && c.Message != "" {
-			why += ": " + c.Message
-		}
-		r.fail(b, why+" (kubectl logs job/"+job.Name+")")
+		r.fail(b, jobFailure(ctx, r.Reader, job)+" (kubectl logs job/"+job.Name+")")
 		return ctrl.Result{}, nil
 	case jobCondition(job, batchv1.JobComplete):
 		m, why := r.manifest(ctx, b, job)
@@ -647,6 +641,19 @@ func jobConditionOf(job *batchv1.Job, t batchv1.JobConditionType) *batchv1.JobCo
 		}
 	}
 	return nil
+}
+
+// jobFailure says why a failed Job failed: its pod's termination
+// message, or the Job's Failed condition (a deadline, a pod never run).
+func jobFailure(ctx context.Context, reader client.Reader, job *batchv1.Job) string {
+	why := fmt.Sprintf("Job %s failed", job.Name)
+	if msg := podMessage(ctx, reader, job); msg != "" {
+		return why + ": " + msg
+	}
+	if c := jobConditionOf(job, batchv1.JobFailed); c != nil && c.Message != "" {
+		return why + ": " + c.Message
+	}
+	return why
 }
 
 func jobCondition(job *batchv1.Job, t batchv1.JobConditionType) bool {

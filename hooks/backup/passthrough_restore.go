@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"strings"
 	"time"
 
@@ -236,13 +235,7 @@ func (r *Restores) follow(ctx context.Context, u *unstructured.Unstructured, fro
 	}
 	switch {
 	case jobCondition(job, batchv1.JobFailed):
-		why := fmt.Sprintf("Job %s failed", job.Name)
-		if msg := podMessage(ctx, r.Reader, job); msg != "" {
-			why += ": " + msg
-		} else if c := jobConditionOf(job, batchv1.JobFailed); c != nil && c.Message != "" {
-			why += ": " + c.Message
-		}
-		return hooks.Reject("RestoreFailed", "%s (kubectl logs job/%s); the install is held and the claim kept: delete Job %s to try again, or remove the annotation %s to install with what the claim holds", why, job.Name, job.Name, v1alpha1.AnnotationRestoreFrom)
+		return hooks.Reject("RestoreFailed", "%s (kubectl logs job/%s); the install is held and the claim kept: delete Job %s to try again, or remove the annotation %s to install with what the claim holds", jobFailure(ctx, r.Reader, job), job.Name, job.Name, v1alpha1.AnnotationRestoreFrom)
 	case jobCondition(job, batchv1.JobComplete):
 		m := &backup.Manifest{}
 		want := job.Annotations[AnnotationRestoreSHA256]

@@ -272,11 +272,7 @@ func (r *RestoreReconciler) follow(ctx context.Context, pg *v1alpha1.Postgres) (
 	}
 	switch {
 	case jobCondition(job, batchv1.JobFailed):
-		why := fmt.Sprintf("Job %s failed", job.Name)
-		if msg := podMessage(ctx, r.Reader, job); msg != "" {
-			why += ": " + msg
-		}
-		r.set(pg, v1alpha1.BackupFailed, why+" (kubectl logs job/"+job.Name+")")
+		r.set(pg, v1alpha1.BackupFailed, jobFailure(ctx, r.Reader, job)+" (kubectl logs job/"+job.Name+")")
 	case jobCondition(job, batchv1.JobComplete):
 		// The agent prints the manifest it checked the data against; a
 		// pod that reports none did not restore.

@@ -27,6 +27,18 @@ var (
 	backupGVR      = schema.GroupVersionResource{Group: "chartpilot.dev", Version: "v1alpha1", Resource: "backups"}
 )
 
+// volumeStore makes a BackupStore on a claim of its own ("backups").
+func (e *env) volumeStore(name string) {
+	e.t.Helper()
+	claim := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "backups"}, Spec: corev1.PersistentVolumeClaimSpec{
+		AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+		Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}
+	if _, err := e.cs.CoreV1().PersistentVolumeClaims(e.ns).Create(context.Background(), claim, metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	e.apply(backupStoreGVR, "BackupStore", name, map[string]any{"volume": map[string]any{"claimName": "backups"}})
+}
+
 // endJobPod plays the kubelet at the end of a Job's pod (no node takes it
 // while the nodes are cordoned): Succeeded with the container's
 // termination message.
@@ -63,13 +75,7 @@ func (e *env) endJobPod(job, message string) {
 func TestPostgresMajorUpgradeCarriedOut(t *testing.T) {
 	e := setup(t, func(o *operator.Options) { o.BackupImage = "chartpilot:test" })
 	ctx := context.Background()
-	claim := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "backups"}, Spec: corev1.PersistentVolumeClaimSpec{
-		AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-		Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}
-	if _, err := e.cs.CoreV1().PersistentVolumeClaims(e.ns).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	e.apply(backupStoreGVR, "BackupStore", "vol", map[string]any{"volume": map[string]any{"claimName": "backups"}})
+	e.volumeStore("vol")
 	e.apply(postgresGVR, "Postgres", "pg", map[string]any{"version": "16", "storage": map[string]any{"size": "1Gi"},
 		"backup": map[string]any{"store": map[string]any{"name": "vol"}, "schedule": "0 3 * * *"}})
 	sts := func() (image string, templates []string) {

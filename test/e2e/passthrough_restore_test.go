@@ -8,9 +8,7 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
@@ -31,13 +29,7 @@ import (
 func TestRedisRestoredBeforeInstall(t *testing.T) {
 	e := setup(t, func(o *operator.Options) { o.BackupImage = "chartpilot:test" })
 	ctx := context.Background()
-	claim := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "backups"}, Spec: corev1.PersistentVolumeClaimSpec{
-		AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-		Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}
-	if _, err := e.cs.CoreV1().PersistentVolumeClaims(e.ns).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	e.apply(backupStoreGVR, "BackupStore", "vol", map[string]any{"volume": map[string]any{"claimName": "backups"}})
+	e.volumeStore("vol")
 	e.apply(redisGVR, "Redis", "cache", map[string]any{"persistence": map[string]any{"enabled": true}})
 	e.waitFor("Redis cache Ready", 3*time.Minute, func() (bool, string) { return ready(e.get(redisGVR, "cache")) })
 

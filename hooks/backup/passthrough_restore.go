@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -134,8 +135,11 @@ func (r *Restores) start(ctx context.Context, u *unstructured.Unstructured, pk P
 	resolver := &BackupReconciler{Client: r.Client, Reader: r.Reader}
 	store, why, mayWait := resolver.store(ctx, b)
 	if store == nil {
-		if mayWait {
+		if mayWait && time.Since(u.GetCreationTimestamp().Time) < StartGrace {
 			return hooks.Reject("Restoring", "the restore of Backup %s waits for its store: %s", from, why)
+		}
+		if mayWait {
+			why += fmt.Sprintf(" (waited %s; the restore starts once it is ready)", StartGrace)
 		}
 		return hooks.Reject("RestoreFailed", "Backup %s: %s", from, why)
 	}

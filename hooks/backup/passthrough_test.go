@@ -257,6 +257,25 @@ func TestPassthroughBackup(t *testing.T) {
 	missing := newRedis("missing", map[string]any{"persistence": map[string]any{"enabled": true}})
 	missing.Resource.SetAnnotations(map[string]string{v1alpha1.AnnotationRestoreFrom: "nope"})
 	held(missing, "RestoreFailed", "Backup nope does not exist in "+ns)
+	// A store that is gone: the restore waits, then, past the grace, is
+	// refused naming it (and would start once it is back).
+	if err := c.Delete(ctx, &v1alpha1.BackupStore{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "azure"}}); err != nil {
+		t.Fatal(err)
+	}
+	late := newRedis("late", map[string]any{"persistence": map[string]any{"enabled": true}})
+	deadline = time.Now().Add(time.Minute)
+	for {
+		rej, _ := hooks.AsRejection(hook.PreInstall.PreInstall(ctx, late))
+		if rej != nil && rej.Reason == "Restoring" && strings.Contains(rej.Message, "waits for its store") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("PreInstall with the store gone: %+v", rej)
+		}
+		time.Sleep(200 * time.Millisecond) // the cache sees the deletion
+	}
+	late.Resource.SetCreationTimestamp(metav1.NewTime(time.Now().Add(-backup.StartGrace - time.Minute)))
+	held(late, "RestoreFailed", "waited 10m0s")
 }
 
 // TestBackupJobRunsAsIdentity: the Job of a Backup is created as the

@@ -37,6 +37,9 @@ type Object struct {
 	Facts Facts
 	// ChartName and ChartVersion are the chart the resource is released from.
 	ChartName, ChartVersion string
+	// Values are the release's composed values (every layer, before the
+	// chart's own defaults); set for PreInstall only.
+	Values map[string]any
 }
 
 // Facts are what policies reason about, whatever the kind: replicas, storage

@@ -96,7 +96,7 @@ func (r *Restores) PreInstall(ctx context.Context, obj hooks.Object) error {
 	}
 	rs := pk.Backup.Restore
 	if rs.EnabledValue != "" {
-		v, _, _ := unstructured.NestedFieldNoCopy(u.Object, append([]string{"spec"}, strings.Split(rs.EnabledValue, ".")...)...)
+		v, _ := valueAt(obj, strings.Split(rs.EnabledValue, "."))
 		if on, _ := v.(bool); !on {
 			return hooks.Reject("RestoreFailed", "%s: spec.%s must be true: without it the release has no data volume and the restored data would not be used", field, rs.EnabledValue)
 		}
@@ -109,11 +109,12 @@ func (r *Restores) PreInstall(ctx context.Context, obj hooks.Object) error {
 	case !apierrors.IsNotFound(err):
 		return err
 	}
-	return r.start(ctx, u, pk, from)
+	return r.start(ctx, obj, pk, from)
 }
 
 // start checks the Backup and its store, then makes the claim and the Job.
-func (r *Restores) start(ctx context.Context, u *unstructured.Unstructured, pk PassthroughKind, from string) error {
+func (r *Restores) start(ctx context.Context, obj hooks.Object, pk PassthroughKind, from string) error {
+	u := obj.Resource
 	field := "annotation " + v1alpha1.AnnotationRestoreFrom
 	b := &v1alpha1.Backup{}
 	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: u.GetNamespace(), Name: from}, b); err != nil {
@@ -146,8 +147,12 @@ func (r *Restores) start(ctx context.Context, u *unstructured.Unstructured, pk P
 	rs := pk.Backup.Restore
 	sizeText := rs.Size
 	if len(pk.SizeValue) > 0 {
-		if v, ok, _ := unstructured.NestedString(u.Object, append([]string{"spec"}, pk.SizeValue...)...); ok && v != "" {
-			sizeText = v
+		if v, ok := valueAt(obj, pk.SizeValue); ok && v != nil {
+			text, isText := v.(string)
+			if !isText {
+				return hooks.Reject("RestoreFailed", "spec.%s must be a size such as \"1Gi\" (a string), not %v", strings.Join(pk.SizeValue, "."), v)
+			}
+			sizeText = text
 		}
 	}
 	size, err := resource.ParseQuantity(sizeText)
@@ -163,8 +168,12 @@ func (r *Restores) start(ctx context.Context, u *unstructured.Unstructured, pk P
 		},
 	}
 	if rs.StorageClassValue != "" {
-		if sc, _, _ := unstructured.NestedString(u.Object, append([]string{"spec"}, strings.Split(rs.StorageClassValue, ".")...)...); sc != "" {
-			claim.Spec.StorageClassName = ptr.To(sc)
+		if sc, _ := valueAt(obj, strings.Split(rs.StorageClassValue, ".")); sc != nil && sc != "" {
+			name, ok := sc.(string)
+			if !ok {
+				return hooks.Reject("RestoreFailed", "spec.%s must be a storage class name, not %v", rs.StorageClassValue, sc)
+			}
+			claim.Spec.StorageClassName = ptr.To(name)
 		}
 	}
 	claim.Annotations = map[string]string{AnnotationRestoreFor: string(u.GetUID())}
@@ -188,6 +197,18 @@ func (r *Restores) start(ctx context.Context, u *unstructured.Unstructured, pk P
 		return refusal(err)
 	}
 	return hooks.Reject("Restoring", "Job %s restores Backup %s (%s) into claim %s; the release is installed once it completes", job.Name, from, b.Status.Location, claim.Name)
+}
+
+// valueAt reads a value of the release at path: from the composed values
+// when the reconciler gives them (tenant layers and overrides included),
+// else from the resource's spec (a passthrough kind's spec is its values).
+func valueAt(obj hooks.Object, path []string) (any, bool) {
+	if obj.Values != nil {
+		v, ok, _ := unstructured.NestedFieldNoCopy(obj.Values, path...)
+		return v, ok
+	}
+	v, ok, _ := unstructured.NestedFieldNoCopy(obj.Resource.Object, append([]string{"spec"}, path...)...)
+	return v, ok
 }
 
 // refusal turns an identity's refusal into a held install naming the fix.

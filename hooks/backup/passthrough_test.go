@@ -187,9 +187,21 @@ func TestPassthroughBackup(t *testing.T) {
 	if err := c.List(ctx, claims, client.InNamespace(ns)); err != nil || len(claims.Items) != 0 {
 		t.Fatalf("claims after a refused restore: %d %v", len(claims.Items), err)
 	}
+	claim := &corev1.PersistentVolumeClaim{}
+	// The composed values (a tenant's layer, overrides) are what counts
+	// when the reconciler gives them.
+	composed := hooks.Object{Resource: bare.Resource, Values: map[string]any{"persistence": map[string]any{"enabled": true, "size": 5}}}
+	held(composed, "RestoreFailed", `spec.persistence.size must be a size such as "1Gi"`)
+	composed.Values["persistence"].(map[string]any)["size"] = "3Gi"
+	held(composed, "Restoring", "restores Backup rb")
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "data-bare-0"}, claim); err != nil {
+		t.Fatalf("the claim from the composed values: %v", err)
+	}
+	if q := claim.Spec.Resources.Requests[corev1.ResourceStorage]; q.String() != "3Gi" {
+		t.Errorf("claim data-bare-0 requests %s, want the composed values' 3Gi", q.String())
+	}
 	fresh := newRedis("fresh", map[string]any{"persistence": map[string]any{"enabled": true, "size": "2Gi"}})
 	held(fresh, "Restoring", "restores Backup rb")
-	claim := &corev1.PersistentVolumeClaim{}
 	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "data-fresh-0"}, claim); err != nil {
 		t.Fatalf("the claim of the first pod: %v", err)
 	}

@@ -93,7 +93,9 @@ func (r *Reconciler) preInstall(ctx context.Context, p *pass, d *desired) (ctrl.
 		if h.PreInstall == nil {
 			continue
 		}
-		err := h.PreInstall.PreInstall(ctx, d.hobj)
+		obj := d.hobj
+		obj.Values = d.vals
+		err := h.PreInstall.PreInstall(ctx, obj)
 		if err == nil {
 			continue
 		}

@@ -2,8 +2,6 @@ package backup
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -127,12 +125,7 @@ func (r *RestoreReconciler) SetupWithManager(mgr ctrl.Manager) error {
 
 // RestoreJobName is the name of pg's restore Job.
 func RestoreJobName(pg *v1alpha1.Postgres) string {
-	sum := sha256.Sum256([]byte(pg.Namespace + "/" + pg.Name + "/" + string(pg.UID)))
-	name := pg.Name
-	if len(name) > 40 {
-		name = name[:40]
-	}
-	return "restore-" + name + "-" + hex.EncodeToString(sum[:])[:8]
+	return restoreJobName(pg.Namespace, pg.Name, pg.UID)
 }
 
 // Reconcile moves one restore on.

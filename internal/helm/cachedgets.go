@@ -26,9 +26,14 @@ func (c *Client) UseObjectCache(oc ObjectCache) { c.objectCache = oc }
 type cachedGets struct {
 	next   http.RoundTripper
 	client *Client
+	// first is set for a first install that skips existence checks.
+	first *firstInstall
 }
 
 func (t *cachedGets) RoundTrip(req *http.Request) (*http.Response, error) {
+	if t.first != nil && req.Method == http.MethodPost {
+		return t.create(req)
+	}
 	oc := t.client.root().objectCache
 	if oc == nil || req.Method != http.MethodGet || req.URL.RawQuery != "" {
 		return t.next.RoundTrip(req)
@@ -43,6 +48,9 @@ func (t *cachedGets) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	obj, ok := oc(req, gvk, namespace, name)
 	if !ok {
+		if t.first != nil && t.first.assumeAbsent(gvk, namespace, name) {
+			return notFound(req, gvr, name), nil
+		}
 		return t.next.RoundTrip(req)
 	}
 	body, err := json.Marshal(obj.Object)
@@ -56,6 +64,18 @@ func (t *cachedGets) RoundTrip(req *http.Request) (*http.Response, error) {
 		ContentLength: int64(len(body)),
 		Request:       req,
 	}, nil
+}
+
+// create sends a create of a first install and notes its answer.
+func (t *cachedGets) create(req *http.Request) (*http.Response, error) {
+	resp, err := t.next.RoundTrip(req)
+	if err != nil {
+		return resp, err
+	}
+	if gvr, namespace, ok := collectionPath(req.URL.Path); ok {
+		t.first.sawCreate(gvr, namespace, resp)
+	}
+	return resp, nil
 }
 
 // objectPath reads the path of one object: /api/v1[/namespaces/NS]/RES/NAME

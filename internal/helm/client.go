@@ -9,6 +9,7 @@ package helm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"sync"
@@ -72,6 +73,10 @@ type Client struct {
 	// objectCache serves Helm's reads of single objects (UseObjectCache on
 	// the root Client).
 	objectCache ObjectCache
+	// hadObjects holds the releases ("namespace/name") whose records this
+	// process deleted or whose first install found an object there: their
+	// installs check for existing objects first.
+	hadObjects sync.Map
 }
 
 // root is the Client this one impersonates from, or itself.
@@ -186,13 +191,19 @@ func (c *Client) capabilities() (*chartutil.Capabilities, error) {
 // its namespace, and every manifest checked against scope. It is cheap:
 // discovery, mapper and capabilities are shared.
 func (c *Client) actionConfig(scope Scope) (*action.Configuration, error) {
+	return c.actionConfigFor(scope, nil)
+}
+
+// actionConfigFor is actionConfig for an install attempt that skips
+// existence checks (first, nil for any other action).
+func (c *Client) actionConfigFor(scope Scope, first *firstInstall) (*action.Configuration, error) {
 	namespace := scope.Namespace
 	caps, err := c.capabilities()
 	if err != nil {
 		return nil, err
 	}
 	cfg := new(action.Configuration)
-	getter := &restGetter{client: c, namespace: namespace}
+	getter := &restGetter{client: c, namespace: namespace, first: first}
 	log := c.log.WithValues("namespace", namespace)
 	if err := cfg.Init(getter, namespace, "secret", func(format string, v ...any) {
 		log.V(2).Info(fmt.Sprintf(format, v...))
@@ -205,6 +216,7 @@ func (c *Client) actionConfig(scope Scope) (*action.Configuration, error) {
 	if err != nil {
 		return nil, err
 	}
+	d.first = first
 	cfg.Releases = storage.Init(d)
 	return cfg, nil
 }
@@ -213,13 +225,16 @@ func (c *Client) actionConfig(scope Scope) (*action.Configuration, error) {
 type restGetter struct {
 	client    *Client
 	namespace string
+	first     *firstInstall
 }
 
 var _ genericclioptions.RESTClientGetter = (*restGetter)(nil)
 
 func (g *restGetter) ToRESTConfig() (*rest.Config, error) {
 	cfg := rest.CopyConfig(g.client.config)
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return &cachedGets{next: rt, client: g.client} })
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return &cachedGets{next: rt, client: g.client, first: g.first}
+	})
 	return cfg, nil
 }
 
@@ -350,6 +365,7 @@ func (c *Client) DeleteRecords(namespace, name string) error {
 	if err != nil {
 		return err
 	}
+	c.root().hadObjects.Store(namespace+"/"+name, true)
 	items, err := d.list(labels.Set{StorageLabelOwner: StorageOwnerHelm, StorageLabelName: name})
 	if err != nil {
 		return fmt.Errorf("listing the release records of %s/%s: %w", namespace, name, err)
@@ -374,6 +390,7 @@ func (c *Client) DeleteRevision(namespace, name string, revision int) error {
 	if err != nil {
 		return err
 	}
+	c.root().hadObjects.Store(namespace+"/"+name, true)
 	key := fmt.Sprintf("sh.helm.release.v1.%s.v%d", name, revision)
 	if err := d.secrets.Delete(context.Background(), key, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("deleting release record %s/%s: %w", namespace, key, err)
@@ -410,9 +427,40 @@ type ActionOptions struct {
 	ClusterKinds []string
 }
 
-// Install installs chart as a new release.
+// Install installs chart as a new release. The first install of a release
+// in this process skips Helm's existence checks (see firstInstall); when
+// one of its creates finds an object there, the attempt is undone and
+// the install runs again with them.
 func (c *Client) Install(ctx context.Context, ch *Chart, o ActionOptions) (*Release, error) {
-	cfg, err := c.actionConfig(Scope{Namespace: o.Namespace, ClusterKinds: o.ClusterKinds})
+	key := o.Namespace + "/" + o.Name
+	if _, before := c.root().hadObjects.Load(key); before {
+		return c.install(ctx, ch, o, nil)
+	}
+	first := &firstInstall{}
+	rel, err := c.install(ctx, ch, o, first)
+	if err == nil || !first.hadConflict() {
+		return rel, err
+	}
+	c.root().hadObjects.Store(key, true)
+	dyn, derr := c.Dynamic()
+	if derr != nil {
+		return rel, errors.Join(err, derr)
+	}
+	if uerr := first.undo(ctx, dyn); uerr != nil {
+		// The attempt's record stays pending-install: the next pass drops
+		// it (nothing is uninstalled) and installs again with the checks.
+		return rel, errors.Join(err, fmt.Errorf("undoing an install that found an object there: %w", uerr))
+	}
+	if rel != nil && rel.Revision > 0 {
+		if derr := c.DeleteRevision(o.Namespace, o.Name, rel.Revision); derr != nil {
+			return rel, errors.Join(err, derr)
+		}
+	}
+	return c.install(ctx, ch, o, nil)
+}
+
+func (c *Client) install(ctx context.Context, ch *Chart, o ActionOptions, first *firstInstall) (*Release, error) {
+	cfg, err := c.actionConfigFor(Scope{Namespace: o.Namespace, ClusterKinds: o.ClusterKinds}, first)
 	if err != nil {
 		return nil, err
 	}
@@ -422,7 +470,7 @@ func (c *Client) Install(ctx context.Context, ch *Chart, o ActionOptions) (*Rele
 	in.Labels = o.Labels
 	in.Timeout = o.Timeout
 	in.Description = o.Description
-	in.PostRenderer = &postRenderer{decorate: o.Decorate}
+	in.PostRenderer = &postRenderer{decorate: o.Decorate, first: first, namespace: o.Namespace}
 	// The API server validates every object anyway; client-side OpenAPI
 	// validation would download the cluster's schemas on every action.
 	in.DisableOpenAPIValidation = true
@@ -493,6 +541,9 @@ func (c *Client) Uninstall(scope Scope, name string, timeout time.Duration) erro
 	cfg, err := c.actionConfig(scope)
 	if err != nil {
 		return err
+	}
+	if d, ok := cfg.Releases.Driver.(*recordDriver); ok {
+		d.newestOnly = true // an uninstall reads only the newest body
 	}
 	un := action.NewUninstall(cfg)
 	un.Timeout = timeout

@@ -19,6 +19,9 @@ type Decorator func(obj *unstructured.Unstructured) error
 // postRenderer applies a Decorator to every object of a rendered manifest.
 type postRenderer struct {
 	decorate Decorator
+	// first, when set, is told the manifest's objects (see firstInstall).
+	first     *firstInstall
+	namespace string
 }
 
 // Run implements Helm's postrender.PostRenderer.
@@ -29,6 +32,9 @@ func (p *postRenderer) Run(in *bytes.Buffer) (*bytes.Buffer, error) {
 	objs, err := ParseManifest(in.String())
 	if err != nil {
 		return nil, err
+	}
+	if p.first != nil {
+		p.first.rendered(p.namespace, objs)
 	}
 	out := new(bytes.Buffer)
 	for _, obj := range objs {

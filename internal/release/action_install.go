@@ -51,6 +51,7 @@ func (r *Reconciler) install(ctx context.Context, p *pass, d *desired) (ctrl.Res
 // health gate has seen its workloads ready.
 func (r *Reconciler) awaitHealth(p *pass, rel *helm.Release) ctrl.Result {
 	r.mem.with(p.key, func(m *memo) { m.awaiting = true })
+	p.settling = true
 	var names []string
 	if objs, err := helm.ParseManifest(rel.Manifest); err == nil {
 		for _, o := range objs {

@@ -33,6 +33,9 @@ type memo struct {
 	awaiting       bool
 	healthLooks    int
 	healthLooksRev int
+	// owed is a status a pass did not write because the next pass was due
+	// within a moment (see Reconciler.owe); that pass starts from it.
+	owed *v1alpha1.ReleaseStatus
 	// wroteRV is the resource version this process's last write of the
 	// resource (finalizer, status) returned.
 	wroteRV string

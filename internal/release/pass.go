@@ -43,12 +43,21 @@ type pass struct {
 	// fresh: obj is what the API server returned for a write of this pass
 	// (no read is needed to act on it).
 	fresh bool
+	// settling: the pass deployed a revision and ends waiting a moment for
+	// its health; its status may be owed to the next pass (see owe).
+	settling bool
 }
 
 func (r *Reconciler) newPass(key types.NamespacedName, obj *unstructured.Unstructured) *pass {
-	st := readStatus(obj)
+	orig := readStatus(obj)
+	st := orig.DeepCopy()
+	if owed := r.mem.get(key).owed; owed != nil {
+		// The last pass's status was not written (owe): this pass goes on
+		// from it, and writes it with its own changes.
+		st = owed.DeepCopy()
+	}
 	return &pass{
-		obj: obj, key: key, status: st, orig: st.DeepCopy(),
+		obj: obj, key: key, status: st, orig: orig,
 		log:       r.Log.WithValues(strings.ToLower(r.Watch.GVK.Kind), key),
 		requested: labelSafe(obj.GetAnnotations()[v1alpha1.AnnotationReconcileRequestedAt]),
 	}

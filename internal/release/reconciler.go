@@ -396,6 +396,9 @@ func (r *Reconciler) finish(ctx context.Context, p *pass, start time.Time, res c
 	if err == nil || !apiEqual(p.orig, p.status) {
 		summarise(p.status, p.obj)
 	}
+	if r.owe(p, res, err) {
+		return res, nil
+	}
 	if werr := r.writeStatus(ctx, p); werr != nil {
 		err = errors.Join(err, werr)
 	}
@@ -405,6 +408,25 @@ func (r *Reconciler) finish(ctx context.Context, p *pass, start time.Time, res c
 		return ctrl.Result{}, redact.Error(err)
 	}
 	return res, nil
+}
+
+// owe keeps the status of a pass that deployed a revision in memory instead
+// of writing it, when the health gate's pass follows within healthPoll (or
+// sooner, on its workloads' events): that pass starts from it and writes
+// both passes' changes at once, which saves a status write per install and
+// upgrade whose workloads are ready by then. The status lags by at most
+// that pass; a restart in between loses only the owed history entry (the
+// release's own history keeps the revision), and the next process writes
+// everything else again from what it observes.
+func (r *Reconciler) owe(p *pass, res ctrl.Result, err error) bool {
+	owe := p.settling && err == nil && p.extras == nil && res.RequeueAfter > 0 && res.RequeueAfter <= healthPoll &&
+		p.obj.GetDeletionTimestamp() == nil
+	if owe {
+		redactStatus(p.status)
+		st := p.status.DeepCopy()
+		r.mem.with(p.key, func(m *memo) { m.owed = st })
+	}
+	return owe
 }
 
 // forget drops what this process remembers of a resource that is gone.

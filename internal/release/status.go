@@ -93,6 +93,7 @@ func mergedStatus(base *unstructured.Unstructured, raw, extras map[string]any) m
 func (r *Reconciler) writeStatus(ctx context.Context, p *pass) error {
 	redactStatus(p.status)
 	if !statusChanged(p) {
+		r.paid(p)
 		return nil
 	}
 	raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(p.status)
@@ -107,8 +108,10 @@ func (r *Reconciler) writeStatus(ctx context.Context, p *pass) error {
 		switch {
 		case err == nil:
 			r.mem.wrote(p.key, withStatus.GetResourceVersion())
+			r.paid(p)
 			return nil
 		case apierrors.IsNotFound(err):
+			r.paid(p)
 			return nil
 		case apierrors.IsConflict(err) && attempt == 0 && r.APIReader != nil:
 			fresh := &unstructured.Unstructured{}
@@ -121,6 +124,12 @@ func (r *Reconciler) writeStatus(ctx context.Context, p *pass) error {
 			return fmt.Errorf("writing status: %w", err)
 		}
 	}
+}
+
+// paid drops an owed status once the status p started from it is written
+// (or needed no write).
+func (r *Reconciler) paid(p *pass) {
+	r.mem.with(p.key, func(m *memo) { m.owed = nil })
 }
 
 // kindStatus runs Kind.Status once the release is deployed from the current

@@ -74,7 +74,8 @@ var gvr = schema.GroupVersionResource{Group: "test.chartpilot.dev", Version: "v1
 
 func main() {
 	ns := flag.String("n", "100,500", "comma-separated numbers of resources to converge")
-	concurrency := flag.Int("concurrency", 16, "maxConcurrentReconciles of the benchmark's watch")
+	concurrency := flag.Int("concurrency", 10, "maxConcurrentReconciles of the benchmark's watch")
+	economyBound := flag.Int("economy-max-upgrades", 1000, "maxConcurrentUpgrades of the main table's watch (the upgrade wave measures the default bound)")
 	idle := flag.Duration("idle", 30*time.Second, "idle period measured after convergence")
 	wave := flag.String("wave", "200", "comma-separated numbers of resources for the upgrade wave (empty: none)")
 	bound := flag.Int("max-upgrades", 5, "maxConcurrentUpgrades of the upgrade wave's watch")
@@ -101,7 +102,7 @@ func main() {
 		if err != nil || n <= 0 {
 			fail(fmt.Errorf("-n: %q is not a positive number", f))
 		}
-		r, err := runOne(root, n, *concurrency, *idle)
+		r, err := runOne(root, n, *concurrency, *economyBound, *idle)
 		if err != nil {
 			fail(fmt.Errorf("with %d resources: %w", n, err))
 		}
@@ -176,7 +177,7 @@ func main() {
 		}
 		major = &r
 	}
-	printTable(rows, *concurrency)
+	printTable(rows, *concurrency, *economyBound)
 	printWave(waves)
 	printCrashes(crashRows)
 	printFaults(*faultN, faultRows)
@@ -215,7 +216,7 @@ type result struct {
 	get time.Duration
 }
 
-func runOne(root string, n, concurrency int, idle time.Duration) (result, error) {
+func runOne(root string, n, concurrency, bound int, idle time.Duration) (result, error) {
 	res := result{n: n}
 	ctx := context.Background()
 	logf("N=%d: starting the full local cluster", n)
@@ -227,8 +228,8 @@ func runOne(root string, n, concurrency int, idle time.Duration) (result, error)
 	audit := &testcluster.AuditLog{Path: c.AuditLogPath}
 	watchesFile := filepath.Join(c.Dir, "watches.yaml")
 	if err := os.WriteFile(watchesFile, []byte(fmt.Sprintf(
-		"- {group: test.chartpilot.dev, version: v1alpha1, kind: Webapp, chart: %s, maxConcurrentReconciles: %d}\n",
-		filepath.Join(root, "test", "charts", "webapp"), concurrency)), 0o644); err != nil {
+		"- {group: test.chartpilot.dev, version: v1alpha1, kind: Webapp, chart: %s, maxConcurrentReconciles: %d, maxConcurrentUpgrades: %d}\n",
+		filepath.Join(root, "test", "charts", "webapp"), concurrency, bound)), 0o644); err != nil {
 		return res, err
 	}
 	if _, err := audit.Take(operatorUser); err != nil {
@@ -620,11 +621,11 @@ func logf(format string, args ...any) {
 
 var verbs = []string{"get", "list", "watch", "create", "update", "patch", "delete"}
 
-func printTable(rows []result, concurrency int) {
+func printTable(rows []result, concurrency, bound int) {
 	if len(rows) == 0 {
 		return
 	}
-	fmt.Printf("\nchartpilot benchmark — passthrough chart (ConfigMap, Service, Deployment), full local cluster, maxConcurrentReconciles=%d, GOMAXPROCS host=%d cores\n\n", concurrency, numCPU())
+	fmt.Printf("\nchartpilot benchmark — passthrough chart (ConfigMap, Service, Deployment), full local cluster, maxConcurrentReconciles=%d, maxConcurrentUpgrades=%d, GOMAXPROCS host=%d cores\n\n", concurrency, bound, numCPU())
 	fmt.Println("| N | install to all Ready (s) | installs/s | values upgrade to all Ready (s) | upgrades/s | peak RSS (MiB) | peak heap (MiB) | RSS per resource (KiB) |")
 	fmt.Println("|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range rows {

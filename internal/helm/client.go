@@ -542,9 +542,6 @@ func (c *Client) Uninstall(scope Scope, name string, timeout time.Duration) erro
 	if err != nil {
 		return err
 	}
-	if d, ok := cfg.Releases.Driver.(*recordDriver); ok {
-		d.newestOnly = true // an uninstall reads only the newest body
-	}
 	un := action.NewUninstall(cfg)
 	un.Timeout = timeout
 	un.IgnoreNotFound = true

@@ -105,10 +105,6 @@ type recordDriver struct {
 	store *recordStore
 	// first is set for an install attempt that skips existence checks.
 	first *firstInstall
-	// newestOnly (an uninstall): of each release only the newest record's
-	// body is read; older ones are known by their labels alone, which is
-	// all an uninstall needs of them (their revision, to delete them).
-	newestOnly bool
 }
 
 // list returns the records of the namespace matching set: from the cache
@@ -224,9 +220,6 @@ func (d *recordDriver) Query(set map[string]string) ([]*release.Release, error) 
 }
 
 func (d *recordDriver) query(set labels.Set) ([]*release.Release, error) {
-	if d.newestOnly && d.index != nil {
-		return d.queryNewest(set)
-	}
 	items, err := d.list(set)
 	if err != nil {
 		return nil, err
@@ -241,50 +234,6 @@ func (d *recordDriver) query(set labels.Set) ([]*release.Release, error) {
 			return nil, &RecordError{Record: s.Name}
 		}
 		rel.Labels = s.Labels
-		out = append(out, rel)
-	}
-	return out, nil
-}
-
-// queryNewest is query for an uninstall (newestOnly): older records come
-// back with their name, revision and status from their labels.
-func (d *recordDriver) queryNewest(set labels.Set) ([]*release.Release, error) {
-	ctx := context.Background()
-	metas, err := d.current(ctx, set)
-	if err != nil {
-		return nil, err
-	}
-	newest := map[string]int{}
-	for _, m := range metas {
-		if v, err := strconv.Atoi(m.labels[StorageLabelVersion]); err == nil && v > newest[m.labels[StorageLabelName]] {
-			newest[m.labels[StorageLabelName]] = v
-		}
-	}
-	out := make([]*release.Release, 0, len(metas))
-	for _, m := range metas {
-		v, err := strconv.Atoi(m.labels[StorageLabelVersion])
-		if err != nil || v < newest[m.labels[StorageLabelName]] {
-			out = append(out, &release.Release{
-				Name: m.labels[StorageLabelName], Namespace: d.namespace, Version: v, Labels: m.labels,
-				Info: &release.Info{Status: release.Status(m.labels[StorageLabelStatus])},
-			})
-			continue
-		}
-		sec, err := d.body(ctx, m.name, m.rv)
-		if apierrors.IsNotFound(err) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		rel, trusted, err := d.decode(sec)
-		if err != nil {
-			return nil, err
-		}
-		if !trusted {
-			return nil, &RecordError{Record: sec.Name}
-		}
-		rel.Labels = sec.Labels
 		out = append(out, rel)
 	}
 	return out, nil
@@ -328,12 +277,9 @@ func (d *recordDriver) Update(key string, rel *release.Release) error {
 
 // Delete removes a record (after reading it, as Helm expects).
 func (d *recordDriver) Delete(key string) (*release.Release, error) {
-	rel := &release.Release{}
-	if !d.newestOnly {
-		var err error
-		if rel, err = d.Get(key); err != nil {
-			return nil, err
-		}
+	rel, err := d.Get(key)
+	if err != nil {
+		return nil, err
 	}
 	// Already gone (another writer, or a read of a cache that had not seen
 	// it go) is what the delete wanted: deletes are idempotent.

@@ -75,7 +75,7 @@ var gvr = schema.GroupVersionResource{Group: "test.chartpilot.dev", Version: "v1
 func main() {
 	ns := flag.String("n", "100,500", "comma-separated numbers of resources to converge")
 	concurrency := flag.Int("concurrency", 10, "maxConcurrentReconciles of the benchmark's watch")
-	economyBound := flag.Int("economy-max-upgrades", 1000, "maxConcurrentUpgrades of the main table's watch (the upgrade wave measures the default bound)")
+	economyBound := flag.Int("economy-max-upgrades", 5, "maxConcurrentUpgrades of the main table's watch")
 	idle := flag.Duration("idle", 30*time.Second, "idle period measured after convergence")
 	wave := flag.String("wave", "200", "comma-separated numbers of resources for the upgrade wave (empty: none)")
 	bound := flag.Int("max-upgrades", 5, "maxConcurrentUpgrades of the upgrade wave's watch")

@@ -323,6 +323,7 @@ func (r *Reconciler) settledFromCaches(ctx context.Context, p *pass, d *desired,
 		r.slots.hold(p.key) // an upgrade settling holds its slot until healthy
 	}
 	progressing(p, pending)
+	r.justDeployed(p, rel)
 	r.setReleaseInfo(p, rel)
 	return ctrl.Result{RequeueAfter: r.mem.healthLookAfter(p.key, rel.Revision)}, true
 }
@@ -410,10 +411,11 @@ func (r *Reconciler) finish(ctx context.Context, p *pass, start time.Time, res c
 	return res, nil
 }
 
-// owe keeps the status of a pass that deployed a revision in memory instead
-// of writing it, when the health gate's pass follows within healthPoll (or
-// sooner, on its workloads' events): that pass starts from it and writes
-// both passes' changes at once, which saves a status write per install and
+// owe keeps the status of a pass that deployed a revision (or found it
+// still settling within healthPoll of that) in memory instead of writing
+// it, when the health gate's pass follows within healthPoll (or sooner, on
+// its workloads' events): that pass starts from it and writes all their
+// changes at once, which saves a status write per install and
 // upgrade whose workloads are ready by then. The status lags by at most
 // that pass; a restart in between loses only the owed history entry (the
 // release's own history keeps the revision), and the next process writes

@@ -61,6 +61,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/chartpilot/chartpilot/internal/instance/instancetest"
@@ -400,14 +401,17 @@ func runOne(root string, n, concurrency, bound int, idle time.Duration) (result,
 	return res, nil
 }
 
-// waitGone waits until no resource of the kind is left.
+// waitGone waits until no resource of the kind is left (following them
+// with an informer, as waitAllOn does).
 func waitGone(ctx context.Context, dyn dynamic.Interface, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	inf := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0).ForResource(gvr).Informer()
+	go inf.Run(ctx.Done())
 	left := -1
-	for time.Now().Before(deadline) {
-		list, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{})
-		if err == nil {
-			if left = len(list.Items); left == 0 {
+	for ctx.Err() == nil {
+		if inf.HasSynced() {
+			if left = len(inf.GetStore().ListKeys()); left == 0 {
 				return nil
 			}
 		}

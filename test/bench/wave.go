@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
 
 	"github.com/chartpilot/chartpilot/internal/helm/helmtest"
 )
@@ -165,25 +166,21 @@ func runWave(root string, n, bound, concurrency, kills int) (waveResult, error) 
 }
 
 // waitAllOn waits until n resources are Ready for their current
-// generation with chart version deployed ("" for any version).
+// generation with chart version deployed ("" for any version). It follows
+// the resources with one LIST and a WATCH (an informer), so that watching
+// the fleet does not load the API server it measures.
 func waitAllOn(ctx context.Context, dyn dynamic.Interface, n int, version string, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	inf := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0).ForResource(gvr).Informer()
+	go inf.Run(ctx.Done())
 	on := 0
-	for time.Now().Before(deadline) {
-		list, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{})
-		if err == nil {
+	for ctx.Err() == nil {
+		if inf.HasSynced() {
 			on = 0
-			for _, u := range list.Items {
-				if v, _, _ := unstructured.NestedString(u.Object, "status", "chart", "deployedVersion"); version != "" && v != version {
-					continue
-				}
-				conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-				for _, c := range conds {
-					m, _ := c.(map[string]any)
-					gen, _ := m["observedGeneration"].(int64)
-					if m["type"] == "Ready" && m["status"] == "True" && gen == u.GetGeneration() {
-						on++
-					}
+			for _, o := range inf.GetStore().List() {
+				if u, ok := o.(*unstructured.Unstructured); ok && readyOn(u, version) {
+					on++
 				}
 			}
 			if on >= n {
@@ -193,6 +190,23 @@ func waitAllOn(ctx context.Context, dyn dynamic.Interface, n int, version string
 		time.Sleep(250 * time.Millisecond)
 	}
 	return fmt.Errorf("only %d of %d resources Ready (chart version %q) after %s", on, n, version, timeout)
+}
+
+// readyOn reports whether u is Ready for its generation with chart version
+// deployed ("" for any).
+func readyOn(u *unstructured.Unstructured, version string) bool {
+	if v, _, _ := unstructured.NestedString(u.Object, "status", "chart", "deployedVersion"); version != "" && v != version {
+		return false
+	}
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		gen, _ := m["observedGeneration"].(int64)
+		if m["type"] == "Ready" && m["status"] == "True" && gen == u.GetGeneration() {
+			return true
+		}
+	}
+	return false
 }
 
 func printWave(rows []waveResult) {

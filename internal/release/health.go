@@ -32,6 +32,10 @@ const (
 	healthPollMax = 2 * time.Minute
 )
 
+// owedMax is how long a settling release's status may wait in memory for
+// the next look (see owe).
+const owedMax = 5 * time.Second
+
 // queuedPoll is how often an upgrade waiting for a slot looks again on its
 // own; a freed slot wakes it sooner.
 const queuedPoll = 30 * time.Second
@@ -62,7 +66,7 @@ func (r *Reconciler) checkHealth(ctx context.Context, p *pass, d *desired, o Obs
 	}
 	if r.now().Sub(rel.LastDeployed) < r.Watch.HealthTimeout {
 		progressing(p, pending)
-		r.justDeployed(p, rel)
+		p.settling = true
 		r.setReleaseInfo(p, rel)
 		return ctrl.Result{RequeueAfter: r.mem.healthLookAfter(p.key, rel.Revision)}, false, nil
 	}
@@ -77,15 +81,6 @@ func (r *Reconciler) seenHealthy(p *pass, revision int) {
 	r.mem.with(p.key, func(m *memo) { m.healthyRev, m.awaiting, m.healthLooks = revision, false, 0 })
 	r.mem.retried(p.key, "InstallUnhealthy")
 	r.slots.end(p.key)
-}
-
-// justDeployed marks a pass that found rel's workloads not yet ready
-// within healthPoll of its deployment: its status may be owed to the next
-// look (see owe), as the action's own was.
-func (r *Reconciler) justDeployed(p *pass, rel *helm.Release) {
-	if r.now().Sub(rel.LastDeployed) < healthPoll {
-		p.settling = true
-	}
 }
 
 // unhealthy ends a health gate that timed out: a first install stays and

@@ -35,7 +35,8 @@ type memo struct {
 	healthLooksRev int
 	// owed is a status a pass did not write because the next pass was due
 	// within a moment (see Reconciler.owe); that pass starts from it.
-	owed *v1alpha1.ReleaseStatus
+	owed      *v1alpha1.ReleaseStatus
+	owedSince time.Time
 	// wroteRV is the resource version this process's last write of the
 	// resource (finalizer, status) returned.
 	wroteRV string

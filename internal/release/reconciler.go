@@ -323,7 +323,7 @@ func (r *Reconciler) settledFromCaches(ctx context.Context, p *pass, d *desired,
 		r.slots.hold(p.key) // an upgrade settling holds its slot until healthy
 	}
 	progressing(p, pending)
-	r.justDeployed(p, rel)
+	p.settling = true
 	r.setReleaseInfo(p, rel)
 	return ctrl.Result{RequeueAfter: r.mem.healthLookAfter(p.key, rel.Revision)}, true
 }
@@ -411,23 +411,30 @@ func (r *Reconciler) finish(ctx context.Context, p *pass, start time.Time, res c
 	return res, nil
 }
 
-// owe keeps the status of a pass that deployed a revision (or found it
-// still settling within healthPoll of that) in memory instead of writing
-// it, when the health gate's pass follows within healthPoll (or sooner, on
-// its workloads' events): that pass starts from it and writes all their
-// changes at once, which saves a status write per install and
-// upgrade whose workloads are ready by then. The status lags by at most
-// that pass; a restart in between loses only the owed history entry (the
-// release's own history keeps the revision), and the next process writes
-// everything else again from what it observes.
+// owe keeps the status of a pass that deployed a revision, or found it
+// still settling, in memory instead of writing it, when the health gate
+// looks again within owedMax: the next pass starts from it and writes all
+// their changes at once, which saves one or two status writes per install
+// and upgrade whose workloads are ready within owedMax of the action. A
+// status is owed for at most owedMax; a restart in between loses only the
+// owed history entry (the release's own history keeps the revision), and
+// the next process writes everything else again from what it observes.
 func (r *Reconciler) owe(p *pass, res ctrl.Result, err error) bool {
-	owe := p.settling && err == nil && p.extras == nil && res.RequeueAfter > 0 && res.RequeueAfter <= healthPoll &&
-		p.obj.GetDeletionTimestamp() == nil
-	if owe {
-		redactStatus(p.status)
-		st := p.status.DeepCopy()
-		r.mem.with(p.key, func(m *memo) { m.owed = st })
+	if !p.settling || err != nil || p.extras != nil || res.RequeueAfter <= 0 || res.RequeueAfter > owedMax ||
+		p.obj.GetDeletionTimestamp() != nil {
+		return false
 	}
+	now, owe := r.now(), false
+	redactStatus(p.status)
+	st := p.status.DeepCopy()
+	r.mem.with(p.key, func(m *memo) {
+		if m.owed == nil {
+			m.owedSince = now
+		}
+		if owe = now.Sub(m.owedSince) < owedMax; owe {
+			m.owed = st
+		}
+	})
 	return owe
 }
 

@@ -34,7 +34,7 @@ const (
 
 // owedMax is how long a settling release's status may wait in memory for
 // the next look (see owe).
-const owedMax = 5 * time.Second
+const owedMax = 10 * time.Second
 
 // queuedPoll is how often an upgrade waiting for a slot looks again on its
 // own; a freed slot wakes it sooner.

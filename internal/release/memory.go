@@ -37,6 +37,7 @@ type memo struct {
 	// within a moment (see Reconciler.owe); that pass starts from it.
 	owed      *v1alpha1.ReleaseStatus
 	owedSince time.Time
+	owedUID   types.UID
 	// wroteRV is the resource version this process's last write of the
 	// resource (finalizer, status) returned.
 	wroteRV string

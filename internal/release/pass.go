@@ -51,10 +51,10 @@ type pass struct {
 func (r *Reconciler) newPass(key types.NamespacedName, obj *unstructured.Unstructured) *pass {
 	orig := readStatus(obj)
 	st := orig.DeepCopy()
-	if owed := r.mem.get(key).owed; owed != nil {
+	if m := r.mem.get(key); m.owed != nil && m.owedUID == obj.GetUID() {
 		// The last pass's status was not written (owe): this pass goes on
 		// from it, and writes it with its own changes.
-		st = owed.DeepCopy()
+		st = m.owed.DeepCopy()
 	}
 	return &pass{
 		obj: obj, key: key, status: st, orig: orig,

@@ -432,7 +432,7 @@ func (r *Reconciler) owe(p *pass, res ctrl.Result, err error) bool {
 			m.owedSince = now
 		}
 		if owe = now.Sub(m.owedSince) < owedMax; owe {
-			m.owed = st
+			m.owed, m.owedUID = st, p.obj.GetUID()
 		}
 	})
 	return owe

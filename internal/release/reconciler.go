@@ -397,7 +397,7 @@ func (r *Reconciler) finish(ctx context.Context, p *pass, start time.Time, res c
 	if err == nil || !apiEqual(p.orig, p.status) {
 		summarise(p.status, p.obj)
 	}
-	if r.owe(p, res, err) {
+	if r.owe(p, &res, err) {
 		return res, nil
 	}
 	if werr := r.writeStatus(ctx, p); werr != nil {
@@ -412,28 +412,33 @@ func (r *Reconciler) finish(ctx context.Context, p *pass, start time.Time, res c
 }
 
 // owe keeps the status of a pass that deployed a revision, or found it
-// still settling, in memory instead of writing it, when the health gate
-// looks again within owedMax: the next pass starts from it and writes all
-// their changes at once, which saves one or two status writes per install
-// and upgrade whose workloads are ready within owedMax of the action. A
-// status is owed for at most owedMax; a restart in between loses only the
-// owed history entry (the release's own history keeps the revision), and
-// the next process writes everything else again from what it observes.
-func (r *Reconciler) owe(p *pass, res ctrl.Result, err error) bool {
-	if !p.settling || err != nil || p.extras != nil || res.RequeueAfter <= 0 || res.RequeueAfter > owedMax ||
-		p.obj.GetDeletionTimestamp() != nil {
+// still settling, in memory instead of writing it, for at most owedMax
+// (the next look is due by then): the next pass starts from it and writes
+// all their changes at once, which saves one or two status writes per
+// install and upgrade whose workloads are ready within owedMax of the
+// action. A restart in between loses only the owed history entry (the
+// release's own history keeps the revision), and the next process writes
+// everything else again from what it observes.
+func (r *Reconciler) owe(p *pass, res *ctrl.Result, err error) bool {
+	if !p.settling || err != nil || p.extras != nil || res.RequeueAfter <= 0 || p.obj.GetDeletionTimestamp() != nil {
 		return false
 	}
 	now, owe := r.now(), false
 	redactStatus(p.status)
 	st := p.status.DeepCopy()
 	r.mem.with(p.key, func(m *memo) {
+		since := m.owedSince
 		if m.owed == nil {
-			m.owedSince = now
+			since = now
 		}
-		if owe = now.Sub(m.owedSince) < owedMax; owe {
-			m.owed, m.owedUID = st, p.obj.GetUID()
+		left := owedMax - now.Sub(since)
+		if left <= 0 {
+			return
 		}
+		owe = true
+		m.owed, m.owedUID, m.owedSince = st, p.obj.GetUID(), since
+		// The next look comes by the time the status must be written.
+		res.RequeueAfter = min(res.RequeueAfter, left)
 	})
 	return owe
 }

@@ -313,6 +313,26 @@ func (m *Manager) lead(ctx context.Context, lease *coordinationv1.Lease, now tim
 	return m.synchronous()
 }
 
+// renewOwn renews the primary's Lease if this member holds it (after a
+// step that took long, such as a bootstrap).
+func (m *Manager) renewOwn(ctx context.Context) error {
+	leases := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace)
+	lease, err := leases.Get(ctx, m.primaryLease(), metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("reading the primary's lease: %w", err)
+	}
+	if ptr.Deref(lease.Spec.HolderIdentity, "") != m.cfg.Member {
+		return nil
+	}
+	now := m.cfg.Now()
+	lease.Spec.RenewTime = &metav1.MicroTime{Time: now}
+	if _, err := leases.Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("renewing the primary's lease: %w", err)
+	}
+	m.renewed(now)
+	return nil
+}
+
 // renewed records a renewal of the primary's Lease.
 func (m *Manager) renewed(now time.Time) {
 	m.lastRenew.Store(now.UnixNano())
@@ -387,6 +407,9 @@ func (m *Manager) follow(ctx context.Context, holder string) error {
 		m.setRole(RoleStopped)
 	}
 	p, err := m.readMember(ctx, holder)
+	if apierrors.IsNotFound(err) {
+		return nil // the new primary has not reported yet
+	}
 	if err != nil {
 		return err
 	}
@@ -453,13 +476,21 @@ func (m *Manager) elect(ctx context.Context, lease *coordinationv1.Lease, previo
 			return err
 		}
 		m.cfg.Log.Info("Bootstrapping a new cluster")
+		// initdb and the first start can take longer than a step on a busy
+		// machine: they are not cut off at its deadline, which would leave
+		// a server started under no role and a Lease no one renews.
+		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+		defer cancel()
 		if err := m.pg.initdb(); err != nil {
 			return err
 		}
-		if err := m.pg.start(ctx); err != nil {
+		if err := m.pg.start(bctx); err != nil {
 			return err
 		}
 		m.setRole(RolePrimary)
+		if err := m.renewOwn(bctx); err != nil {
+			return err
+		}
 		return m.synchronous()
 	}
 	if m.role != RoleStandby || !m.pg.running() {
@@ -592,7 +623,9 @@ func (m *Manager) waiting(msg string, kv ...any) {
 // replaying the WAL it has, so that it can be elected: the most advanced
 // running standby promotes on a later step, as after any expiry.
 func (m *Manager) restartWithoutPrimary(ctx context.Context, lease *coordinationv1.Lease, previous string, now time.Time) error {
-	if m.pg.running() || !m.pg.initialized() || (m.role != RoleStopped && m.role != RoleFenced && m.role != "") {
+	// A server running here under no role was started by a step that did
+	// not finish (its start outlasted the step): it is taken up as it is.
+	if !m.pg.initialized() || (m.role != RoleStopped && m.role != RoleFenced && m.role != "") {
 		return nil
 	}
 	if m.pg.isStandby() {

@@ -81,23 +81,41 @@ func (t *cachedGets) create(req *http.Request) (*http.Response, error) {
 // objectPath reads the path of one object: /api/v1[/namespaces/NS]/RES/NAME
 // or /apis/GROUP/VERSION[/namespaces/NS]/RES/NAME (no subresource).
 func objectPath(path string) (gvr schema.GroupVersionResource, namespace, name string, ok bool) {
+	gvr, rest, ok := apiPath(path)
+	switch {
+	case !ok:
+	case len(rest) == 4 && rest[0] == "namespaces":
+		namespace, gvr.Resource, name = rest[1], rest[2], rest[3]
+	case len(rest) == 2:
+		gvr.Resource, name = rest[0], rest[1]
+	}
+	return gvr, namespace, name, name != "" && gvr.Resource != ""
+}
+
+// collectionPath reads the path of a collection, which a create is sent to:
+// /api/v1[/namespaces/NS]/RES or /apis/GROUP/VERSION[/namespaces/NS]/RES.
+func collectionPath(path string) (gvr schema.GroupVersionResource, namespace string, ok bool) {
+	gvr, rest, ok := apiPath(path)
+	switch {
+	case !ok:
+	case len(rest) == 3 && rest[0] == "namespaces":
+		namespace, gvr.Resource = rest[1], rest[2]
+	case len(rest) == 1:
+		gvr.Resource = rest[0]
+	}
+	return gvr, namespace, gvr.Resource != ""
+}
+
+// apiPath splits an API path into its group and version and the rest.
+func apiPath(path string) (gvr schema.GroupVersionResource, rest []string, ok bool) {
 	parts := strings.Split(strings.Trim(path, "/"), "/")
-	var rest []string
 	switch {
 	case len(parts) >= 2 && parts[0] == "api":
 		gvr.Version, rest = parts[1], parts[2:]
 	case len(parts) >= 3 && parts[0] == "apis":
 		gvr.Group, gvr.Version, rest = parts[1], parts[2], parts[3:]
 	default:
-		return gvr, "", "", false
+		return gvr, nil, false
 	}
-	switch {
-	case len(rest) == 4 && rest[0] == "namespaces":
-		namespace, gvr.Resource, name = rest[1], rest[2], rest[3]
-	case len(rest) == 2:
-		gvr.Resource, name = rest[0], rest[1]
-	default:
-		return gvr, "", "", false
-	}
-	return gvr, namespace, name, name != "" && gvr.Resource != ""
+	return gvr, rest, true
 }

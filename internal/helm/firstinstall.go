@@ -147,30 +147,6 @@ func (f *firstInstall) undo(ctx context.Context, dyn dynamic.Interface) error {
 	return nil
 }
 
-// collectionPath reads the path of a collection, which a create is sent to:
-// /api/v1[/namespaces/NS]/RES or /apis/GROUP/VERSION[/namespaces/NS]/RES.
-func collectionPath(path string) (gvr schema.GroupVersionResource, namespace string, ok bool) {
-	parts := strings.Split(strings.Trim(path, "/"), "/")
-	var rest []string
-	switch {
-	case len(parts) >= 2 && parts[0] == "api":
-		gvr.Version, rest = parts[1], parts[2:]
-	case len(parts) >= 3 && parts[0] == "apis":
-		gvr.Group, gvr.Version, rest = parts[1], parts[2], parts[3:]
-	default:
-		return gvr, "", false
-	}
-	switch {
-	case len(rest) == 3 && rest[0] == "namespaces":
-		namespace, gvr.Resource = rest[1], rest[2]
-	case len(rest) == 1:
-		gvr.Resource = rest[0]
-	default:
-		return gvr, "", false
-	}
-	return gvr, namespace, gvr.Resource != ""
-}
-
 // notFound is the API server's answer for an absent object.
 func notFound(req *http.Request, gvr schema.GroupVersionResource, name string) *http.Response {
 	st := metav1.Status{

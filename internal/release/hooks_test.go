@@ -48,8 +48,12 @@ func TestHooks(t *testing.T) {
 			}
 			return nil
 		}),
-		PostRelease: hooks.PostReleaseFunc(func(context.Context, hooks.Object) error {
-			postReleases.Add(1)
+		PostRelease: hooks.PostReleaseFunc(func(_ context.Context, obj hooks.Object) error {
+			// Only this test's resources: the operator also acts on those
+			// other tests leave in namespaces being deleted.
+			if obj.Resource.GetNamespace() == e.ns {
+				postReleases.Add(1)
+			}
 			return nil
 		}),
 	}

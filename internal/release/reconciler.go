@@ -431,7 +431,7 @@ func (r *Reconciler) owe(p *pass, res *ctrl.Result, err error) bool {
 		if m.owed == nil {
 			since = now
 		}
-		left := owedMax - now.Sub(since)
+		left := r.owedFor() - now.Sub(since)
 		if left <= 0 {
 			return
 		}
@@ -441,6 +441,16 @@ func (r *Reconciler) owe(p *pass, res *ctrl.Result, err error) bool {
 		res.RequeueAfter = min(res.RequeueAfter, left)
 	})
 	return owe
+}
+
+// owedFor is how long a status may be owed: owedMax, or a quarter of the
+// health timeout when that is shorter, so that a release that is going to
+// fail its health gate is seen settling first.
+func (r *Reconciler) owedFor() time.Duration {
+	if t := r.Watch.HealthTimeout / 4; t > 0 && t < owedMax {
+		return t
+	}
+	return owedMax
 }
 
 // forget drops what this process remembers of a resource that is gone.

@@ -49,18 +49,23 @@ type pass struct {
 }
 
 func (r *Reconciler) newPass(key types.NamespacedName, obj *unstructured.Unstructured) *pass {
-	orig := readStatus(obj)
-	st := orig.DeepCopy()
-	if m := r.mem.get(key); m.owed != nil && m.owedUID == obj.GetUID() {
-		// The last pass's status was not written (owe): this pass goes on
-		// from it, and writes it with its own changes.
-		st = m.owed.DeepCopy()
-	}
+	st, orig := r.startStatus(key, obj)
 	return &pass{
 		obj: obj, key: key, status: st, orig: orig,
 		log:       r.Log.WithValues(strings.ToLower(r.Watch.GVK.Kind), key),
 		requested: labelSafe(obj.GetAnnotations()[v1alpha1.AnnotationReconcileRequestedAt]),
 	}
+}
+
+// startStatus is the status a pass starts from and the status as read:
+// the same, unless the last pass's status was not written (owe), which
+// this pass goes on from and writes with its own changes.
+func (r *Reconciler) startStatus(key types.NamespacedName, obj *unstructured.Unstructured) (st, orig *v1alpha1.ReleaseStatus) {
+	orig = readStatus(obj)
+	if m := r.mem.get(key); m.owed != nil && m.owedUID == obj.GetUID() {
+		return m.owed.DeepCopy(), orig
+	}
+	return orig.DeepCopy(), orig
 }
 
 // desired is everything a release is made from, computed once from one read
@@ -230,8 +235,8 @@ func (r *Reconciler) readFresh(ctx context.Context, p *pass) (bool, error) {
 	if fresh.GetResourceVersion() == p.obj.GetResourceVersion() {
 		return false, nil
 	}
-	st := readStatus(fresh)
-	p.obj, p.status, p.orig = fresh, st, st.DeepCopy()
+	p.status, p.orig = r.startStatus(p.key, fresh)
+	p.obj = fresh
 	p.requested = labelSafe(fresh.GetAnnotations()[v1alpha1.AnnotationReconcileRequestedAt])
 	return true, nil
 }

@@ -20,6 +20,7 @@ import (
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/release"
 	"helm.sh/helm/v3/pkg/storage"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -191,12 +192,12 @@ func (c *Client) capabilities() (*chartutil.Capabilities, error) {
 // its namespace, and every manifest checked against scope. It is cheap:
 // discovery, mapper and capabilities are shared.
 func (c *Client) actionConfig(scope Scope) (*action.Configuration, error) {
-	return c.actionConfigFor(scope, nil)
+	return c.actionConfigFor(scope, nil, false)
 }
 
 // actionConfigFor is actionConfig for an install attempt that skips
-// existence checks (first, nil for any other action).
-func (c *Client) actionConfigFor(scope Scope, first *firstInstall) (*action.Configuration, error) {
+// existence checks (first, nil for any other action), or for a purge.
+func (c *Client) actionConfigFor(scope Scope, first *firstInstall, purge bool) (*action.Configuration, error) {
 	namespace := scope.Namespace
 	caps, err := c.capabilities()
 	if err != nil {
@@ -216,7 +217,7 @@ func (c *Client) actionConfigFor(scope Scope, first *firstInstall) (*action.Conf
 	if err != nil {
 		return nil, err
 	}
-	d.first = first
+	d.first, d.purge = first, purge
 	cfg.Releases = storage.Init(d)
 	return cfg, nil
 }
@@ -287,6 +288,10 @@ type Release struct {
 	// has no key). Record is the storage Secret's name.
 	Trusted bool
 	Record  string
+	// Unread: only the record's labels were read (NewestOfHistory): the
+	// revision, status and labels are set, nothing else, and Trusted
+	// says nothing.
+	Unread bool
 }
 
 func fromHelm(r *release.Release) *Release {
@@ -335,16 +340,41 @@ func (c *Client) Revision(namespace, name string, revision int) (*Release, error
 // saying whether its record is trusted; an absent release has none. A
 // record over the size limit is a *RecordError: nothing of it is decoded.
 func (c *Client) History(namespace, name string) ([]*Release, error) {
+	return c.history(namespace, name, false)
+}
+
+// NewestOfHistory is History with only the newest record read whole: the
+// older revisions come from their records' labels (Unread set: revision
+// and status only). It is what a purge needs, which deletes the newest
+// revision's objects and the older records unread.
+func (c *Client) NewestOfHistory(namespace, name string) ([]*Release, error) {
+	return c.history(namespace, name, true)
+}
+
+func (c *Client) history(namespace, name string, newestOnly bool) ([]*Release, error) {
 	d, err := c.records(namespace)
 	if err != nil {
 		return nil, err
 	}
-	items, err := d.list(labels.Set{StorageLabelOwner: StorageOwnerHelm, StorageLabelName: name})
+	set := labels.Set{StorageLabelOwner: StorageOwnerHelm, StorageLabelName: name}
+	var items []*corev1.Secret
+	newest := ""
+	if newestOnly && d.index != nil {
+		items, newest, err = d.newestBody(set)
+	} else {
+		items, err = d.list(set)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("reading history of release %s/%s: %w", namespace, name, err)
 	}
 	out := make([]*Release, 0, len(items))
 	for _, s := range items {
+		if newest != "" && s.Name != newest {
+			r := fromHelm(d.unread(s))
+			r.Unread, r.Record = true, s.Name
+			out = append(out, r)
+			continue
+		}
 		rel, trusted, err := d.decode(s)
 		if err != nil {
 			return nil, err
@@ -460,7 +490,7 @@ func (c *Client) Install(ctx context.Context, ch *Chart, o ActionOptions) (*Rele
 }
 
 func (c *Client) install(ctx context.Context, ch *Chart, o ActionOptions, first *firstInstall) (*Release, error) {
-	cfg, err := c.actionConfigFor(Scope{Namespace: o.Namespace, ClusterKinds: o.ClusterKinds}, first)
+	cfg, err := c.actionConfigFor(Scope{Namespace: o.Namespace, ClusterKinds: o.ClusterKinds}, first, false)
 	if err != nil {
 		return nil, err
 	}
@@ -538,7 +568,21 @@ func (c *Client) Rollback(scope Scope, name string, revision int, timeout time.D
 // Uninstall removes a release and its objects, except objects annotated
 // helm.sh/resource-policy: keep (data volumes). An absent release is no error.
 func (c *Client) Uninstall(scope Scope, name string, timeout time.Duration) error {
-	cfg, err := c.actionConfig(scope)
+	return c.uninstall(scope, name, timeout, false)
+}
+
+// Purge uninstalls the release of a resource that is going away. Every
+// record is deleted at its end, so two writes Uninstall makes are left
+// out: the "uninstalling" mark is not stored (a purge broken off leaves
+// the release as it was, and the resource's finalizer runs the purge
+// again), and of the records only the newest is read, the one whose
+// objects are deleted; the older ones are deleted unread.
+func (c *Client) Purge(scope Scope, name string, timeout time.Duration) error {
+	return c.uninstall(scope, name, timeout, true)
+}
+
+func (c *Client) uninstall(scope Scope, name string, timeout time.Duration, purge bool) error {
+	cfg, err := c.actionConfigFor(scope, nil, purge)
 	if err != nil {
 		return err
 	}

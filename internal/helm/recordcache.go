@@ -115,6 +115,38 @@ func (d *recordDriver) cachedRecords(set labels.Set) ([]*corev1.Secret, error) {
 	return out, nil
 }
 
+// newestBody is cachedRecords with only the newest record's body read
+// (its name is returned): the others carry their labels only.
+func (d *recordDriver) newestBody(set labels.Set) ([]*corev1.Secret, string, error) {
+	ctx := context.Background()
+	wants, err := d.current(ctx, set)
+	if err != nil {
+		return nil, "", err
+	}
+	newest, best := -1, -1
+	for i, w := range wants {
+		if v, err := strconv.Atoi(w.labels[StorageLabelVersion]); err == nil && v > best {
+			newest, best = i, v
+		}
+	}
+	out := make([]*corev1.Secret, 0, len(wants))
+	name := ""
+	for i, w := range wants {
+		if i != newest {
+			out = append(out, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: w.name, Namespace: d.namespace, ResourceVersion: w.rv, Labels: w.labels}})
+			continue
+		}
+		// The newest gone meanwhile is an error, not a shorter history:
+		// its objects are what is deleted.
+		sec, err := d.body(ctx, w.name, w.rv)
+		if err != nil {
+			return nil, "", err
+		}
+		out, name = append(out, sec), sec.Name
+	}
+	return out, name, nil
+}
+
 // recordMeta is one record as the cache and this process's writes see it.
 type recordMeta struct {
 	name, rv string

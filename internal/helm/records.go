@@ -105,6 +105,17 @@ type recordDriver struct {
 	store *recordStore
 	// first is set for an install attempt that skips existence checks.
 	first *firstInstall
+	// purge is set for an uninstall that deletes every record at its end
+	// (Client.Purge): only the newest record is read, the "uninstalling"
+	// mark is not stored, and records are deleted unread.
+	purge bool
+}
+
+// unread is a record known by its labels only: name, revision, status.
+func (d *recordDriver) unread(s *corev1.Secret) *release.Release {
+	v, _ := strconv.Atoi(s.Labels[StorageLabelVersion])
+	return &release.Release{Name: s.Labels[StorageLabelName], Namespace: d.namespace, Version: v,
+		Info: &release.Info{Status: release.Status(s.Labels[StorageLabelStatus])}, Labels: s.Labels}
 }
 
 // list returns the records of the namespace matching set: from the cache
@@ -220,12 +231,23 @@ func (d *recordDriver) Query(set map[string]string) ([]*release.Release, error) 
 }
 
 func (d *recordDriver) query(set labels.Set) ([]*release.Release, error) {
-	items, err := d.list(set)
+	var items []*corev1.Secret
+	var err error
+	newest := ""
+	if d.purge && d.index != nil {
+		items, newest, err = d.newestBody(set)
+	} else {
+		items, err = d.list(set)
+	}
 	if err != nil {
 		return nil, err
 	}
 	out := make([]*release.Release, 0, len(items))
 	for _, s := range items {
+		if newest != "" && s.Name != newest {
+			out = append(out, d.unread(s))
+			continue
+		}
 		rel, trusted, err := d.decode(s)
 		if err != nil {
 			return nil, err
@@ -258,6 +280,9 @@ func (d *recordDriver) Create(key string, rel *release.Release) error {
 
 // Update replaces a record.
 func (d *recordDriver) Update(key string, rel *release.Release) error {
+	if d.purge && rel.Info != nil && rel.Info.Status == release.StatusUninstalling {
+		return nil // see purge
+	}
 	if d.first != nil && d.first.hadConflict() && rel.Info != nil && rel.Info.Status == release.StatusFailed {
 		// The attempt is undone, not failed (see firstInstall): its record
 		// stays pending until deleted, so that nothing ever uninstalls it.
@@ -275,11 +300,15 @@ func (d *recordDriver) Update(key string, rel *release.Release) error {
 	return nil
 }
 
-// Delete removes a record (after reading it, as Helm expects).
+// Delete removes a record, after reading it as Helm expects (a purge
+// deletes it unread and returns no release: Helm's purge does not use it).
 func (d *recordDriver) Delete(key string) (*release.Release, error) {
-	rel, err := d.Get(key)
-	if err != nil {
-		return nil, err
+	var rel *release.Release
+	if !d.purge {
+		var err error
+		if rel, err = d.Get(key); err != nil {
+			return nil, err
+		}
 	}
 	// Already gone (another writer, or a read of a cache that had not seen
 	// it go) is what the delete wanted: deletes are idempotent.

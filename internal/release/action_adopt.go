@@ -13,11 +13,11 @@ import (
 	"github.com/chartpilot/chartpilot/internal/helm"
 )
 
-// firstUntrusted names the first release record without a valid MAC ("" if
-// every one has one).
+// firstUntrusted names the first release record read without a valid MAC
+// ("" if every one read has one).
 func firstUntrusted(history []*helm.Release) string {
 	for _, h := range history {
-		if !h.Trusted {
+		if !h.Trusted && !h.Unread {
 			return h.Record
 		}
 	}

@@ -23,7 +23,9 @@ func (r *Reconciler) finalize(ctx context.Context, p *pass) (ctrl.Result, error)
 	if !controllerutil.ContainsFinalizer(p.obj, v1alpha1.Finalizer) {
 		return ctrl.Result{}, nil
 	}
-	history, err := r.Helm.History(p.key.Namespace, p.key.Name)
+	// Only the newest record is read: the uninstall deletes its objects,
+	// and the older records unread.
+	history, err := r.Helm.NewestOfHistory(p.key.Namespace, p.key.Name)
 	var re *helm.RecordError
 	if err != nil && !errors.As(err, &re) {
 		return ctrl.Result{}, err
@@ -67,7 +69,7 @@ func (r *Reconciler) uninstall(ctx context.Context, p *pass, o Observation, hist
 		return serr
 	}
 	_, err := timed("uninstall", func() (struct{}, error) {
-		return struct{}{}, r.Helm.As(identity).Uninstall(r.scope(p.key.Namespace), p.key.Name, r.Watch.Timeout)
+		return struct{}{}, r.Helm.As(identity).Purge(r.scope(p.key.Namespace), p.key.Name, r.Watch.Timeout)
 	})
 	return err
 }

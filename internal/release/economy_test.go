@@ -1,6 +1,7 @@
 package release_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
+	"github.com/chartpilot/chartpilot/internal/helm"
 	"github.com/chartpilot/chartpilot/internal/testcluster"
 	"github.com/chartpilot/chartpilot/internal/watches"
 )
@@ -16,7 +18,8 @@ import (
 // TestSettledReleasesCostNoRequests: releases deployed and healthy are
 // checked for drift (on a reconcile request) from the caches alone, with no
 // request to the API server; a new process over them reads one record body
-// each and nothing else. Requests are counted from the API server's audit
+// each and nothing else; deleting them reads no older record and stores no
+// "uninstalling" mark. Requests are counted from the API server's audit
 // log, in the test's namespace.
 func TestSettledReleasesCostNoRequests(t *testing.T) {
 	e := newEnv(t)
@@ -44,6 +47,18 @@ func TestSettledReleasesCostNoRequests(t *testing.T) {
 		}
 	}
 	t.Logf("installing %d releases: %s", n, installed.Top(12))
+	// A second revision each, for the deletion below to have an older one.
+	for i := range n {
+		e.patch(fmt.Sprintf("calm-%d", i), `{"spec":{"message":"m2"}}`)
+	}
+	for i := range n {
+		name := fmt.Sprintf("calm-%d", i)
+		e.waitFor(name+" at revision 2", func() (bool, string) {
+			h := e.history(name)
+			return len(h) == 2 && h[1].Status == helm.StatusDeployed, fmt.Sprint(len(h))
+		})
+		e.waitCondition(name, v1alpha1.ConditionReady, metav1.ConditionTrue, "")
+	}
 	quiet := func() {
 		t.Helper()
 		// Until two seconds pass without a request in the namespace.
@@ -93,6 +108,37 @@ func TestSettledReleasesCostNoRequests(t *testing.T) {
 	}
 	if got := r.ByNamespace[e.ns]; got > n {
 		t.Errorf("a new process over %d settled releases made %d requests in their namespace, want at most one each: %s", n, got, r.Top(8))
+	}
+
+	// Deleting them: the newest record of each was read by the new process
+	// above; the older one is deleted unread, and the purge stores no mark.
+	quiet()
+	for i := range n {
+		if err := e.dyn.Resource(webappGVR).Namespace(e.ns).Delete(context.Background(), fmt.Sprintf("calm-%d", i), metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range n {
+		name := fmt.Sprintf("calm-%d", i)
+		e.waitFor(name+" gone with its records", func() (bool, string) {
+			_, err := e.dyn.Resource(webappGVR).Namespace(e.ns).Get(context.Background(), name, metav1.GetOptions{})
+			h := e.history(name)
+			return isNotFound(err) && len(h) == 0, fmt.Sprintf("%v, %d records", err, len(h))
+		})
+	}
+	r, err = audit.Take(managerUser)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deleted := r.InNamespace[e.ns]
+	t.Logf("deleting %d releases of 2 revisions: %v", n, deleted)
+	for _, req := range []string{"get secrets", "update secrets"} {
+		if got := deleted[req]; got != 0 {
+			t.Errorf("deleting %d releases: %s %d, want 0: %v", n, req, got, deleted)
+		}
+	}
+	if got := deleted["delete secrets"]; got != 2*n {
+		t.Errorf("deleting %d releases of 2 revisions: delete secrets %d, want %d", n, got, 2*n)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -23,6 +24,7 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
+	"github.com/chartpilot/chartpilot/internal/helm"
 	"github.com/chartpilot/chartpilot/internal/helm/helmtest"
 	"github.com/chartpilot/chartpilot/internal/operator"
 	"github.com/chartpilot/chartpilot/internal/release"
@@ -136,16 +138,28 @@ func TestEditedReleaseRecordCannotReachOutside(t *testing.T) {
 // editRecord rewrites the manifest of the newest release record of name.
 func (e *env) editRecord(name string, edit func(string) string) {
 	e.t.Helper()
+	e.editRevision(name, 0, edit)
+}
+
+// editRevision rewrites the manifest of one release record of name: of
+// revision rev, or the newest when rev is 0.
+func (e *env) editRevision(name string, rev int, edit func(string) string) {
+	e.t.Helper()
 	ctx := context.Background()
 	list, err := e.cs.CoreV1().Secrets(e.ns).List(ctx, metav1.ListOptions{LabelSelector: "owner=helm,name=" + name})
 	if err != nil || len(list.Items) == 0 {
 		e.t.Fatalf("release records of %s: %d, %v", name, len(list.Items), err)
 	}
-	newest := &list.Items[0]
+	var newest *corev1.Secret
+	best := 0
 	for i := range list.Items {
-		if list.Items[i].Labels["version"] > newest.Labels["version"] {
-			newest = &list.Items[i]
+		v, _ := strconv.Atoi(list.Items[i].Labels["version"])
+		if (rev == 0 && v > best) || v == rev {
+			newest, best = &list.Items[i], v
 		}
+	}
+	if newest == nil {
+		e.t.Fatalf("release %s has no revision %d", name, rev)
 	}
 	data, err := helmtest.EditManifest(newest.Data["release"], edit)
 	if err != nil {
@@ -344,6 +358,58 @@ func TestRecordChartpilotDidNotWriteIsNotActedOn(t *testing.T) {
 	if h := e.history("signed"); len(h) != 1 || h[0].Revision != 1 {
 		t.Errorf("after the re-install: %d records", len(h))
 	}
+}
+
+// TestDeletionTrustsTheNewestRecordOnly: deleting a resource reads only
+// its release's newest record, the one whose objects are deleted. An older
+// record edited by someone else is deleted with the rest, unread (nothing
+// of it is acted on); an edited newest record refuses the deletion: the
+// objects and records stay and the event names the record.
+func TestDeletionTrustsTheNewestRecordOnly(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	startOperator(t, cluster.Config, []watches.Watch{webappWatch(t)})
+	names := []string{"older-edited", "newest-edited"}
+	for _, name := range names {
+		e.create(name, map[string]any{"message": "one"}, nil, nil)
+		e.waitCondition(name, v1alpha1.ConditionReady, metav1.ConditionTrue, "")
+		e.patch(name, `{"spec":{"message":"two"}}`)
+	}
+	for _, name := range names {
+		e.waitFor(name+" at revision 2", func() (bool, string) {
+			h := e.history(name)
+			return len(h) == 2 && h[1].Status == helm.StatusDeployed, fmt.Sprint(len(h))
+		})
+	}
+	plant := func(m string) string {
+		return m + "\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: planted\ndata:\n  by: tenant\n"
+	}
+	e.editRevision("older-edited", 1, plant)
+	e.editRevision("newest-edited", 2, plant)
+	for _, name := range names {
+		if err := e.dyn.Resource(webappGVR).Namespace(e.ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	e.waitFor("older-edited gone with its records and objects", func() (bool, string) {
+		_, err := e.dyn.Resource(webappGVR).Namespace(e.ns).Get(ctx, "older-edited", metav1.GetOptions{})
+		_, cmErr := e.configMap("older-edited-config")
+		h := e.history("older-edited")
+		return isNotFound(err) && isNotFound(cmErr) && len(h) == 0, fmt.Sprintf("resource: %v, config: %v, %d records", err, cmErr, len(h))
+	})
+	e.waitEvent("newest-edited", "UninstallFailed", "was not written by chartpilot")
+	if cm, err := e.configMap("newest-edited-config"); err != nil || cm.Data["message"] != "two" {
+		t.Fatalf("the objects of a release whose newest record was edited: %v %v", cm, err)
+	}
+	if h := e.history("newest-edited"); len(h) != 2 {
+		t.Fatalf("the records of a release whose newest record was edited: %d, want 2", len(h))
+	}
+	if _, err := e.configMap("planted"); !isNotFound(err) {
+		t.Fatalf("an object of an edited record was created: %v", err)
+	}
+	// Let it go without its objects, as the event says.
+	e.patch("newest-edited", `{"metadata":{"finalizers":null}}`)
 }
 
 // TestOversizedRecordRefused: a release record that inflates far beyond the

@@ -26,7 +26,9 @@ type Requests struct {
 	// (a failed request with " (code)" added); ByNamespace by the object's
 	// namespace ("" for cluster-wide requests).
 	ByVerb, ByResource, ByNamespace map[string]int
-	Total                           int
+	// InNamespace counts by namespace, then as ByResource.
+	InNamespace map[string]map[string]int
+	Total       int
 }
 
 // Top lists the n largest ByResource counts, largest first.
@@ -49,7 +51,7 @@ func (r Requests) Top(n int) string {
 
 // Take counts the requests user made since the last Take.
 func (a *AuditLog) Take(user string) (Requests, error) {
-	r := Requests{ByVerb: map[string]int{}, ByResource: map[string]int{}, ByNamespace: map[string]int{}}
+	r := Requests{ByVerb: map[string]int{}, ByResource: map[string]int{}, ByNamespace: map[string]int{}, InNamespace: map[string]map[string]int{}}
 	f, err := os.Open(a.Path)
 	if err != nil {
 		return r, err
@@ -101,6 +103,10 @@ func (a *AuditLog) Take(user string) (Requests, error) {
 		r.ByVerb[ev.Verb]++
 		r.ByResource[ev.Verb+" "+what]++
 		r.ByNamespace[ns]++
+		if r.InNamespace[ns] == nil {
+			r.InNamespace[ns] = map[string]int{}
+		}
+		r.InNamespace[ns][ev.Verb+" "+what]++
 		r.Total++
 	}
 	return r, nil

@@ -53,7 +53,7 @@ func (r *Reconciler) awaitHealth(p *pass, rel *helm.Release) ctrl.Result {
 	r.mem.with(p.key, func(m *memo) { m.awaiting = true })
 	p.settling = true
 	var names []string
-	if objs, err := helm.ParseManifest(rel.Manifest); err == nil {
+	if objs, err := parseManifest(rel.Manifest); err == nil {
 		for _, o := range objs {
 			names = append(names, o.GetKind()+"/"+o.GetName())
 		}

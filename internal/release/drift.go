@@ -12,7 +12,6 @@ import (
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/chartpilot/chartpilot/internal/helm"
 	"github.com/chartpilot/chartpilot/internal/values"
 )
 
@@ -66,7 +65,7 @@ func (r *Reconciler) resourceFor(identity, namespace string, obj *unstructured.U
 // does not hold (not yet seen, or its release label removed) is read from
 // the API server, as the release's identity.
 func (r *Reconciler) eachLiveObject(ctx context.Context, identity, namespace, manifest string, f func(want, live *unstructured.Unstructured)) error {
-	objs, err := helm.ParseManifest(manifest)
+	objs, err := parseManifest(manifest)
 	if err != nil {
 		return err
 	}

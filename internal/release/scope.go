@@ -20,7 +20,7 @@ func (r *Reconciler) scope(namespace string) helm.Scope {
 func (r *Reconciler) checkScope(namespace string, manifests ...string) error {
 	scope := r.scope(namespace)
 	for _, m := range manifests {
-		objs, err := helm.ParseManifest(m)
+		objs, err := parseManifest(m)
 		if err != nil {
 			return err
 		}

@@ -323,7 +323,7 @@ type dependents struct {
 
 // ensure watches every kind of object in manifest.
 func (d *dependents) ensure(_ context.Context, r *Reconciler, manifest string) error {
-	objs, err := helm.ParseManifest(manifest)
+	objs, err := parseManifest(manifest)
 	if err != nil {
 		return err
 	}

@@ -57,7 +57,7 @@ type volumeTemplate struct {
 // claimTemplates reads the volumeClaimTemplates of each StatefulSet of a
 // manifest: StatefulSet name → template name → template.
 func claimTemplates(manifest string) (map[string]map[string]volumeTemplate, error) {
-	objs, err := helm.ParseManifest(manifest)
+	objs, err := parseManifest(manifest)
 	if err != nil {
 		return nil, err
 	}

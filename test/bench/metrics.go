@@ -106,6 +106,30 @@ func peakRSS(pid int) (float64, error) {
 	return 0, fmt.Errorf("no VmHWM in /proc/%d/status", pid)
 }
 
+// rssParts reads the resident anonymous memory and the resident pages of
+// mapped files of process pid, in MiB.
+func rssParts(pid int) (anon, file float64, err error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		kb, perr := strconv.ParseFloat(f[1], 64)
+		switch {
+		case perr != nil:
+		case f[0] == "RssAnon:":
+			anon = kb / 1024
+		case f[0] == "RssFile:":
+			file = kb / 1024
+		}
+	}
+	return anon, file, nil
+}
+
 // cpuSeconds is the user and system CPU time of process pid so far.
 func cpuSeconds(pid int) (float64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))

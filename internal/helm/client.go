@@ -20,6 +20,7 @@ import (
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/release"
 	"helm.sh/helm/v3/pkg/storage"
+	"helm.sh/helm/v3/pkg/storage/driver"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -321,18 +322,42 @@ func fromHelm(r *release.Release) *Release {
 
 // Revision returns one trusted revision of a release (from the cache of
 // release records when there is one); an untrusted or oversized record is
-// an error.
+// an error. The same version of a record is decoded once.
 func (c *Client) Revision(namespace, name string, revision int) (*Release, error) {
 	d, err := c.records(namespace)
 	if err != nil {
 		return nil, err
 	}
-	rel, err := d.Get(fmt.Sprintf("sh.helm.release.v1.%s.v%d", name, revision))
+	key := fmt.Sprintf("sh.helm.release.v1.%s.v%d", name, revision)
+	s, err := d.get(key)
+	if apierrors.IsNotFound(err) {
+		return nil, driver.ErrReleaseNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading release record %s: %w", key, err)
+	}
+	memo := ""
+	if d.store != nil && d.store.revisions != nil && s.ResourceVersion != "" {
+		memo = namespace + "/" + key + "@" + s.ResourceVersion
+		if v, ok := d.store.revisions.Get(memo); ok {
+			out := *v.(*Release)
+			return &out, nil
+		}
+	}
+	rel, trusted, err := d.decode(s)
 	if err != nil {
 		return nil, err
 	}
+	if !trusted {
+		return nil, &RecordError{Record: s.Name}
+	}
+	rel.Labels = userLabels(s.Labels)
 	out := fromHelm(rel)
 	out.Trusted = true
+	if memo != "" && len(out.Manifest) <= maxRememberedManifest {
+		kept := *out
+		d.store.revisions.Add(memo, &kept)
+	}
 	return out, nil
 }
 

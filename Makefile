@@ -13,9 +13,9 @@ TEST_FLAGS ?=
 
 all: build
 
-## build: chartpilot and devcluster into bin/
+## build: chartpilot (built as the image builds it: static, without symbol tables) and devcluster into bin/
 build:
-	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN)/chartpilot ./cmd/chartpilot
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o $(BIN)/chartpilot ./cmd/chartpilot
 	ln -sf chartpilot $(BIN)/kubectl-chartpilot
 	$(GO) build -o $(BIN)/devcluster ./cmd/devcluster
 	$(GO) build -o $(BIN)/demorepo ./hack/demorepo

@@ -392,6 +392,9 @@ func (c *Client) history(namespace, name string, newestOnly bool) ([]*Release, e
 	if err != nil {
 		return nil, fmt.Errorf("reading history of release %s/%s: %w", namespace, name, err)
 	}
+	if newestOnly && newest == "" {
+		newest = newestRecord(items)
+	}
 	out := make([]*Release, 0, len(items))
 	for _, s := range items {
 		if newest != "" && s.Name != newest {

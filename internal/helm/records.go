@@ -111,6 +111,17 @@ type recordDriver struct {
 	purge bool
 }
 
+// newestRecord names the record of the highest revision ("" for none).
+func newestRecord(items []*corev1.Secret) string {
+	name, best := "", -1
+	for _, s := range items {
+		if v, err := strconv.Atoi(s.Labels[StorageLabelVersion]); err == nil && v > best {
+			name, best = s.Name, v
+		}
+	}
+	return name
+}
+
 // unread is a record known by its labels only: name, revision, status.
 func (d *recordDriver) unread(s *corev1.Secret) *release.Release {
 	v, _ := strconv.Atoi(s.Labels[StorageLabelVersion])
@@ -234,13 +245,19 @@ func (d *recordDriver) query(set labels.Set) ([]*release.Release, error) {
 	var items []*corev1.Secret
 	var err error
 	newest := ""
-	if d.purge && d.index != nil {
+	// A purge reads the history of its one release: only the newest
+	// record of it whole.
+	onlyNewest := d.purge && set[StorageLabelName] != ""
+	if onlyNewest && d.index != nil {
 		items, newest, err = d.newestBody(set)
 	} else {
 		items, err = d.list(set)
 	}
 	if err != nil {
 		return nil, err
+	}
+	if onlyNewest && newest == "" {
+		newest = newestRecord(items)
 	}
 	out := make([]*release.Release, 0, len(items))
 	for _, s := range items {

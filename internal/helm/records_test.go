@@ -3,13 +3,16 @@ package helm
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
 	"encoding/base64"
 	"errors"
 	"fmt"
 	"testing"
 
 	"helm.sh/helm/v3/pkg/release"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes/fake"
 )
 
 func TestRecordMACAndSizeLimit(t *testing.T) {
@@ -56,5 +59,74 @@ func TestRecordMACAndSizeLimit(t *testing.T) {
 		if !errors.As(err, &re) || !re.Invalid || re.TooLarge {
 			t.Errorf("record %q: %v, want an Invalid RecordError", bad, err)
 		}
+	}
+}
+
+// A purge reads only the newest record of its release: an older record
+// that fails its MAC is deleted unread, the "uninstalling" mark is not
+// stored, and records are deleted without being read first. Outside a
+// purge the same older record is refused.
+func TestPurgeReadsOnlyTheNewestRecord(t *testing.T) {
+	cs := fake.NewSimpleClientset()
+	key := []byte("0123456789abcdef0123456789abcdef")
+	d := &recordDriver{secrets: cs.CoreV1().Secrets("ns"), namespace: "ns", opts: Records{Key: key}}
+	rel := func(v int, st release.Status) *release.Release {
+		return &release.Release{Name: "web", Namespace: "ns", Version: v, Manifest: fmt.Sprintf("# %d", v), Info: &release.Info{Status: st}}
+	}
+	for v, st := range map[int]release.Status{1: release.StatusSuperseded, 2: release.StatusDeployed} {
+		if err := d.Create(fmt.Sprintf("sh.helm.release.v1.web.v%d", v), rel(v, st)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := context.Background()
+	old, err := cs.CoreV1().Secrets("ns").Get(ctx, "sh.helm.release.v1.web.v1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Signed with another key: its MAC does not hold here.
+	other := &recordDriver{namespace: "ns", opts: Records{Key: []byte("another key of thirty-two bytes!")}}
+	forged, err := other.encode(old.Name, rel(1, release.StatusSuperseded), "createdAt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	old.Labels, old.Data = forged.Labels, forged.Data
+	if _, err := cs.CoreV1().Secrets("ns").Update(ctx, old, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	set := map[string]string{StorageLabelOwner: StorageOwnerHelm, StorageLabelName: "web"}
+	var re *RecordError
+	if _, err := d.Query(set); !errors.As(err, &re) || re.Record != old.Name {
+		t.Fatalf("outside a purge, the edited older record: %v, want a RecordError naming it", err)
+	}
+
+	purge := &recordDriver{secrets: cs.CoreV1().Secrets("ns"), namespace: "ns", opts: Records{Key: key}, purge: true}
+	rels, err := purge.Query(set)
+	if err != nil || len(rels) != 2 {
+		t.Fatalf("purge history: %d releases, %v", len(rels), err)
+	}
+	for _, r := range rels {
+		if r.Version == 2 && r.Manifest != "# 2" {
+			t.Errorf("the newest revision was not read whole: %+v", r)
+		}
+		if r.Version == 1 && r.Manifest != "" {
+			t.Errorf("the older revision was read: %q", r.Manifest)
+		}
+	}
+	cs.ClearActions()
+	newest := rel(2, release.StatusUninstalling)
+	if err := purge.Update("sh.helm.release.v1.web.v2", newest); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []int{1, 2} {
+		if _, err := purge.Delete(fmt.Sprintf("sh.helm.release.v1.web.v%d", v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var verbs []string
+	for _, a := range cs.Actions() {
+		verbs = append(verbs, a.GetVerb())
+	}
+	if fmt.Sprint(verbs) != "[delete delete]" {
+		t.Errorf("purge requests: %v, want [delete delete]", verbs)
 	}
 }

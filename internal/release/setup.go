@@ -36,6 +36,10 @@ import (
 	"github.com/chartpilot/chartpilot/internal/watches"
 )
 
+// objectCacheWait bounds a read of the object cache for Helm (an informer
+// still syncing is not waited for longer: the read goes to the API server).
+const objectCacheWait = 10 * time.Second
+
 // CacheByObject restricts the manager's cache of each watched kind to the
 // watch's selector, so an operator shard caches only the resources it owns.
 func CacheByObject(ws []watches.Watch) map[client.Object]cache.ByObject {
@@ -60,6 +64,10 @@ type Shared struct {
 	Dynamic    dynamic.Interface
 	Releases   cache.Cache
 	Dependents cache.Cache
+	// watchedKinds are the kinds Dependents has an informer of (started by
+	// a controller's watch of its releases' objects): Helm's reads are
+	// answered from the cache for these only, and never start an informer.
+	watchedKinds *sync.Map
 	// SkipNameValidation allows several managers in one process (tests).
 	SkipNameValidation bool
 	// DigestKey keys the digests shown in status (see Reconciler.DigestKey).
@@ -121,15 +129,25 @@ func NewShared(mgr manager.Manager) (*Shared, error) {
 	})
 	// Helm's reads of a release's objects (the state an upgrade is merged
 	// into) come from the same cache the health gate and drift checks read.
+	// Only kinds already watched: a read of another kind (a chart's
+	// lookup of a Secret, say) would start an informer of whole objects of
+	// that kind, and wait for it, on a context that never ends; when the
+	// manager was stopping, that wait never ended either.
+	kinds := &sync.Map{}
 	hc.UseObjectCache(func(req *http.Request, gvk schema.GroupVersionKind, namespace, name string) (*unstructured.Unstructured, bool) {
+		if _, ok := kinds.Load(gvk); !ok {
+			return nil, false
+		}
+		ctx, cancel := context.WithTimeout(req.Context(), objectCacheWait)
+		defer cancel()
 		u := &unstructured.Unstructured{}
 		u.SetGroupVersionKind(gvk)
-		if err := deps.Get(req.Context(), client.ObjectKey{Namespace: namespace, Name: name}, u); err != nil {
+		if err := deps.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, u); err != nil {
 			return nil, false
 		}
 		return u, true
 	})
-	return &Shared{Helm: hc, Dynamic: dyn, Releases: releases, Dependents: deps}, nil
+	return &Shared{Helm: hc, Dynamic: dyn, Releases: releases, Dependents: deps, watchedKinds: kinds}, nil
 }
 
 // SetupWithManager builds the controller of r's kind.
@@ -160,7 +178,7 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager, sh *Shared) error {
 		return err
 	}
 	if r.Watch.WatchDependentResources {
-		r.deps = &dependents{cache: sh.Dependents, ctrl: c, watched: map[schema.GroupVersionKind]bool{}}
+		r.deps = &dependents{cache: sh.Dependents, ctrl: c, watched: map[schema.GroupVersionKind]bool{}, shared: sh.watchedKinds}
 	}
 	for _, h := range r.Hooks {
 		if h.Watcher == nil {
@@ -319,6 +337,8 @@ type dependents struct {
 	ctrl    controller.Controller
 	mu      sync.Mutex
 	watched map[schema.GroupVersionKind]bool
+	// shared is Shared.watchedKinds (nil in tests that build no Shared).
+	shared *sync.Map
 }
 
 // ensure watches every kind of object in manifest.
@@ -342,6 +362,9 @@ func (d *dependents) ensure(_ context.Context, r *Reconciler, manifest string) e
 			return fmt.Errorf("watching %s: %w", gvk, err)
 		}
 		d.watched[gvk] = true
+		if d.shared != nil {
+			d.shared.Store(gvk, true)
+		}
 	}
 	return nil
 }

@@ -21,7 +21,6 @@ import (
 	"helm.sh/helm/v3/pkg/release"
 	"helm.sh/helm/v3/pkg/storage"
 	"helm.sh/helm/v3/pkg/storage/driver"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -381,19 +380,9 @@ func (c *Client) history(namespace, name string, newestOnly bool) ([]*Release, e
 	if err != nil {
 		return nil, err
 	}
-	set := labels.Set{StorageLabelOwner: StorageOwnerHelm, StorageLabelName: name}
-	var items []*corev1.Secret
-	newest := ""
-	if newestOnly && d.index != nil {
-		items, newest, err = d.newestBody(set)
-	} else {
-		items, err = d.list(set)
-	}
+	items, newest, err := d.listNewest(labels.Set{StorageLabelOwner: StorageOwnerHelm, StorageLabelName: name}, newestOnly)
 	if err != nil {
 		return nil, fmt.Errorf("reading history of release %s/%s: %w", namespace, name, err)
-	}
-	if newestOnly && newest == "" {
-		newest = newestRecord(items)
 	}
 	out := make([]*Release, 0, len(items))
 	for _, s := range items {

@@ -111,6 +111,20 @@ type recordDriver struct {
 	purge bool
 }
 
+// listNewest is list, and with onlyNewest the name of the newest record,
+// the only one whose body is read (the others carry their labels only).
+func (d *recordDriver) listNewest(set labels.Set, onlyNewest bool) ([]*corev1.Secret, string, error) {
+	if !onlyNewest {
+		items, err := d.list(set)
+		return items, "", err
+	}
+	if d.index != nil {
+		return d.newestBody(set)
+	}
+	items, err := d.list(set)
+	return items, newestRecord(items), err
+}
+
 // newestRecord names the record of the highest revision ("" for none).
 func newestRecord(items []*corev1.Secret) string {
 	name, best := "", -1
@@ -242,22 +256,11 @@ func (d *recordDriver) Query(set map[string]string) ([]*release.Release, error) 
 }
 
 func (d *recordDriver) query(set labels.Set) ([]*release.Release, error) {
-	var items []*corev1.Secret
-	var err error
-	newest := ""
 	// A purge reads the history of its one release: only the newest
 	// record of it whole.
-	onlyNewest := d.purge && set[StorageLabelName] != ""
-	if onlyNewest && d.index != nil {
-		items, newest, err = d.newestBody(set)
-	} else {
-		items, err = d.list(set)
-	}
+	items, newest, err := d.listNewest(set, d.purge && set[StorageLabelName] != "")
 	if err != nil {
 		return nil, err
-	}
-	if onlyNewest && newest == "" {
-		newest = newestRecord(items)
 	}
 	out := make([]*release.Release, 0, len(items))
 	for _, s := range items {

@@ -20,7 +20,6 @@ import (
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/release"
 	"helm.sh/helm/v3/pkg/storage"
-	"helm.sh/helm/v3/pkg/storage/driver"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -328,12 +327,9 @@ func (c *Client) Revision(namespace, name string, revision int) (*Release, error
 		return nil, err
 	}
 	key := fmt.Sprintf("sh.helm.release.v1.%s.v%d", name, revision)
-	s, err := d.get(key)
-	if apierrors.IsNotFound(err) {
-		return nil, driver.ErrReleaseNotFound
-	}
+	s, err := d.read(key)
 	if err != nil {
-		return nil, fmt.Errorf("reading release record %s: %w", key, err)
+		return nil, err
 	}
 	memo := ""
 	if d.store != nil && d.store.revisions != nil && s.ResourceVersion != "" {
@@ -343,14 +339,10 @@ func (c *Client) Revision(namespace, name string, revision int) (*Release, error
 			return &out, nil
 		}
 	}
-	rel, trusted, err := d.decode(s)
+	rel, err := d.checked(s)
 	if err != nil {
 		return nil, err
 	}
-	if !trusted {
-		return nil, &RecordError{Record: s.Name}
-	}
-	rel.Labels = userLabels(s.Labels)
 	out := fromHelm(rel)
 	out.Trusted = true
 	if memo != "" && len(out.Manifest) <= maxRememberedManifest {

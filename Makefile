@@ -13,9 +13,10 @@ TEST_FLAGS ?=
 
 all: build
 
-## build: chartpilot (built as the image builds it: static, without symbol tables) and devcluster into bin/
+## build: chartpilot and chartpilot-manager (the manager without the backup data path; built as the image builds them: static, without symbol tables) and devcluster into bin/
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o $(BIN)/chartpilot ./cmd/chartpilot
+	CGO_ENABLED=0 $(GO) build -tags manager -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o $(BIN)/chartpilot-manager ./cmd/chartpilot
 	ln -sf chartpilot $(BIN)/kubectl-chartpilot
 	$(GO) build -o $(BIN)/devcluster ./cmd/devcluster
 	$(GO) build -o $(BIN)/demorepo ./hack/demorepo
@@ -29,9 +30,11 @@ image:
 		arch=$${p#linux/}; echo "building chartpilot for $$p"; \
 		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" \
 			-o $(BIN)/image/linux-$$arch/chartpilot ./cmd/chartpilot || exit 1; \
+		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -tags manager -trimpath -ldflags "-s -w -X main.version=$(VERSION)" \
+			-o $(BIN)/image/linux-$$arch/chartpilot-manager ./cmd/chartpilot || exit 1; \
 	done
 	$(GO) run ./hack/image -out $(BIN)/image/oci -version $(VERSION) -revision $(REVISION) -created $(SOURCE_DATE_EPOCH) \
-		$(foreach p,$(IMAGE_PLATFORMS),-binary $(p)=$(BIN)/image/linux-$(subst linux/,,$(p))/chartpilot) \
+		$(foreach p,$(IMAGE_PLATFORMS),-binary $(p)=$(BIN)/image/linux-$(subst linux/,,$(p))/chartpilot -manager $(p)=$(BIN)/image/linux-$(subst linux/,,$(p))/chartpilot-manager) \
 		$(if $(IMAGE),-push $(IMAGE))
 
 ## bundle: the OLM bundle (ClusterServiceVersion, CRDs, annotations) in bundle/, from config/; BUNDLE_VERSION sets its version

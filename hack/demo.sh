@@ -94,8 +94,8 @@ cat >>"${dir}/watches.yaml" <<YAML
 YAML
 cat "${dir}/watches.yaml"
 
-step "starting chartpilot run --watches watches.yaml (and the demo's Webapp fleet)"
-"${bin}/chartpilot" run --kubeconfig "${kubeconfig}" --watches "${dir}/watches.yaml" \
+step "starting chartpilot-manager run --watches watches.yaml (the image's entrypoint; and the demo's Webapp fleet)"
+"${bin}/chartpilot-manager" run --kubeconfig "${kubeconfig}" --watches "${dir}/watches.yaml" \
 	--metrics-bind-address "${metrics}" --health-probe-bind-address "${probes}" \
 	--webhook-port "${webhook_port}" --webhook-cert-dir "${webhook_certs}" --webhook-certs files ${DEMO_OPERATOR_ARGS:-} \
 	>"${dir}/chartpilot.log" 2>&1 &

@@ -1,3 +1,5 @@
+//go:build !manager
+
 package main
 
 import (
@@ -20,6 +22,7 @@ import (
 	"gocloud.dev/blob"
 
 	"github.com/chartpilot/chartpilot/internal/backup"
+	"github.com/chartpilot/chartpilot/internal/blobstore"
 )
 
 const backupUsage = `Usage:
@@ -167,10 +170,10 @@ func openStore(ctx context.Context, kind string, s3 backup.S3, az backup.Azure, 
 	switch kind {
 	case "gcs":
 		gcs.ServiceAccountKey = os.Getenv("CHARTPILOT_GCS_SERVICE_ACCOUNT_KEY")
-		return backup.OpenGCS(ctx, gcs)
+		return blobstore.OpenGCS(ctx, gcs)
 	case "azure":
 		az.AccountKey = os.Getenv("CHARTPILOT_AZURE_ACCOUNT_KEY")
-		return backup.OpenAzure(ctx, az)
+		return blobstore.OpenAzure(ctx, az)
 	case "s3":
 		s3.AccessKeyID = os.Getenv("CHARTPILOT_S3_ACCESS_KEY_ID")
 		s3.SecretAccessKey = os.Getenv("CHARTPILOT_S3_SECRET_ACCESS_KEY")
@@ -181,7 +184,7 @@ func openStore(ctx context.Context, kind string, s3 backup.S3, az backup.Azure, 
 			}
 			s3.CABundle = ca
 		}
-		return backup.OpenS3(ctx, s3)
+		return blobstore.OpenS3(ctx, s3)
 	case "volume":
 		if volumePath == "" {
 			return nil, errors.New("--volume-path is required with --store volume")
@@ -334,4 +337,14 @@ func installAgent(args []string) error {
 		return err
 	}
 	return dst.Close()
+}
+
+// storeCommand is `chartpilot store`, the store helper the manager runs to
+// reach a remote store: one request (JSON, with its credentials) on
+// standard input, one answer on standard output.
+func storeCommand(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
+	if len(args) != 0 {
+		return errors.New("usage: chartpilot store < REQUEST (run by the manager, which writes the request)")
+	}
+	return blobstore.Serve(ctx, stdin, stdout)
 }

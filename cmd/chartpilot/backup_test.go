@@ -1,3 +1,5 @@
+//go:build !manager
+
 package main
 
 import (

@@ -30,6 +30,7 @@ Usage:
   chartpilot backup run|restore [flags] -- COMMAND   back up COMMAND's output, or restore into its input
   chartpilot backup verify [flags]                   restore drill into a throwaway database
   chartpilot install-agent DIR                       copy this binary to DIR/chartpilot (backup Jobs of other images)
+  chartpilot store                                   the store helper: one request of the manager on stdin, its answer on stdout
   chartpilot get [KIND] [-n NS | -A] [-o wide|json]  list the resources chartpilot manages
   chartpilot describe KIND/NAME [-n NS]              conditions, history, last failure and events of one
   chartpilot rollout status KIND [--version V] [--watch]  the fleet by chart version and upgrade state
@@ -68,6 +69,11 @@ func main() {
 	case "major-upgrade":
 		if err := majorUpgradeCommand(ctrl.SetupSignalHandler(), os.Args[2:], os.Stdout); err != nil {
 			fmt.Fprintf(os.Stderr, "chartpilot major-upgrade: %v\n", err)
+			os.Exit(1)
+		}
+	case "store":
+		if err := storeCommand(ctrl.SetupSignalHandler(), os.Args[2:], os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintf(os.Stderr, "chartpilot store: %v\n", err)
 			os.Exit(1)
 		}
 	case "install-agent":

@@ -49,6 +49,7 @@ type runOptions struct {
 	chartCacheDir           string
 	backupStoreEndpoints    []string
 	backupImage             string
+	storeHelper             string
 	defaultServiceAccount   string
 	recordKeySecret         string
 	maxRecordSize           int64
@@ -92,6 +93,7 @@ func parseRunFlags(args []string) (*runOptions, error) {
 	fs.StringVar(&o.webhookCerts, "webhook-certs", "self-signed", "self-signed: chartpilot makes, shares (Secret <service>-certs) and rotates a CA and certificate; files: use --webhook-cert-dir as mounted (e.g. from cert-manager)")
 	fs.StringVar(&o.webhookService, "webhook-service", "chartpilot-system/chartpilot-webhook", "namespace/name of the webhook's Service (names in the self-signed certificate)")
 	fs.StringVar(&o.backupImage, "backup-image", "ghcr.io/chartpilot/chartpilot:"+version, "chartpilot's image, which backup, restore, drill and major upgrade Jobs copy the agent from (their containers run the database's own image, e.g. postgres:<version>); this operator's own image")
+	fs.StringVar(&o.storeHelper, "store-helper", "", "the binary run (as STORE_HELPER store) to check a remote backup store and read a backup's manifest: a chartpilot with the object stores' clients (default: chartpilot beside this executable, else on $PATH)")
 	fs.Func("backup-store-endpoints", "comma-separated URL prefixes a namespaced BackupStore's S3 endpoint may start with (the operator connects to it); empty: namespaced stores may use AWS only", func(v string) error {
 		for _, p := range strings.Split(v, ",") {
 			p = strings.TrimSpace(p)
@@ -232,6 +234,7 @@ func run(ctx context.Context, args []string) error {
 		ChartCacheDir:           o.chartCacheDir,
 		BackupStoreEndpoints:    o.backupStoreEndpoints,
 		BackupImage:             o.backupImage,
+		StoreHelper:             o.storeHelper,
 		DefaultServiceAccount:   o.defaultServiceAccount,
 		RecordKeySecret:         recordKeySecret(o.recordKeySecret),
 		MaxRecordSize:           o.maxRecordSize,

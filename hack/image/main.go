@@ -2,7 +2,8 @@
 // writes it as an OCI layout and, with -push, pushes it.
 //
 //	go run ./hack/image -out bin/image/oci -binary linux/amd64=bin/image/linux-amd64/chartpilot \
-//	    -binary linux/arm64=bin/image/linux-arm64/chartpilot -version v0.1.0 -revision $(git rev-parse HEAD) \
+//	    -binary linux/arm64=bin/image/linux-arm64/chartpilot \
+//	    -manager linux/amd64=bin/image/linux-amd64/chartpilot-manager -manager linux/arm64=bin/image/linux-arm64/chartpilot-manager -version v0.1.0 -revision $(git rev-parse HEAD) \
 //	    [-created UNIX-SECONDS] [-push registry.example.com/chartpilot:v0.1.0]
 //
 // Pushing authenticates with $IMAGE_USERNAME and $IMAGE_PASSWORD when set.
@@ -39,9 +40,10 @@ func (b binaries) Set(s string) error {
 }
 
 func main() {
-	bins := binaries{}
+	bins, managers := binaries{}, binaries{}
 	o := image.Options{}
 	flag.Var(bins, "binary", "PLATFORM=PATH of a static chartpilot binary (repeat per platform)")
+	flag.Var(managers, "manager", "PLATFORM=PATH of a static chartpilot-manager binary (-tags manager), the entrypoint (repeat per platform)")
 	flag.StringVar(&o.Root, "root", ".", "the repository (watches.yaml, charts/)")
 	flag.StringVar(&o.Version, "version", "dev", "org.opencontainers.image.version")
 	flag.StringVar(&o.Revision, "revision", "", "org.opencontainers.image.revision (a commit)")
@@ -50,7 +52,7 @@ func main() {
 	out := flag.String("out", "bin/image/oci", "OCI layout directory written")
 	push := flag.String("push", "", "push the index to this reference (registry/repository:tag)")
 	flag.Parse()
-	o.Binaries = bins
+	o.Binaries, o.Managers = bins, managers
 	if *created != "" {
 		secs, err := strconv.ParseInt(*created, 10, 64)
 		if err != nil {

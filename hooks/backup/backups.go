@@ -100,6 +100,9 @@ type BackupReconciler struct {
 	Image string
 	// Deadline bounds a Job's run; DefaultDeadline when zero.
 	Deadline time.Duration
+	// Stores runs the store helper, which reads a backup's manifest from
+	// a remote store.
+	Stores *backup.StoreHelper
 	// SkipNameValidation allows several managers in one process (tests).
 	SkipNameValidation bool
 	// Now is the clock (tests).
@@ -671,16 +674,21 @@ func (r *BackupReconciler) manifest(ctx context.Context, b *v1alpha1.Backup, job
 	if st.spec.Volume == nil {
 		ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 		defer cancel()
-		bucket, scrubbed, msg := openStore(ctx, r.Reader, st.spec, st.secretNS)
-		if bucket == nil {
+		req, msg := storeRequest(ctx, r.Reader, st.spec, st.secretNS)
+		if msg != "" {
 			return nil, fmt.Sprintf("Job %s succeeded, but its backup cannot be checked: %s", job.Name, msg)
 		}
-		defer bucket.Close()
-		m, err := backup.ReadManifest(ctx, bucket, b.Status.Location)
-		if err != nil {
-			return nil, fmt.Sprintf("Job %s succeeded, but the store has no complete backup at %s: %s", job.Name, b.Status.Location, scrubbed(err))
+		req.Op, req.Location = "manifest", b.Status.Location
+		reply, err := r.Stores.Do(ctx, req)
+		switch {
+		case err != nil:
+			return nil, fmt.Sprintf("Job %s succeeded, but its backup cannot be checked: %s", job.Name, err)
+		case reply.Invalid != "":
+			return nil, fmt.Sprintf("Job %s succeeded, but its backup cannot be checked: %s", job.Name, reply.Invalid)
+		case reply.Failed != "" || reply.Manifest == nil:
+			return nil, fmt.Sprintf("Job %s succeeded, but the store has no complete backup at %s: %s", job.Name, b.Status.Location, reply.Failed)
 		}
-		return m, ""
+		return reply.Manifest, ""
 	}
 	msg := podMessage(ctx, r.Reader, job)
 	m := &backup.Manifest{}

@@ -4,11 +4,7 @@
 package backup
 
 import (
-	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -22,8 +18,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-
-	"gocloud.dev/blob"
 
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/backup"
@@ -72,6 +66,8 @@ type StoreReconciler struct {
 	// where the admin allows. A ClusterBackupStore is the admin's own and
 	// may name any endpoint; an empty endpoint (AWS) is always allowed.
 	Endpoints []string
+	// Stores runs the store helper, which checks remote stores.
+	Stores *backup.StoreHelper
 	// SkipNameValidation allows several managers in one process (tests).
 	SkipNameValidation bool
 }
@@ -179,13 +175,12 @@ func (r *StoreReconciler) check(ctx context.Context, obj client.Object, spec v1a
 		if r.Cluster && g.CredentialsSecretRef != nil {
 			secretNS = g.CredentialsSecretRef.Namespace
 		}
-		b, secret, reason, msg := openGCS(ctx, r.Reader, g, secretNS)
-		if b == nil {
+		cfg, reason, msg := gcsConfig(ctx, r.Reader, g, secretNS)
+		if cfg == nil {
 			return reason, msg
 		}
-		defer b.Close()
-		if err := probe(ctx, b); err != nil {
-			return "ProbeFailed", "writing, reading and deleting a probe object failed: " + scrubSecret(err, secret)
+		if reason, msg := r.probe(ctx, backup.StoreRequest{GCS: cfg}); reason != "" {
+			return reason, msg
 		}
 		return "Checked", fmt.Sprintf("a probe object was written to bucket %s, read back and deleted", g.Bucket)
 	}
@@ -197,13 +192,12 @@ func (r *StoreReconciler) check(ctx context.Context, obj client.Object, spec v1a
 		if r.Cluster {
 			secretNS = az.CredentialsSecretRef.Namespace
 		}
-		b, secret, reason, msg := openAzure(ctx, r.Reader, az, secretNS)
-		if b == nil {
+		cfg, reason, msg := azureConfig(ctx, r.Reader, az, secretNS)
+		if cfg == nil {
 			return reason, msg
 		}
-		defer b.Close()
-		if err := probe(ctx, b); err != nil {
-			return "ProbeFailed", "writing, reading and deleting a probe object failed: " + scrubSecret(err, secret)
+		if reason, msg := r.probe(ctx, backup.StoreRequest{Azure: cfg}); reason != "" {
+			return reason, msg
 		}
 		return "Checked", fmt.Sprintf("a probe object was written to container %s, read back and deleted", az.Container)
 	}
@@ -221,155 +215,115 @@ func (r *StoreReconciler) check(ctx context.Context, obj client.Object, spec v1a
 			caNS = s3.CASecretRef.Namespace
 		}
 	}
-	b, cfg, reason, msg := openS3(ctx, r.Reader, s3, secretNS, caNS)
-	if b == nil {
+	cfg, reason, msg := s3Config(ctx, r.Reader, s3, secretNS, caNS)
+	if cfg == nil {
 		return reason, msg
 	}
-	defer b.Close()
-	if err := probe(ctx, b); err != nil {
-		return "ProbeFailed", "writing, reading and deleting a probe object failed: " + scrub(err, cfg)
+	if reason, msg := r.probe(ctx, backup.StoreRequest{S3: cfg}); reason != "" {
+		return reason, msg
 	}
 	return "Checked", fmt.Sprintf("a probe object was written to bucket %s, read back and deleted", s3.Bucket)
 }
 
-// openS3 opens the bucket of s3 with the credentials (and CAs) of its
+// probe has the store helper write, read back and delete a probe object;
+// the reason and message when that fails.
+func (r *StoreReconciler) probe(ctx context.Context, req backup.StoreRequest) (string, string) {
+	req.Op = "probe"
+	reply, err := r.Stores.Do(ctx, req)
+	switch {
+	case err != nil:
+		return "HelperFailed", "the store could not be checked: " + err.Error()
+	case reply.Invalid != "":
+		return "Invalid", reply.Invalid
+	case reply.Failed != "":
+		return "ProbeFailed", "writing, reading and deleting a probe object failed: " + reply.Failed
+	}
+	return "", ""
+}
+
+// s3Config is the store of s3 with the credentials (and CAs) of its
 // Secrets in secretNS (caNS); nil and the reason and message (never a
-// secret) when it cannot.
-func openS3(ctx context.Context, reader client.Reader, s3 *v1alpha1.S3Store, secretNS, caNS string) (*blob.Bucket, backup.S3, string, string) {
+// secret) when they cannot be read.
+func s3Config(ctx context.Context, reader client.Reader, s3 *v1alpha1.S3Store, secretNS, caNS string) (*backup.S3, string, string) {
 	ref := s3.CredentialsSecretRef
-	cfg := backup.S3{Endpoint: s3.Endpoint, Bucket: s3.Bucket, Prefix: s3.Prefix, Region: s3.Region, ForcePathStyle: s3.ForcePathStyle}
+	cfg := &backup.S3{Endpoint: s3.Endpoint, Bucket: s3.Bucket, Prefix: s3.Prefix, Region: s3.Region, ForcePathStyle: s3.ForcePathStyle}
 	sec := &corev1.Secret{}
 	if err := reader.Get(ctx, types.NamespacedName{Namespace: secretNS, Name: ref.Name}, sec); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, cfg, "CredentialsNotFound", fmt.Sprintf("spec.s3.credentialsSecretRef: Secret %s/%s does not exist: create it with keys accessKeyID and secretAccessKey", secretNS, ref.Name)
+			return nil, "CredentialsNotFound", fmt.Sprintf("spec.s3.credentialsSecretRef: Secret %s/%s does not exist: create it with keys accessKeyID and secretAccessKey", secretNS, ref.Name)
 		}
-		return nil, cfg, "CredentialsUnreadable", "reading the credentials Secret: " + redact.Error(err).Error()
+		return nil, "CredentialsUnreadable", "reading the credentials Secret: " + redact.Error(err).Error()
 	}
 	cfg.AccessKeyID, cfg.SecretAccessKey = string(sec.Data["accessKeyID"]), string(sec.Data["secretAccessKey"])
 	if cfg.AccessKeyID == "" || cfg.SecretAccessKey == "" {
-		return nil, cfg, "CredentialsIncomplete", fmt.Sprintf("spec.s3.credentialsSecretRef: Secret %s/%s needs both keys accessKeyID and secretAccessKey", secretNS, ref.Name)
+		return nil, "CredentialsIncomplete", fmt.Sprintf("spec.s3.credentialsSecretRef: Secret %s/%s needs both keys accessKeyID and secretAccessKey", secretNS, ref.Name)
 	}
 	if ca := s3.CASecretRef; ca != nil {
 		cs := &corev1.Secret{}
 		if err := reader.Get(ctx, types.NamespacedName{Namespace: caNS, Name: ca.Name}, cs); err != nil || len(cs.Data[ca.Key]) == 0 {
-			return nil, cfg, "CANotFound", fmt.Sprintf("spec.s3.caSecretRef: Secret %s/%s has no key %s", caNS, ca.Name, ca.Key)
+			return nil, "CANotFound", fmt.Sprintf("spec.s3.caSecretRef: Secret %s/%s has no key %s", caNS, ca.Name, ca.Key)
 		}
 		cfg.CABundle = cs.Data[ca.Key]
 	}
-	b, err := backup.OpenS3(ctx, cfg)
-	if err != nil {
-		return nil, cfg, "Invalid", scrub(err, cfg)
-	}
-	return b, cfg, "", ""
+	return cfg, "", ""
 }
 
-// openAzure opens the container of az with the account key of its Secret
+// azureConfig is the container of az with the account key of its Secret
 // in secretNS; nil and the reason and message (never the key) when it
-// cannot. The key is returned for scrubbing errors.
-func openAzure(ctx context.Context, reader client.Reader, az *v1alpha1.AzureStore, secretNS string) (*blob.Bucket, string, string, string) {
+// cannot be read.
+func azureConfig(ctx context.Context, reader client.Reader, az *v1alpha1.AzureStore, secretNS string) (*backup.Azure, string, string) {
 	ref := az.CredentialsSecretRef
 	sec := &corev1.Secret{}
 	if err := reader.Get(ctx, types.NamespacedName{Namespace: secretNS, Name: ref.Name}, sec); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, "", "CredentialsNotFound", fmt.Sprintf("spec.azure.credentialsSecretRef: Secret %s/%s does not exist: create it with key accountKey", secretNS, ref.Name)
+			return nil, "CredentialsNotFound", fmt.Sprintf("spec.azure.credentialsSecretRef: Secret %s/%s does not exist: create it with key accountKey", secretNS, ref.Name)
 		}
-		return nil, "", "CredentialsUnreadable", "reading the credentials Secret: " + redact.Error(err).Error()
+		return nil, "CredentialsUnreadable", "reading the credentials Secret: " + redact.Error(err).Error()
 	}
 	key := string(sec.Data["accountKey"])
 	if key == "" {
-		return nil, "", "CredentialsIncomplete", fmt.Sprintf("spec.azure.credentialsSecretRef: Secret %s/%s needs key accountKey", secretNS, ref.Name)
+		return nil, "CredentialsIncomplete", fmt.Sprintf("spec.azure.credentialsSecretRef: Secret %s/%s needs key accountKey", secretNS, ref.Name)
 	}
-	b, err := backup.OpenAzure(ctx, backup.Azure{Endpoint: az.Endpoint, AccountName: az.AccountName, Container: az.Container, Prefix: az.Prefix, AccountKey: key})
-	if err != nil {
-		return nil, key, "Invalid", scrubSecret(err, key)
-	}
-	return b, key, "", ""
+	return &backup.Azure{Endpoint: az.Endpoint, AccountName: az.AccountName, Container: az.Container, Prefix: az.Prefix, AccountKey: key}, "", ""
 }
 
-// openGCS opens the bucket of g with the service account key of its
-// Secret in secretNS (none against an emulator's endpoint); nil and the
-// reason and message (never the key) when it cannot. The key is returned
-// for scrubbing errors.
-func openGCS(ctx context.Context, reader client.Reader, g *v1alpha1.GCSStore, secretNS string) (*blob.Bucket, string, string, string) {
+// gcsConfig is the bucket of g with the service account key of its Secret
+// in secretNS (none against an emulator's endpoint); nil and the reason
+// and message (never the key) when it cannot be read.
+func gcsConfig(ctx context.Context, reader client.Reader, g *v1alpha1.GCSStore, secretNS string) (*backup.GCS, string, string) {
 	key := ""
 	if ref := g.CredentialsSecretRef; ref != nil {
 		sec := &corev1.Secret{}
 		if err := reader.Get(ctx, types.NamespacedName{Namespace: secretNS, Name: ref.Name}, sec); err != nil {
 			if apierrors.IsNotFound(err) {
-				return nil, "", "CredentialsNotFound", fmt.Sprintf("spec.gcs.credentialsSecretRef: Secret %s/%s does not exist: create it with key serviceAccountKey", secretNS, ref.Name)
+				return nil, "CredentialsNotFound", fmt.Sprintf("spec.gcs.credentialsSecretRef: Secret %s/%s does not exist: create it with key serviceAccountKey", secretNS, ref.Name)
 			}
-			return nil, "", "CredentialsUnreadable", "reading the credentials Secret: " + redact.Error(err).Error()
+			return nil, "CredentialsUnreadable", "reading the credentials Secret: " + redact.Error(err).Error()
 		}
 		key = string(sec.Data["serviceAccountKey"])
 		if key == "" {
-			return nil, "", "CredentialsIncomplete", fmt.Sprintf("spec.gcs.credentialsSecretRef: Secret %s/%s needs key serviceAccountKey (a service account's JSON key)", secretNS, ref.Name)
+			return nil, "CredentialsIncomplete", fmt.Sprintf("spec.gcs.credentialsSecretRef: Secret %s/%s needs key serviceAccountKey (a service account's JSON key)", secretNS, ref.Name)
 		}
 	}
-	b, err := backup.OpenGCS(ctx, backup.GCS{Endpoint: g.Endpoint, Bucket: g.Bucket, Prefix: g.Prefix, ServiceAccountKey: key})
-	if err != nil {
-		return nil, key, "Invalid", scrubSecret(err, key)
-	}
-	return b, key, "", ""
+	return &backup.GCS{Endpoint: g.Endpoint, Bucket: g.Bucket, Prefix: g.Prefix, ServiceAccountKey: key}, "", ""
 }
 
-// scrubSecret is err's message without secret.
-func scrubSecret(err error, secret string) string {
-	msg := redact.Error(err).Error()
-	if len(secret) >= 4 {
-		msg = strings.ReplaceAll(msg, secret, "[redacted]")
-	}
-	return msg
-}
-
-// openStore opens a remote store (S3, GCS or Azure) of spec with the Secrets of
-// secretNS; nil and why when it cannot, or when spec is a volume.
-func openStore(ctx context.Context, reader client.Reader, spec v1alpha1.BackupStoreSpec, secretNS string) (*blob.Bucket, func(error) string, string) {
+// storeRequest is the helper's request for a remote store (S3, GCS or
+// Azure) of spec with the Secrets of secretNS; why not when they cannot be
+// read, or when spec is a volume.
+func storeRequest(ctx context.Context, reader client.Reader, spec v1alpha1.BackupStoreSpec, secretNS string) (backup.StoreRequest, string) {
 	switch {
 	case spec.S3 != nil:
-		b, cfg, _, msg := openS3(ctx, reader, spec.S3, secretNS, secretNS)
-		return b, func(err error) string { return scrub(err, cfg) }, msg
+		cfg, _, msg := s3Config(ctx, reader, spec.S3, secretNS, secretNS)
+		return backup.StoreRequest{S3: cfg}, msg
 	case spec.Azure != nil:
-		b, key, _, msg := openAzure(ctx, reader, spec.Azure, secretNS)
-		return b, func(err error) string { return scrubSecret(err, key) }, msg
+		cfg, _, msg := azureConfig(ctx, reader, spec.Azure, secretNS)
+		return backup.StoreRequest{Azure: cfg}, msg
 	case spec.GCS != nil:
-		b, key, _, msg := openGCS(ctx, reader, spec.GCS, secretNS)
-		return b, func(err error) string { return scrubSecret(err, key) }, msg
+		cfg, _, msg := gcsConfig(ctx, reader, spec.GCS, secretNS)
+		return backup.StoreRequest{GCS: cfg}, msg
 	}
-	return nil, nil, "a volume store cannot be read by the operator"
-}
-
-// probe writes a random object, reads it back and deletes it.
-func probe(ctx context.Context, b *blob.Bucket) error {
-	token := make([]byte, 16)
-	_, _ = rand.Read(token)
-	key := ".chartpilot-probe/" + hex.EncodeToString(token)
-	// Upload, not WriteAll: one call per object, which every driver aborts
-	// cleanly on an error.
-	if err := b.Upload(ctx, key, bytes.NewReader(token), &blob.WriterOptions{ContentType: "application/octet-stream"}); err != nil {
-		return fmt.Errorf("write: %w", err)
-	}
-	got, err := b.ReadAll(ctx, key)
-	if err != nil {
-		return fmt.Errorf("read: %w", err)
-	}
-	if !bytes.Equal(got, token) {
-		return errors.New("read: the object read back differs from the one written")
-	}
-	if err := b.Delete(ctx, key); err != nil {
-		return fmt.Errorf("delete: %w", err)
-	}
-	return nil
-}
-
-// scrub makes err a message without the store's credentials.
-func scrub(err error, s backup.S3) string {
-	msg := redact.Error(err).Error()
-	for _, secret := range []string{s.SecretAccessKey, s.AccessKeyID} {
-		if len(secret) >= 4 {
-			msg = strings.ReplaceAll(msg, secret, "[redacted]")
-		}
-	}
-	return msg
+	return backup.StoreRequest{}, "a volume store cannot be read by the operator"
 }
 
 func allowed(endpoint string, prefixes []string) bool {

@@ -2,8 +2,12 @@ package backup_test
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +23,7 @@ import (
 
 	"github.com/chartpilot/chartpilot/hooks/backup"
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
+	data "github.com/chartpilot/chartpilot/internal/backup"
 	"github.com/chartpilot/chartpilot/internal/backup/backuptest"
 	"github.com/chartpilot/chartpilot/internal/testcluster"
 )
@@ -70,7 +75,38 @@ func directClient(t *testing.T) client.Client {
 
 func TestMain(m *testing.M) {
 	ctrl.SetLogger(logr.Discard())
-	os.Exit(testcluster.RunMain(m, testcluster.Options{Tier: testcluster.TierFull}, &cluster))
+	code := testcluster.RunMain(m, testcluster.Options{Tier: testcluster.TierFull}, &cluster)
+	if helper.dir != "" {
+		os.RemoveAll(helper.dir)
+	}
+	os.Exit(code)
+}
+
+// helper is the store helper of the package's controllers: chartpilot
+// built once, run as a process for every check of a store, as the manager
+// runs it.
+var helper struct {
+	once sync.Once
+	dir  string
+	path string
+	err  error
+}
+
+func storeHelper(t *testing.T) *data.StoreHelper {
+	t.Helper()
+	helper.once.Do(func() {
+		if helper.dir, helper.err = os.MkdirTemp("", "store-helper-"); helper.err != nil {
+			return
+		}
+		helper.path = filepath.Join(helper.dir, "chartpilot")
+		if out, err := exec.Command("go", "build", "-o", helper.path, "../../cmd/chartpilot").CombinedOutput(); err != nil {
+			helper.err = fmt.Errorf("building the store helper: %v\n%s", err, out)
+		}
+	})
+	if helper.err != nil {
+		t.Fatal(helper.err)
+	}
+	return data.NewStoreHelper(helper.path)
 }
 
 // TestStoresChecked: BackupStores and ClusterBackupStores against a real
@@ -86,7 +122,7 @@ func TestStoresChecked(t *testing.T) {
 	ctx, c := startControllers(t, func(mgr ctrl.Manager) []controller {
 		var out []controller
 		for _, clusterWide := range []bool{false, true} {
-			out = append(out, &backup.StoreReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"),
+			out = append(out, &backup.StoreReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"), Stores: storeHelper(t),
 				Cluster: clusterWide, Endpoints: []string{"http://127.0.0.1:"}, SkipNameValidation: true})
 		}
 		return out

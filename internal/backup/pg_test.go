@@ -13,6 +13,7 @@ import (
 
 	"github.com/chartpilot/chartpilot/internal/backup"
 	"github.com/chartpilot/chartpilot/internal/backup/backuptest"
+	"github.com/chartpilot/chartpilot/internal/blobstore"
 	"github.com/chartpilot/chartpilot/internal/testpg"
 )
 
@@ -29,7 +30,7 @@ type namedStore struct {
 func testStores(t *testing.T) (backup.S3, []namedStore) {
 	t.Helper()
 	s3cfg := backuptest.StartS3(t, t.TempDir())
-	s3b, err := backup.OpenS3(context.Background(), s3cfg)
+	s3b, err := blobstore.OpenS3(context.Background(), s3cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,12 +40,12 @@ func testStores(t *testing.T) (backup.S3, []namedStore) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { dirb.Close() })
-	azb, err := backup.OpenAzure(context.Background(), backuptest.StartAzure(t, t.TempDir()))
+	azb, err := blobstore.OpenAzure(context.Background(), backuptest.StartAzure(t, t.TempDir()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { azb.Close() })
-	gcsb, err := backup.OpenGCS(context.Background(), backuptest.StartGCS(t))
+	gcsb, err := blobstore.OpenGCS(context.Background(), backuptest.StartGCS(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +179,7 @@ func TestPostgresRoundTrip(t *testing.T) {
 	// Wrong credentials: the error says so and does not show the secret.
 	bad := s3cfg
 	bad.SecretAccessKey = "wrong-secret-also-never-shown"
-	bb, err := backup.OpenS3(context.Background(), bad)
+	bb, err := blobstore.OpenS3(context.Background(), bad)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +204,7 @@ func TestAzureWrongKey(t *testing.T) {
 	good := az
 	az.AccountKey = "d3Jvbmcta2V5LW5ldmVyLXNob3du"
 	ctx := context.Background()
-	b, err := backup.OpenAzure(ctx, az)
+	b, err := blobstore.OpenAzure(ctx, az)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +213,7 @@ func TestAzureWrongKey(t *testing.T) {
 	if err == nil || strings.Contains(err.Error(), az.AccountKey) {
 		t.Fatalf("a backup with a wrong key: %v", err)
 	}
-	gb, err := backup.OpenAzure(ctx, good)
+	gb, err := blobstore.OpenAzure(ctx, good)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,14 +228,14 @@ func TestAzureWrongKey(t *testing.T) {
 // credentials is only opened against an emulator's endpoint.
 func TestGCSKeyChecked(t *testing.T) {
 	ctx := context.Background()
-	_, err := backup.OpenGCS(ctx, backup.GCS{Bucket: "b", ServiceAccountKey: "private-key-never-shown"})
+	_, err := blobstore.OpenGCS(ctx, backup.GCS{Bucket: "b", ServiceAccountKey: "private-key-never-shown"})
 	if err == nil || strings.Contains(err.Error(), "private-key-never-shown") || !strings.Contains(err.Error(), "not JSON") {
 		t.Errorf("a key that is not JSON: %v", err)
 	}
-	if _, err := backup.OpenGCS(ctx, backup.GCS{Bucket: "b"}); err == nil || !strings.Contains(err.Error(), "service account key is required") {
+	if _, err := blobstore.OpenGCS(ctx, backup.GCS{Bucket: "b"}); err == nil || !strings.Contains(err.Error(), "service account key is required") {
 		t.Errorf("no key and no endpoint: %v", err)
 	}
-	if _, err := backup.OpenGCS(ctx, backup.GCS{Endpoint: "ftp://x", Bucket: "b"}); err == nil || !strings.Contains(err.Error(), "gcs.endpoint") {
+	if _, err := blobstore.OpenGCS(ctx, backup.GCS{Endpoint: "ftp://x", Bucket: "b"}); err == nil || !strings.Contains(err.Error(), "gcs.endpoint") {
 		t.Errorf("an endpoint that is not http(s): %v", err)
 	}
 }

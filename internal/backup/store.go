@@ -2,32 +2,21 @@
 // compressed, encrypted on the client, checksummed and uploaded to a blob
 // store with a manifest beside it; and back, verified before anything is
 // restored. Stores are gocloud.dev buckets (S3 and S3-compatible servers,
-// Azure Blob Storage, a directory for volumes).
+// Azure Blob Storage, Google Cloud Storage, a directory for volumes); this
+// package holds their settings and opens only a directory: the clients of
+// the object stores are in package blobstore, which the manager does not
+// link (it reaches stores through the store helper, helper.go).
 package backup
 
 import (
-	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"strings"
 
-	gcpcredentials "cloud.google.com/go/auth/credentials"
-	"cloud.google.com/go/storage"
-	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"gocloud.dev/blob"
-	"gocloud.dev/blob/azureblob"
 	"gocloud.dev/blob/fileblob"
-	"gocloud.dev/blob/gcsblob"
-	"gocloud.dev/blob/s3blob"
-	"google.golang.org/api/option"
 )
 
 // S3 is an S3 bucket or an S3-compatible server's.
@@ -58,48 +47,6 @@ func (s S3) Validate() error {
 		return fmt.Errorf("s3.endpoint: %q is not an http(s) URL", s.Endpoint)
 	}
 	return nil
-}
-
-// OpenS3 opens the bucket; nothing is read or written yet.
-func OpenS3(ctx context.Context, s S3) (*blob.Bucket, error) {
-	if err := s.Validate(); err != nil {
-		return nil, err
-	}
-	region := s.Region
-	if region == "" {
-		region = "us-east-1"
-	}
-	httpClient := &http.Client{}
-	if len(s.CABundle) > 0 {
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(s.CABundle) {
-			return nil, errors.New("s3 CA bundle: no PEM certificate in it")
-		}
-		httpClient.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
-	}
-	cfg := aws.Config{
-		Region:      region,
-		Credentials: credentials.NewStaticCredentialsProvider(s.AccessKeyID, s.SecretAccessKey, ""),
-		HTTPClient:  httpClient,
-		// Checksums only where the operation requires them: S3-compatible
-		// servers do not all know the newer ones.
-		RequestChecksumCalculation: aws.RequestChecksumCalculationWhenRequired,
-		ResponseChecksumValidation: aws.ResponseChecksumValidationWhenRequired,
-	}
-	client := s3.NewFromConfig(cfg, func(o *s3.Options) {
-		if s.Endpoint != "" {
-			o.BaseEndpoint = aws.String(s.Endpoint)
-		}
-		o.UsePathStyle = s.ForcePathStyle
-	})
-	b, err := s3blob.OpenBucket(ctx, client, s.Bucket, nil)
-	if err != nil {
-		return nil, fmt.Errorf("s3 bucket %s: %w", s.Bucket, err)
-	}
-	if s.Prefix != "" {
-		b = blob.PrefixedBucket(b, strings.TrimSuffix(s.Prefix, "/")+"/")
-	}
-	return b, nil
 }
 
 // OpenDir opens a directory (a mounted volume) as a store; it must exist.
@@ -138,33 +85,6 @@ func (a Azure) Validate() error {
 	return nil
 }
 
-// OpenAzure opens the container; nothing is read or written yet.
-func OpenAzure(ctx context.Context, a Azure) (*blob.Bucket, error) {
-	if err := a.Validate(); err != nil {
-		return nil, err
-	}
-	endpoint := strings.TrimSuffix(a.Endpoint, "/")
-	if endpoint == "" {
-		endpoint = "https://" + a.AccountName + ".blob.core.windows.net"
-	}
-	cred, err := container.NewSharedKeyCredential(a.AccountName, a.AccountKey)
-	if err != nil {
-		return nil, errors.New("azure credentials: the account key is not valid base64")
-	}
-	client, err := container.NewClientWithSharedKeyCredential(endpoint+"/"+a.Container, cred, nil)
-	if err != nil {
-		return nil, fmt.Errorf("azure container %s: %w", a.Container, err)
-	}
-	b, err := azureblob.OpenBucket(ctx, client, nil)
-	if err != nil {
-		return nil, fmt.Errorf("azure container %s: %w", a.Container, err)
-	}
-	if a.Prefix != "" {
-		b = blob.PrefixedBucket(b, strings.TrimSuffix(a.Prefix, "/")+"/")
-	}
-	return b, nil
-}
-
 // GCS is a bucket of Google Cloud Storage (or of an emulator).
 type GCS struct {
 	// Endpoint is the JSON API's URL; empty: Google's.
@@ -191,37 +111,4 @@ func (g GCS) Validate() error {
 		return errors.New("gcs credentials: the service account key is not JSON")
 	}
 	return nil
-}
-
-// OpenGCS opens the bucket; nothing is read or written yet.
-func OpenGCS(ctx context.Context, g GCS) (*blob.Bucket, error) {
-	if err := g.Validate(); err != nil {
-		return nil, err
-	}
-	var opts []option.ClientOption
-	if g.Endpoint != "" {
-		opts = append(opts, option.WithEndpoint(strings.TrimSuffix(g.Endpoint, "/")+"/storage/v1/"))
-	}
-	if g.ServiceAccountKey != "" {
-		creds, err := gcpcredentials.DetectDefault(&gcpcredentials.DetectOptions{
-			CredentialsJSON: []byte(g.ServiceAccountKey), Scopes: []string{storage.ScopeReadWrite}})
-		if err != nil {
-			return nil, errors.New("gcs credentials: the service account key cannot be read")
-		}
-		opts = append(opts, option.WithAuthCredentials(creds))
-	} else {
-		opts = append(opts, option.WithoutAuthentication())
-	}
-	client, err := storage.NewClient(ctx, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("gcs bucket %s: %w", g.Bucket, err)
-	}
-	b, err := gcsblob.OpenBucket(ctx, nil, g.Bucket, &gcsblob.Options{Client: client})
-	if err != nil {
-		return nil, fmt.Errorf("gcs bucket %s: %w", g.Bucket, err)
-	}
-	if g.Prefix != "" {
-		b = blob.PrefixedBucket(b, strings.TrimSuffix(g.Prefix, "/")+"/")
-	}
-	return b, nil
 }

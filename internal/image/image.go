@@ -31,7 +31,11 @@ import (
 
 // Paths inside the image.
 const (
-	BinaryPath  = "/usr/local/bin/chartpilot"
+	BinaryPath = "/usr/local/bin/chartpilot"
+	// ManagerPath is chartpilot-manager, the image's entrypoint when it
+	// holds one: the manager without the backup data path, which runs
+	// BinaryPath for it (backup Jobs copy BinaryPath too).
+	ManagerPath = "/usr/local/bin/chartpilot-manager"
 	DataDir     = "/etc/chartpilot"
 	WatchesPath = DataDir + "/watches.yaml"
 	// User is the nonroot user and group the image runs as.
@@ -43,6 +47,9 @@ type Options struct {
 	// Binaries maps a platform ("linux/amd64") to a static chartpilot
 	// binary built for it.
 	Binaries map[string]string
+	// Managers maps a platform to its chartpilot-manager binary (built
+	// with -tags manager); a platform with one runs it, else Binaries'.
+	Managers map[string]string
 	// Root is the repository: watches.yaml and the charts it names under
 	// charts/ are copied from it.
 	Root string
@@ -88,7 +95,7 @@ func Build(o Options) (v1.ImageIndex, error) {
 		if err != nil {
 			return nil, fmt.Errorf("platform %q: %w", p, err)
 		}
-		img, err := platformImage(o, *plat, o.Binaries[p], system, data)
+		img, err := platformImage(o, *plat, o.Binaries[p], o.Managers[p], system, data)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", p, err)
 		}
@@ -115,12 +122,20 @@ func labels(o Options) map[string]string {
 	return l
 }
 
-func platformImage(o Options, plat v1.Platform, binary string, system, data v1.Layer) (v1.Image, error) {
+func platformImage(o Options, plat v1.Platform, binary, manager string, system, data v1.Layer) (v1.Image, error) {
 	bin, err := os.ReadFile(binary)
 	if err != nil {
 		return nil, fmt.Errorf("reading the binary: %w", err)
 	}
-	binLayer, err := layer(o.Created, []file{{name: BinaryPath, mode: 0o755, data: bin}})
+	files, entrypoint := []file{{name: BinaryPath, mode: 0o755, data: bin}}, BinaryPath
+	if manager != "" {
+		m, err := os.ReadFile(manager)
+		if err != nil {
+			return nil, fmt.Errorf("reading the manager: %w", err)
+		}
+		files, entrypoint = append(files, file{name: ManagerPath, mode: 0o755, data: m}), ManagerPath
+	}
+	binLayer, err := layer(o.Created, files)
 	if err != nil {
 		return nil, err
 	}
@@ -139,7 +154,7 @@ func platformImage(o Options, plat v1.Platform, binary string, system, data v1.L
 	cf.Created = v1.Time{Time: o.Created}
 	cf.Author = "chartpilot"
 	cf.Config = v1.Config{
-		Entrypoint: []string{BinaryPath},
+		Entrypoint: []string{entrypoint},
 		Cmd:        []string{"run", "--watches", WatchesPath},
 		User:       User,
 		WorkingDir: "/",

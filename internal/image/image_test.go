@@ -30,10 +30,11 @@ var root = filepath.Join("..", "..")
 
 // staticBinary builds chartpilot for this machine's platform as the image
 // build does (static, trimmed paths), with a version to read back.
-func staticBinary(t *testing.T, version string) string {
+// (tags "manager": chartpilot-manager).
+func staticBinary(t *testing.T, version, tags string) string {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "chartpilot")
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w -X main.version="+version, "-o", out, "./cmd/chartpilot")
+	cmd := exec.Command("go", "build", "-tags", tags, "-trimpath", "-ldflags", "-s -w -X main.version="+version, "-o", out, "./cmd/chartpilot")
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
 	if b, err := cmd.CombinedOutput(); err != nil {
@@ -57,10 +58,10 @@ func registry(t *testing.T) string {
 // pushes it to a registry, pulls it back, checks its configuration and
 // files, and runs the binary found in its layer.
 func TestImageBuiltPushedAndRun(t *testing.T) {
-	bin := staticBinary(t, "v9.8.7-test")
+	bin, manager := staticBinary(t, "v9.8.7-test", ""), staticBinary(t, "v9.8.7-test", "manager")
 	platform := "linux/" + runtime.GOARCH
 	o := image.Options{
-		Binaries: map[string]string{platform: bin}, Root: root,
+		Binaries: map[string]string{platform: bin}, Managers: map[string]string{platform: manager}, Root: root,
 		Version: "v9.8.7-test", Revision: "0123456789abcdef", Source: "https://example.com/chartpilot",
 		Created: time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC),
 	}
@@ -117,7 +118,7 @@ func TestImageBuiltPushedAndRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := cf.Config
-	if strings.Join(c.Entrypoint, " ") != image.BinaryPath || c.User != "65532:65532" || strings.Join(c.Cmd, " ") != "run --watches "+image.WatchesPath {
+	if strings.Join(c.Entrypoint, " ") != image.ManagerPath || c.User != "65532:65532" || strings.Join(c.Cmd, " ") != "run --watches "+image.WatchesPath {
 		t.Errorf("entrypoint %v, cmd %v, user %q", c.Entrypoint, c.Cmd, c.User)
 	}
 	for k, want := range map[string]string{
@@ -144,17 +145,30 @@ func TestImageBuiltPushedAndRun(t *testing.T) {
 	if !strings.Contains(string(files["etc/passwd"].data), "nonroot:x:65532:65532:") {
 		t.Errorf("/etc/passwd has no nonroot user 65532:\n%s", files["etc/passwd"].data)
 	}
-	binary := files[strings.TrimPrefix(image.BinaryPath, "/")]
-	if binary.mode&0o111 == 0 {
-		t.Fatalf("%s is not executable (mode %o)", image.BinaryPath, binary.mode)
+	run := func(path string, args ...string) (string, error) {
+		t.Helper()
+		f := files[strings.TrimPrefix(path, "/")]
+		if f.mode&0o111 == 0 {
+			t.Fatalf("%s is not executable (mode %o)", path, f.mode)
+		}
+		exe := filepath.Join(t.TempDir(), filepath.Base(path))
+		if err := os.WriteFile(exe, f.data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command(exe, args...).CombinedOutput()
+		return strings.TrimSpace(string(out)), err
 	}
-	run := filepath.Join(t.TempDir(), "chartpilot")
-	if err := os.WriteFile(run, binary.data, 0o755); err != nil {
-		t.Fatal(err)
+	for _, p := range []string{image.BinaryPath, image.ManagerPath} {
+		if out, err := run(p, "version"); err != nil || out != "v9.8.7-test" {
+			t.Errorf("the image's %s version = %q, %v", p, out, err)
+		}
 	}
-	out, err := exec.Command(run, "version").CombinedOutput()
-	if err != nil || strings.TrimSpace(string(out)) != "v9.8.7-test" {
-		t.Errorf("the image's binary: chartpilot version = %q, %v", out, err)
+	// The manager has no data path of its own: it runs chartpilot for it.
+	if out, err := run(image.ManagerPath, "store"); err == nil || !strings.Contains(out, "built without the backup data path") {
+		t.Errorf("chartpilot-manager store = %q, %v; want a refusal naming the data path", out, err)
+	}
+	if out, err := run(image.BinaryPath, "store"); err == nil || !strings.Contains(out, "the request is not JSON") {
+		t.Errorf("chartpilot store with no request = %q, %v; want the helper's refusal of it", out, err)
 	}
 }
 

@@ -6,12 +6,18 @@ import (
 
 	"github.com/chartpilot/chartpilot/hooks/backup"
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
+	data "github.com/chartpilot/chartpilot/internal/backup"
 )
 
 // addBackupStores adds the controllers that check BackupStores and
 // ClusterBackupStores and run Backups, when their CRDs are installed
 // (config/crd).
 func addBackupStores(o Options, mgr manager.Manager, identity *backup.Identity) error {
+	helperPath := o.StoreHelper
+	if helperPath == "" {
+		helperPath = data.DefaultHelperPath()
+	}
+	stores := data.NewStoreHelper(helperPath)
 	for _, cluster := range []bool{false, true} {
 		kind := "BackupStore"
 		if cluster {
@@ -23,7 +29,7 @@ func addBackupStores(o Options, mgr manager.Manager, identity *backup.Identity) 
 		}
 		r := &backup.StoreReconciler{
 			Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("chartpilot-backupstore"),
-			Cluster: cluster, Endpoints: o.BackupStoreEndpoints, SkipNameValidation: o.SeveralInProcess,
+			Cluster: cluster, Endpoints: o.BackupStoreEndpoints, SkipNameValidation: o.SeveralInProcess, Stores: stores,
 		}
 		if err := r.SetupWithManager(mgr); err != nil {
 			return err
@@ -36,6 +42,7 @@ func addBackupStores(o Options, mgr manager.Manager, identity *backup.Identity) 
 	b := &backup.BackupReconciler{
 		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("chartpilot-backup"),
 		Image: o.BackupImage, SkipNameValidation: o.SeveralInProcess, Kinds: backup.KindsOf(o.Watches), Identity: identity,
+		Stores: stores,
 	}
 	if err := b.SetupWithManager(mgr); err != nil {
 		return err

@@ -81,6 +81,11 @@ type Options struct {
 	// major upgrade Jobs copy the agent from (their containers run the
 	// database's own image).
 	BackupImage string
+	// StoreHelper is the binary the manager runs to reach a remote backup
+	// store (checking a store, reading a backup's manifest): a chartpilot
+	// built with the object stores' clients (`STORE_HELPER store`).
+	// Default: chartpilot beside this executable, else on $PATH.
+	StoreHelper string
 	// ChartCacheDir holds remote charts and version lists (default: the
 	// user cache directory).
 	ChartCacheDir string

@@ -15,6 +15,7 @@ import (
 
 	"github.com/chartpilot/chartpilot/internal/backup"
 	"github.com/chartpilot/chartpilot/internal/backup/backuptest"
+	"github.com/chartpilot/chartpilot/internal/blobstore"
 	"github.com/chartpilot/chartpilot/internal/testpg"
 )
 
@@ -81,7 +82,7 @@ func runBackupBench(mb int) ([]backupRow, error) {
 
 	// chartpilot: pg_dump → zstd → age → versitygw, and back (verified first).
 	s3 := backuptest.StartS3(t, filepath.Join(dir, "s3"))
-	b, err := backup.OpenS3(ctx, s3)
+	b, err := blobstore.OpenS3(ctx, s3)
 	if err != nil {
 		return nil, err
 	}

@@ -503,7 +503,9 @@ func startOperatorWith(c *testcluster.Cluster, root, watchesFile, kubeconfig str
 	if err != nil {
 		return "", nil, nil, err
 	}
-	op := exec.Command(filepath.Join(root, "bin", "chartpilot"), "run",
+	// chartpilot-manager, as the image runs it: the manager without the
+	// backup data path's object-store clients.
+	op := exec.Command(filepath.Join(root, "bin", "chartpilot-manager"), "run",
 		"--kubeconfig", kubeconfig, "--watches", watchesFile,
 		"--metrics-bind-address", metricsAddr, "--health-probe-bind-address", probeAddr, "--pprof-bind-address", addrs[2],
 		"--chart-cache-dir", filepath.Join(c.Dir, "chart-cache"))
@@ -511,7 +513,7 @@ func startOperatorWith(c *testcluster.Cluster, root, watchesFile, kubeconfig str
 	op.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := op.Start(); err != nil {
 		logFile.Close()
-		return "", nil, nil, fmt.Errorf("starting bin/chartpilot (run make build): %w", err)
+		return "", nil, nil, fmt.Errorf("starting bin/chartpilot-manager (run make build): %w", err)
 	}
 	stop := func() {
 		_ = op.Process.Signal(syscall.SIGTERM)

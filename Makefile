@@ -55,6 +55,7 @@ tools-dev:
 ## test: every test, integration tests on a real local control plane
 test: tools build
 	$(GO) vet ./...
+	$(GO) vet -tags manager ./cmd/chartpilot
 	$(GO) test -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./...
 
 ## fuzz: each fuzz target for FUZZTIME (make test runs their seed inputs only)
@@ -98,6 +99,7 @@ fmt:
 
 vet:
 	$(GO) vet ./...
+	$(GO) vet -tags manager ./cmd/chartpilot
 
 ## verify: fail when generated files or formatting are out of date
 verify: generate manifests

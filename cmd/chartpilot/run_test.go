@@ -128,6 +128,7 @@ current-context: x
 		"unknown flag":              {args: []string{"--kubeconfg", bad}, want: []string{"kubeconfg"}},
 		"chart size limit too low":  {args: []string{"--max-chart-size", "1000"}, want: []string{"--max-chart-size", "at least 65536"}},
 		"index size limit too low":  {args: []string{"--max-index-size", "0"}, want: []string{"--max-index-size", "at least 65536"}},
+		"gc percent too low":        {args: []string{"--gc-percent", "5"}, want: []string{"--gc-percent 5", "at least 10"}},
 		"probe port busy":           {args: []string{"--kubeconfig", good, "--watches", w, "--health-probe-bind-address", busy.Addr().String(), "--metrics-bind-address", "0"}, want: []string{"already in use", "--health-probe-bind-address"}, cluster: true},
 	} {
 		t.Run(name, func(t *testing.T) {

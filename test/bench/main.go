@@ -71,6 +71,9 @@ import (
 // profileDir, when set, receives heap profiles of the operator.
 var profileDir string
 
+// gcPercent, when set, is the operator's --gc-percent.
+var gcPercent int
+
 var gvr = schema.GroupVersionResource{Group: "test.chartpilot.dev", Version: "v1alpha1", Resource: "webapps"}
 
 func main() {
@@ -88,6 +91,7 @@ func main() {
 	majorMB := flag.Int("major-mb", 1024, "MiB of the database moved from PostgreSQL 15 to 17 in the major upgrade table (0: skip)")
 	failovers := flag.Int("failovers", 5, "primary failovers measured in the failover table (0: skip)")
 	backupMB := flag.Int("backup-mb", 1024, "MiB of the database backed up and restored in the backup table (0: skip)")
+	flag.IntVar(&gcPercent, "gc-percent", 0, "the operator's --gc-percent (0: its default)")
 	flag.StringVar(&profileDir, "profile", "", "write the operator's heap profile after install and after upgrade into this directory (go tool pprof reads them)")
 	flag.Parse()
 	root, err := testcluster.ModuleRoot()
@@ -509,6 +513,9 @@ func startOperatorWith(c *testcluster.Cluster, root, watchesFile, kubeconfig str
 		"--kubeconfig", kubeconfig, "--watches", watchesFile,
 		"--metrics-bind-address", metricsAddr, "--health-probe-bind-address", probeAddr, "--pprof-bind-address", addrs[2],
 		"--chart-cache-dir", filepath.Join(c.Dir, "chart-cache"))
+	if gcPercent > 0 {
+		op.Args = append(op.Args, "--gc-percent", fmt.Sprint(gcPercent))
+	}
 	op.Stdout, op.Stderr = logFile, logFile
 	op.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := op.Start(); err != nil {

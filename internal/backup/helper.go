@@ -75,8 +75,10 @@ type StoreHelper struct {
 	sem  chan struct{}
 }
 
-// DefaultHelperParallel bounds the helper processes running at once.
-const DefaultHelperParallel = 2
+// DefaultHelperParallel bounds the helper processes running at once (as
+// many as one controller has workers: a store that does not answer holds
+// one for up to a check's 30 s).
+const DefaultHelperParallel = 4
 
 // NewStoreHelper runs the helper at path.
 func NewStoreHelper(path string) *StoreHelper {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -60,5 +61,41 @@ func TestStoreHelperAnswers(t *testing.T) {
 	defer cancel()
 	if _, err := h.Do(short, req); err == nil {
 		t.Errorf("a helper that never answers: no error")
+	}
+}
+
+// TestStoreHelperBound: no more than DefaultHelperParallel helpers run at
+// once, however many checks ask; the others wait and are answered.
+func TestStoreHelperBound(t *testing.T) {
+	dir := t.TempDir()
+	running, counts := filepath.Join(dir, "running"), filepath.Join(dir, "counts")
+	if err := os.Mkdir(running, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	h := NewStoreHelper(script(t, `touch `+running+`/$$; ls `+running+` | wc -l >> `+counts+`; sleep 0.3; rm `+running+`/$$; printf '{"done":true}'`))
+	errs := make(chan error, 12)
+	for range 12 {
+		go func() {
+			_, err := h.Do(context.Background(), StoreRequest{Op: "probe", S3: &S3{Bucket: "b"}})
+			errs <- err
+		}()
+	}
+	for range 12 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	data, err := os.ReadFile(counts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Fields(string(data))
+	if len(lines) != 12 {
+		t.Fatalf("%d helpers ran, want 12", len(lines))
+	}
+	for _, l := range lines {
+		if n, _ := strconv.Atoi(l); n > DefaultHelperParallel {
+			t.Errorf("%d helpers ran at once, want at most %d", n, DefaultHelperParallel)
+		}
 	}
 }

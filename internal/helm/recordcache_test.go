@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"k8s.io/apimachinery/pkg/labels"
 	"testing"
 
 	"helm.sh/helm/v3/pkg/release"
@@ -50,7 +51,7 @@ func TestCachedHistoryReadsEachVersionOnce(t *testing.T) {
 		}
 		return out, nil
 	}
-	d := &recordDriver{secrets: cs.CoreV1().Secrets("ns"), namespace: "ns", index: index, store: &recordStore{m: map[string]*storedRecord{}}}
+	d := &recordDriver{secrets: cs.CoreV1().Secrets("ns"), namespace: "ns", index: index, store: &recordStore{m: map[string]map[string]*storedRecord{}}}
 	rel := func(v int, st release.Status) *release.Release {
 		return &release.Release{Name: "web", Namespace: "ns", Version: v, Manifest: fmt.Sprintf("# %d", v), Info: &release.Info{Status: st}}
 	}
@@ -133,5 +134,19 @@ func TestCachedHistoryReadsEachVersionOnce(t *testing.T) {
 	}
 	if _, err := d.Delete(key(2)); err != nil {
 		t.Errorf("deleting a record already gone: %v", err)
+	}
+}
+
+// TestHasLabelsIsTheSetsSelector: hasLabels answers as the selector of the
+// set does.
+func TestHasLabelsIsTheSetsSelector(t *testing.T) {
+	sets := []labels.Set{{}, {"name": "a"}, {"name": "a", "owner": "helm"}, {"status": ""}}
+	records := []map[string]string{nil, {}, {"name": "a"}, {"name": "b", "owner": "helm"}, {"name": "a", "owner": "helm", "status": "deployed"}, {"status": ""}}
+	for _, set := range sets {
+		for _, l := range records {
+			if got, want := hasLabels(l, set), set.AsSelector().Matches(labels.Set(l)); got != want {
+				t.Errorf("hasLabels(%v, %v) = %v, the selector says %v", l, set, got, want)
+			}
+		}
 	}
 }

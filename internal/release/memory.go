@@ -62,6 +62,9 @@ type memo struct {
 	// retries counts the failures in a row of actions retried on their own
 	// (rollback, uninstall), for their back-off.
 	retries map[string]int
+	// infoSeries is the chart, version and status of the resource's
+	// chartpilot_release_info series set by this process (zero: none).
+	infoSeries [3]string
 }
 
 // memory holds one memo per resource behind one lock.

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -84,5 +86,50 @@ func TestHealthLooksBackOff(t *testing.T) {
 	}
 	if d := m.healthLookAfter(key, 3); d != healthPoll {
 		t.Errorf("the first look at a new revision waits %s, want %s", d, healthPoll)
+	}
+}
+
+// TestInfoSeriesReplaced: a resource has one chartpilot_release_info
+// series, replaced when its labels change and gone when it is forgotten;
+// another resource's series is left alone.
+func TestInfoSeriesReplaced(t *testing.T) {
+	r := &Reconciler{}
+	r.Watch.GVK.Kind = "InfoSeriesTest"
+	a := types.NamespacedName{Namespace: "ns", Name: "a"}
+	b := types.NamespacedName{Namespace: "ns", Name: "b"}
+	series := func(key types.NamespacedName) []string {
+		t.Helper()
+		ch := make(chan prometheus.Metric, 100)
+		releaseInfo.Collect(ch)
+		close(ch)
+		var out []string
+		for m := range ch {
+			pb := &dto.Metric{}
+			if err := m.Write(pb); err != nil {
+				t.Fatal(err)
+			}
+			l := map[string]string{}
+			for _, lp := range pb.GetLabel() {
+				l[lp.GetName()] = lp.GetValue()
+			}
+			if l["kind"] == r.Watch.GVK.Kind && l["namespace"] == key.Namespace && l["name"] == key.Name {
+				out = append(out, l["chart"]+" "+l["version"]+" "+l["status"])
+			}
+		}
+		return out
+	}
+	r.setInfoSeries(a, [3]string{"webapp", "1.0.0", "pending-upgrade"})
+	r.setInfoSeries(b, [3]string{"webapp", "1.0.0", "deployed"})
+	r.setInfoSeries(a, [3]string{"webapp", "1.0.1", "deployed"})
+	r.setInfoSeries(a, [3]string{"webapp", "1.0.1", "deployed"})
+	if got := series(a); len(got) != 1 || got[0] != "webapp 1.0.1 deployed" {
+		t.Fatalf("series of a = %q, want only webapp 1.0.1 deployed", got)
+	}
+	r.forget(a)
+	if got := series(a); len(got) != 0 {
+		t.Fatalf("series of a after forget = %q, want none", got)
+	}
+	if got := series(b); len(got) != 1 || got[0] != "webapp 1.0.0 deployed" {
+		t.Fatalf("series of b = %q, want webapp 1.0.0 deployed", got)
 	}
 }

@@ -455,11 +455,11 @@ func (r *Reconciler) owedFor() time.Duration {
 
 // forget drops what this process remembers of a resource that is gone.
 func (r *Reconciler) forget(key types.NamespacedName) {
+	r.setInfoSeries(key, [3]string{})
 	r.mem.forget(key)
 	r.slots.forget(key)
 	r.setUnavailable(key, false)
 	r.sourceRefresh.forget(key)
-	releaseInfo.DeletePartialMatch(map[string]string{"kind": r.Watch.GVK.Kind, "namespace": key.Namespace, "name": key.Name})
 }
 
 // setWaiting records why key waits ("" for not waiting); a queued

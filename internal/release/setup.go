@@ -74,6 +74,9 @@ type Shared struct {
 	DigestKey []byte
 }
 
+// recordNameIndex indexes the release records' cache by release name.
+const recordNameIndex = "chartpilot.dev/record-release-name"
+
 // NewShared builds the shared clients and caches and adds the caches to mgr.
 func NewShared(mgr manager.Manager) (*Shared, error) {
 	cfg := mgr.GetConfig()
@@ -113,12 +116,25 @@ func NewShared(mgr manager.Manager) (*Shared, error) {
 	if err := mgr.Add(deps); err != nil {
 		return nil, err
 	}
+	// The records are indexed by release name: a history read looks at
+	// its release's records only, not at every record in the namespace.
+	record := &metav1.PartialObjectMetadata{}
+	record.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+	if err := releases.IndexField(context.Background(), record, recordNameIndex, func(o client.Object) []string {
+		return []string{o.GetLabels()[helm.StorageLabelName]}
+	}); err != nil {
+		return nil, err
+	}
 	// Release history comes from the records' metadata cache, each body
 	// read at most once per version.
 	hc.UseRecordIndex(func(ctx context.Context, namespace string, match map[string]string) ([]metav1.ObjectMeta, error) {
 		list := &metav1.PartialObjectMetadataList{}
 		list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("SecretList"))
-		if err := releases.List(ctx, list, client.InNamespace(namespace), client.MatchingLabels(match)); err != nil {
+		opts := []client.ListOption{client.InNamespace(namespace), client.MatchingLabels(match)}
+		if name, ok := match[helm.StorageLabelName]; ok {
+			opts = append(opts, client.MatchingFields{recordNameIndex: name})
+		}
+		if err := releases.List(ctx, list, opts...); err != nil {
 			return nil, err
 		}
 		out := make([]metav1.ObjectMeta, len(list.Items))

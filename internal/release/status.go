@@ -3,6 +3,7 @@ package release
 import (
 	"context"
 	"fmt"
+	"k8s.io/apimachinery/pkg/types"
 	"sort"
 	"strings"
 	"time"
@@ -280,8 +281,27 @@ func (r *Reconciler) setReleaseInfo(p *pass, rel *helm.Release) {
 	if rel.Status == helm.StatusDeployed && p.status.Chart != nil {
 		p.status.Chart.DeployedVersion = rel.ChartVersion
 	}
-	releaseInfo.DeletePartialMatch(map[string]string{"kind": r.Watch.GVK.Kind, "namespace": p.key.Namespace, "name": p.key.Name})
-	releaseInfo.WithLabelValues(r.Watch.GVK.Kind, p.key.Namespace, p.key.Name, rel.ChartName, rel.ChartVersion, string(rel.Status)).Set(1)
+	r.setInfoSeries(p.key, [3]string{rel.ChartName, rel.ChartVersion, string(rel.Status)})
+}
+
+// setInfoSeries makes key's chartpilot_release_info series the one with
+// labels want (zero: none), replacing the one this process set before.
+// Only a change touches the metric: finding a resource's series among
+// all the others (a partial match) cost a twentieth of the operator's CPU
+// in an upgrade wave of 500.
+func (r *Reconciler) setInfoSeries(key types.NamespacedName, want [3]string) {
+	var had [3]string
+	r.mem.with(key, func(m *memo) { had, m.infoSeries = m.infoSeries, want })
+	if had == want {
+		return
+	}
+	kind := r.Watch.GVK.Kind
+	if had != ([3]string{}) {
+		releaseInfo.DeleteLabelValues(kind, key.Namespace, key.Name, had[0], had[1], had[2])
+	}
+	if want != ([3]string{}) {
+		releaseInfo.WithLabelValues(kind, key.Namespace, key.Name, want[0], want[1], want[2]).Set(1)
+	}
 }
 
 func (r *Reconciler) recordHistory(p *pass, digest, action string, rel *helm.Release, ok bool, msg string) {

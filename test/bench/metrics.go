@@ -146,3 +146,26 @@ func cpuSeconds(pid int) (float64, error) {
 	stime, _ := strconv.ParseFloat(f[12], 64)
 	return (utime + stime) / 100, nil // USER_HZ is 100 on Linux
 }
+
+// machineBusySeconds is the CPU time all of the machine's cores have spent
+// busy since boot (/proc/stat: user, nice, system, irq, softirq, steal).
+func machineBusySeconds() (float64, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0, fmt.Errorf("/proc/stat: unexpected first line %q", line)
+	}
+	busy := 0.0
+	for _, i := range []int{1, 2, 3, 6, 7, 8} {
+		v, err := strconv.ParseFloat(f[i], 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/stat: %w", err)
+		}
+		busy += v
+	}
+	return busy / 100, nil // USER_HZ is 100 on Linux
+}

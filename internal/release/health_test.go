@@ -3,6 +3,7 @@ package release_test
 import (
 	"context"
 	"fmt"
+	"github.com/chartpilot/chartpilot/internal/testcluster"
 	"strings"
 	"sync"
 	"testing"
@@ -92,6 +93,10 @@ func TestMaxConcurrentUpgrades(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}()
+	audit := &testcluster.AuditLog{Path: cluster.AuditLogPath}
+	if _, err := audit.Take(managerUser); err != nil {
+		t.Fatal(err)
+	}
 	for i := range n {
 		e.patch(fmt.Sprintf("fleet-%d", i), `{"spec":{"message":"v2"}}`)
 	}
@@ -109,6 +114,18 @@ func TestMaxConcurrentUpgrades(t *testing.T) {
 		})
 	}
 	stop()
+	// An upgrade that waited for a slot starts from the cache, which shows
+	// the resource as its own UpgradeQueued write left it: no read. At
+	// least n-2 of the n waited.
+	r, err := audit.Take(managerUser)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reads := r.InNamespace[e.ns]["get webapps"]
+	t.Logf("reads of the resources during the upgrades: %d; %s", reads, r.Top(10))
+	if reads > 2 {
+		t.Errorf("the %d upgrades read their resource %d times; only the 2 that did not wait for a slot may", n, reads)
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	if peak > 2 {

@@ -202,10 +202,10 @@ func (r *Reconciler) hookLayers(ctx context.Context, p *pass, d *desired, crVals
 }
 
 // observeFresh reads the resource from the API server (the informer cache
-// may lag behind this reconciler's own last status write, and a decision
-// on a stale status would undo it) and the release history. When either
-// differs from what d was computed from, d is computed again from the new
-// read, and only that value is used from then on.
+// may lag behind a change made elsewhere, such as a block of the upgrade,
+// and a pass would act on what it replaced) and the release history. When
+// either differs from what d was computed from, d is computed again from
+// the new read, and only that value is used from then on.
 func (r *Reconciler) observeFresh(ctx context.Context, p *pass, d *desired) (*desired, []*helm.Release, error) {
 	changed, err := r.readFresh(ctx, p)
 	if err != nil {
@@ -225,6 +225,14 @@ func (r *Reconciler) observeFresh(ctx context.Context, p *pass, d *desired) (*de
 // changed is true when it differs.
 func (r *Reconciler) readFresh(ctx context.Context, p *pass) (bool, error) {
 	if r.APIReader == nil || p.fresh {
+		return false, nil
+	}
+	if rv := p.obj.GetResourceVersion(); rv != "" && r.mem.get(p.key).wroteRV == rv {
+		// The cache shows the resource exactly as the API server returned
+		// it to this process's own last write of it (an upgrade that
+		// waited for a slot wrote UpgradeQueued): nothing was changed
+		// elsewhere since, except what the watch has yet to bring, which
+		// a read now would not keep from coming a moment after it either.
 		return false, nil
 	}
 	fresh := &unstructured.Unstructured{}

@@ -373,10 +373,12 @@ func runOne(root string, n, concurrency, bound int, idle time.Duration) (result,
 		return res, err
 	}
 	cpu0, _ := cpuSeconds(op.Process.Pid)
+	busy0, _ := machineBusySeconds()
 	time.Sleep(idle)
 	cpu1, _ := cpuSeconds(op.Process.Pid)
+	busy1, _ := machineBusySeconds()
 	time.Sleep(time.Second) // the audit log is written as requests complete
-	p := phase{wall: idle, cpu: cpu1 - cpu0}
+	p := phase{wall: idle, cpu: cpu1 - cpu0, machine: busy1 - busy0}
 	if p.req, err = audit.Take(operatorUser); err != nil {
 		return res, err
 	}

@@ -213,9 +213,10 @@ func (d *recordDriver) current(ctx context.Context, set labels.Set) ([]recordMet
 			wants = append(wants, want{m.Name, m.ResourceVersion, m.Labels})
 		}
 	}
+	release, oneRelease := set[StorageLabelName]
 	for name, e := range st.m[d.namespace] {
-		if seen[name] {
-			continue
+		if seen[name] || oneRelease && !e.deleted && e.labels[StorageLabelName] != release {
+			continue // (another release's record: the test below, sooner)
 		}
 		if now.Sub(e.at) >= recentWrite {
 			if e.deleted || hasLabels(e.labels, set) {

@@ -92,7 +92,7 @@ func main() {
 	failovers := flag.Int("failovers", 5, "primary failovers measured in the failover table (0: skip)")
 	backupMB := flag.Int("backup-mb", 1024, "MiB of the database backed up and restored in the backup table (0: skip)")
 	flag.IntVar(&gcPercent, "gc-percent", 0, "the operator's --gc-percent (0: its default)")
-	flag.StringVar(&profileDir, "profile", "", "write the operator's heap profile after install and after upgrade into this directory (go tool pprof reads them)")
+	flag.StringVar(&profileDir, "profile", "", "write the operator's heap profile after install and after upgrade, and its CPU profile of the upgrade wave's first 60 s, into this directory (go tool pprof reads them)")
 	flag.Parse()
 	root, err := testcluster.ModuleRoot()
 	if err != nil {
@@ -207,6 +207,7 @@ type phase struct {
 	cpu     float64 // the operator's CPU seconds
 	machine float64 // the whole machine's busy CPU seconds (every core)
 	self    float64 // the bench's own CPU seconds
+	stolen  float64 // CPU seconds the hypervisor gave to others (steal)
 }
 
 type result struct {
@@ -374,14 +375,14 @@ func runOne(root string, n, concurrency, bound int, idle time.Duration) (result,
 		return res, err
 	}
 	cpu0, _ := cpuSeconds(op.Process.Pid)
-	busy0, _ := machineBusySeconds()
+	busy0, steal0, _ := machineBusySeconds()
 	self0, _ := cpuSeconds(os.Getpid())
 	time.Sleep(idle)
 	cpu1, _ := cpuSeconds(op.Process.Pid)
-	busy1, _ := machineBusySeconds()
+	busy1, steal1, _ := machineBusySeconds()
 	self1, _ := cpuSeconds(os.Getpid())
 	time.Sleep(time.Second) // the audit log is written as requests complete
-	p := phase{wall: idle, cpu: cpu1 - cpu0, machine: busy1 - busy0, self: self1 - self0}
+	p := phase{wall: idle, cpu: cpu1 - cpu0, machine: busy1 - busy0, self: self1 - self0, stolen: steal1 - steal0}
 	if p.req, err = audit.Take(operatorUser); err != nil {
 		return res, err
 	}
@@ -560,7 +561,7 @@ func measure(audit *testcluster.AuditLog, metricsAddr string, op *exec.Cmd, name
 		return phase{}, err
 	}
 	cpu0, _ := cpuSeconds(op.Process.Pid)
-	busy0, _ := machineBusySeconds()
+	busy0, steal0, _ := machineBusySeconds()
 	self0, _ := cpuSeconds(os.Getpid())
 	start := time.Now()
 	if err := action(); err != nil {
@@ -587,9 +588,9 @@ func measure(audit *testcluster.AuditLog, metricsAddr string, op *exec.Cmd, name
 	}
 	p := phase{name: name, wall: time.Since(start)}
 	cpu1, _ := cpuSeconds(op.Process.Pid)
-	busy1, _ := machineBusySeconds()
+	busy1, steal1, _ := machineBusySeconds()
 	self1, _ := cpuSeconds(os.Getpid())
-	p.cpu, p.machine, p.self = cpu1-cpu0, busy1-busy0, self1-self0
+	p.cpu, p.machine, p.self, p.stolen = cpu1-cpu0, busy1-busy0, self1-self0, steal1-steal0
 	time.Sleep(time.Second) // the audit log is written as requests complete
 	if p.req, err = audit.Take(operatorUser); err != nil {
 		return phase{}, err
@@ -676,19 +677,19 @@ func printTable(rows []result, concurrency, bound int) {
 	fmt.Println("\nPeak RSS is VmHWM. The binary's pages are the resident pages of mapped files (RssFile: its code and read-only data, mapped at start before")
 	fmt.Println("any resource, and the same at every N); peak anonymous is RssAnon (heap, stacks), sampled every 0.5 s; peak heap is the operator's gauge, every 2 s.")
 	fmt.Println()
-	fmt.Println("| N | phase | wall (s) | operator CPU (s) | machine CPU (s) | bench CPU (s) | Helm actions | fast-path passes | drift checks | requests | per resource | " + strings.Join(verbs, " | ") + " |")
-	fmt.Println("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + strings.Repeat("---:|", len(verbs)))
+	fmt.Println("| N | phase | wall (s) | operator CPU (s) | machine CPU (s) | bench CPU (s) | stolen (s) | Helm actions | fast-path passes | drift checks | requests | per resource | " + strings.Join(verbs, " | ") + " |")
+	fmt.Println("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + strings.Repeat("---:|", len(verbs)))
 	for _, r := range rows {
 		for _, p := range r.phases {
 			cells := make([]string, 0, len(verbs))
 			for _, v := range verbs {
 				cells = append(cells, strconv.Itoa(p.req.ByVerb[v]))
 			}
-			fmt.Printf("| %d | %s | %.1f | %.1f | %.1f | %.1f | %.0f | %.0f | %.0f | %d | %.1f | %s |\n", r.n, p.name, p.wall.Seconds(), p.cpu, p.machine, p.self, p.helm, p.skipped, p.drift,
+			fmt.Printf("| %d | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.0f | %.0f | %.0f | %d | %.1f | %s |\n", r.n, p.name, p.wall.Seconds(), p.cpu, p.machine, p.self, p.stolen, p.helm, p.skipped, p.drift,
 				p.req.Total, perResource(p.req, r.n), strings.Join(cells, " | "))
 		}
 	}
-	fmt.Printf("\nMachine CPU is the busy time of all %d cores over the phase (at most wall × %d): the operator, the cluster and the bench together; machine less operator and bench is the cluster's.\n", numCPU(), numCPU())
+	fmt.Printf("\nMachine CPU is the busy time of all %d cores over the phase (at most wall × %d): the operator, the cluster and the bench together; machine less operator and bench is the cluster's. Stolen is the time the hypervisor ran something else while the cores had work (steal): the phase had that much less CPU.\n", numCPU(), numCPU())
 	for _, r := range rows {
 		total := 0
 		names := make([]string, 0, len(r.series))

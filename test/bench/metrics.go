@@ -148,24 +148,24 @@ func cpuSeconds(pid int) (float64, error) {
 }
 
 // machineBusySeconds is the CPU time all of the machine's cores have spent
-// busy since boot (/proc/stat: user, nice, system, irq, softirq, steal).
-func machineBusySeconds() (float64, error) {
+// busy since boot (/proc/stat: user, nice, system, irq, softirq), and the
+// time the hypervisor gave them to others while they had work (steal).
+func machineBusySeconds() (busy, steal float64, err error) {
 	b, err := os.ReadFile("/proc/stat")
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	line, _, _ := strings.Cut(string(b), "\n")
 	f := strings.Fields(line)
 	if len(f) < 9 || f[0] != "cpu" {
-		return 0, fmt.Errorf("/proc/stat: unexpected first line %q", line)
+		return 0, 0, fmt.Errorf("/proc/stat: unexpected first line %q", line)
 	}
-	busy := 0.0
-	for _, i := range []int{1, 2, 3, 6, 7, 8} {
-		v, err := strconv.ParseFloat(f[i], 64)
-		if err != nil {
-			return 0, fmt.Errorf("/proc/stat: %w", err)
+	v := make([]float64, 9)
+	for i := 1; i < 9; i++ {
+		if v[i], err = strconv.ParseFloat(f[i], 64); err != nil {
+			return 0, 0, fmt.Errorf("/proc/stat: %w", err)
 		}
-		busy += v
 	}
-	return busy / 100, nil // USER_HZ is 100 on Linux
+	// USER_HZ is 100 on Linux.
+	return (v[1] + v[2] + v[3] + v[6] + v[7]) / 100, v[8] / 100, nil
 }

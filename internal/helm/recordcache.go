@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -38,10 +39,10 @@ const recentWrite = 30 * time.Second
 // has not caught up with is seen by the next read (read your writes).
 type recordStore struct {
 	mu sync.Mutex
-	// m holds the records by namespace, then name: a history read looks
-	// at its own namespace's records only (with all namespaces in one
-	// map, going through them was a tenth of the operator's CPU in an
-	// upgrade wave of 500 releases).
+	// m holds the records by namespace and release (bucketOf), then
+	// name: a history read looks at its own release's records only (with
+	// every record in one map, going through them was a tenth of the
+	// operator's CPU in an upgrade wave of 500 releases).
 	m map[string]map[string]*storedRecord
 	// revisions holds the latest revisions read by Client.Revision
 	// (decoded and checked), by namespace/name@resourceVersion: the pass
@@ -70,23 +71,55 @@ func (s *recordStore) remember(namespace string, sec *corev1.Secret, written boo
 	s.putLocked(namespace, sec.Name, &storedRecord{rv: sec.ResourceVersion, labels: sec.Labels, data: sec.Data["release"], written: written, at: time.Now()})
 }
 
+// bucketOf is the key of recordStore.m for record name of namespace: the
+// namespace and the release the name is of ("" when it is not of Helm's
+// form).
+func bucketOf(namespace, name string) string {
+	release, _, _ := parseRecordKey(name)
+	return namespace + "/" + release
+}
+
+// getLocked returns record name of namespace, nil when none (s.mu held).
+func (s *recordStore) getLocked(namespace, name string) *storedRecord {
+	return s.m[bucketOf(namespace, name)][name]
+}
+
 // putLocked stores e as record name of namespace (s.mu held).
 func (s *recordStore) putLocked(namespace, name string, e *storedRecord) {
-	ns := s.m[namespace]
-	if ns == nil {
-		ns = map[string]*storedRecord{}
-		s.m[namespace] = ns
+	key := bucketOf(namespace, name)
+	b := s.m[key]
+	if b == nil {
+		b = map[string]*storedRecord{}
+		s.m[key] = b
 	}
-	ns[name] = e
+	b[name] = e
 }
 
 // dropLocked removes record name of namespace (s.mu held).
 func (s *recordStore) dropLocked(namespace, name string) {
-	ns := s.m[namespace]
-	delete(ns, name)
-	if len(ns) == 0 {
-		delete(s.m, namespace)
+	key := bucketOf(namespace, name)
+	b := s.m[key]
+	delete(b, name)
+	if len(b) == 0 {
+		delete(s.m, key)
 	}
+}
+
+// bucketsLocked returns the buckets that may hold records matching set in
+// namespace: its release's and the one of names not of Helm's form when
+// set names a release, else every bucket of the namespace (s.mu held).
+func (s *recordStore) bucketsLocked(namespace string, set labels.Set) []map[string]*storedRecord {
+	if release, ok := set[StorageLabelName]; ok {
+		return []map[string]*storedRecord{s.m[namespace+"/"+release], s.m[namespace+"/"]}
+	}
+	var out []map[string]*storedRecord
+	prefix := namespace + "/"
+	for key, b := range s.m {
+		if strings.HasPrefix(key, prefix) {
+			out = append(out, b)
+		}
+	}
+	return out
 }
 
 // WroteRecord reports whether this process wrote record name of namespace
@@ -103,7 +136,7 @@ func (c *Client) WroteRecord(namespace, name, rv string) bool {
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	e := st.m[namespace][name]
+	e := st.getLocked(namespace, name)
 	return e != nil && e.written && !e.deleted && (e.rv == rv || olderThan(rv, e.rv))
 }
 
@@ -111,7 +144,7 @@ func (s *recordStore) forget(namespace, name string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	rv := ""
-	if e := s.m[namespace][name]; e != nil {
+	if e := s.getLocked(namespace, name); e != nil {
 		rv = e.rv
 	}
 	s.putLocked(namespace, name, &storedRecord{rv: rv, deleted: true, at: time.Now()})
@@ -201,7 +234,7 @@ func (d *recordDriver) current(ctx context.Context, set labels.Set) ([]recordMet
 	now := time.Now()
 	for _, m := range metas {
 		seen[m.Name] = true
-		e := st.m[d.namespace][m.Name]
+		e := st.getLocked(d.namespace, m.Name)
 		switch {
 		case e != nil && e.deleted && !olderThan(e.rv, m.ResourceVersion) && now.Sub(e.at) < recentWrite:
 			continue // deleted here; the cache has not seen it go yet
@@ -213,19 +246,20 @@ func (d *recordDriver) current(ctx context.Context, set labels.Set) ([]recordMet
 			wants = append(wants, want{m.Name, m.ResourceVersion, m.Labels})
 		}
 	}
-	release, oneRelease := set[StorageLabelName]
-	for name, e := range st.m[d.namespace] {
-		if seen[name] || oneRelease && !e.deleted && e.labels[StorageLabelName] != release {
-			continue // (another release's record: the test below, sooner)
-		}
-		if now.Sub(e.at) >= recentWrite {
-			if e.deleted || hasLabels(e.labels, set) {
-				st.dropLocked(d.namespace, name) // gone from the cache: deleted, or never seen again
+	for _, b := range st.bucketsLocked(d.namespace, set) {
+		for name, e := range b {
+			if seen[name] {
+				continue
 			}
-			continue
-		}
-		if !e.deleted && hasLabels(e.labels, set) {
-			wants = append(wants, want{name, e.rv, e.labels}) // created here; the cache has not caught up
+			if now.Sub(e.at) >= recentWrite {
+				if e.deleted || hasLabels(e.labels, set) {
+					st.dropLocked(d.namespace, name) // gone from the cache: deleted, or never seen again
+				}
+				continue
+			}
+			if !e.deleted && hasLabels(e.labels, set) {
+				wants = append(wants, want{name, e.rv, e.labels}) // created here; the cache has not caught up
+			}
 		}
 	}
 	st.mu.Unlock()
@@ -267,7 +301,7 @@ func (c *Client) RecordLabels(namespace, name string) ([]map[string]string, bool
 func (d *recordDriver) body(ctx context.Context, name, rv string) (*corev1.Secret, error) {
 	st := d.store
 	st.mu.Lock()
-	e := st.m[d.namespace][name]
+	e := st.getLocked(d.namespace, name)
 	if e != nil && !e.deleted && e.data != nil && !olderThan(e.rv, rv) {
 		sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: d.namespace, ResourceVersion: e.rv, Labels: e.labels},
 			Data: map[string][]byte{"release": e.data}}

@@ -298,9 +298,7 @@ func TestMovedDataLeads(t *testing.T) {
 		t.Fatalf("copying the data: %v %s", err, out)
 	}
 	for _, m := range c.Members {
-		if err := os.RemoveAll(filepath.Join(c.Dir, m, "data")); err != nil {
-			t.Fatal(err)
-		}
+		c.RemoveData(m)
 	}
 	if err := os.Rename(moved, filepath.Join(c.Dir, target, "data")); err != nil {
 		t.Fatal(err)
@@ -339,9 +337,7 @@ func TestNoSecondBootstrap(t *testing.T) {
 		c.Kill(m)
 	}
 	for _, m := range c.Members {
-		if err := os.RemoveAll(filepath.Join(c.Dir, m, "data")); err != nil {
-			t.Fatal(err)
-		}
+		c.RemoveData(m)
 		c.Start(m)
 	}
 	deadline := time.Now().Add(3 * instancetest.LeaseDuration)

@@ -194,6 +194,26 @@ func (c *Cluster) Kill(m string) {
 	_, _ = c.procs[m].Process.Wait()
 }
 
+// RemoveData deletes a killed member's data directory. The server's
+// processes die after their manager (on its death signal) and may still
+// write in it for a moment, so a removal that finds new files is tried
+// again.
+func (c *Cluster) RemoveData(m string) {
+	c.t.Helper()
+	dir := filepath.Join(c.Dir, m, "data")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := os.RemoveAll(dir)
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // CutAPI cuts (or restores) a member's way to the API server.
 func (c *Cluster) CutAPI(m string, cut bool) { c.apis[m].setCut(cut) }
 

@@ -3,7 +3,6 @@ package release_test
 import (
 	"context"
 	"fmt"
-	"github.com/chartpilot/chartpilot/internal/testcluster"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/helm"
+	"github.com/chartpilot/chartpilot/internal/testcluster"
 	"github.com/chartpilot/chartpilot/internal/watches"
 )
 

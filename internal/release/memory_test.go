@@ -99,9 +99,8 @@ func TestInfoSeriesReplaced(t *testing.T) {
 	b := types.NamespacedName{Namespace: "ns", Name: "b"}
 	series := func(key types.NamespacedName) []string {
 		t.Helper()
-		ch := make(chan prometheus.Metric, 100)
-		releaseInfo.Collect(ch)
-		close(ch)
+		ch := make(chan prometheus.Metric)
+		go func() { releaseInfo.Collect(ch); close(ch) }()
 		var out []string
 		for m := range ch {
 			pb := &dto.Metric{}

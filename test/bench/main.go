@@ -735,16 +735,7 @@ func heapProfile(metricsAddr, name string) {
 	if profileDir == "" {
 		return
 	}
-	resp, err := http.Get("http://" + pprofAddrs[metricsAddr] + "/debug/pprof/heap?gc=1")
-	if err != nil {
-		logf("heap profile: %v", err)
-		return
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if err := os.WriteFile(filepath.Join(profileDir, name), b, 0o644); err != nil {
-		logf("heap profile: %v", err)
-	}
+	saveProfile("http://"+pprofAddrs[metricsAddr]+"/debug/pprof/heap?gc=1", name)
 }
 
 // cpuProfile records the operator's CPU profile over the next
@@ -757,18 +748,23 @@ func cpuProfile(metricsAddr, name string) func() {
 	got := make(chan struct{})
 	go func() {
 		defer close(got)
-		resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", pprofAddrs[metricsAddr], cpuProfileSeconds))
-		if err != nil {
-			logf("cpu profile: %v", err)
-			return
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		if err := os.WriteFile(filepath.Join(profileDir, name), b, 0o644); err != nil {
-			logf("cpu profile: %v", err)
-		}
+		saveProfile(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", pprofAddrs[metricsAddr], cpuProfileSeconds), name)
 	}()
 	return func() { <-got }
+}
+
+// saveProfile writes what url answers to name in the profile directory.
+func saveProfile(url, name string) {
+	resp, err := http.Get(url)
+	if err != nil {
+		logf("%s: %v", name, err)
+		return
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if err := os.WriteFile(filepath.Join(profileDir, name), b, 0o644); err != nil {
+		logf("%s: %v", name, err)
+	}
 }
 
 // cpuProfileSeconds is how long the upgrade wave's CPU profile runs: the

@@ -192,12 +192,43 @@ func (c *Cluster) Kill(m string) {
 		c.t.Fatal(err)
 	}
 	_, _ = c.procs[m].Process.Wait()
+	// Its server's processes (which run in the data directory) die on the
+	// manager's death signal, a moment later: a test that copies, removes
+	// or reuses the data right after the kill waits for them.
+	data := filepath.Join(c.Dir, m, "data")
+	deadline := time.Now().Add(30 * time.Second)
+	for n := processesIn(data); n > 0; n = processesIn(data) {
+		if time.Now().After(deadline) {
+			c.t.Fatalf("%d processes of %s still run in %s 30 s after its manager was killed", n, m, data)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
-// RemoveData deletes a killed member's data directory. The server's
-// processes die after their manager (on its death signal) and may still
-// write in it for a moment, so a removal that finds new files is tried
-// again.
+// processesIn counts the processes whose working directory is dir or
+// below it (PostgreSQL's processes work in their data directory).
+func processesIn(dir string) int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		cwd, err := os.Readlink(filepath.Join("/proc", e.Name(), "cwd"))
+		if err == nil && (cwd == dir || strings.HasPrefix(cwd, dir+"/")) {
+			n++
+		}
+	}
+	return n
+}
+
+// RemoveData deletes a killed member's data directory. Kill waits for the
+// server's processes, which die after their manager; where their working
+// directories cannot be read, one may still write for a moment, so a
+// removal that finds new files is tried again.
 func (c *Cluster) RemoveData(m string) {
 	c.t.Helper()
 	dir := filepath.Join(c.Dir, m, "data")

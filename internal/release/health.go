@@ -247,6 +247,10 @@ func availabilityChanged(o, n client.Object) bool {
 		if !ok {
 			return true
 		}
+		u, err := expanded(u)
+		if err != nil {
+			return true
+		}
 		res, err := status.Compute(u)
 		return err != nil || res.Status == status.CurrentStatus
 	}

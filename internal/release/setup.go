@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -56,9 +57,9 @@ func CacheByObject(ws []watches.Watch) map[client.Object]cache.ByObject {
 }
 
 // Shared holds what all reconcilers of one manager share: the Helm client and
-// two metadata-only caches, one of Helm's release records (owner=helm) and
-// one of the objects of chartpilot's releases (label chartpilot.dev/release).
-// Neither caches Secret contents or whole objects.
+// two caches: the metadata of Helm's release records (owner=helm; not their
+// contents), and the objects of chartpilot's releases (label
+// chartpilot.dev/release), kept compacted and read whole (compactCache).
 type Shared struct {
 	Helm       *helm.Client
 	Dynamic    dynamic.Interface
@@ -88,17 +89,17 @@ func NewShared(mgr manager.Manager) (*Shared, error) {
 	if err != nil {
 		return nil, err
 	}
-	newCache := func(sel labels.Selector) (cache.Cache, error) {
+	newCache := func(sel labels.Selector, transform toolscache.TransformFunc) (cache.Cache, error) {
 		return cache.New(cfg, cache.Options{
 			HTTPClient:           mgr.GetHTTPClient(),
 			Scheme:               mgr.GetScheme(),
 			Mapper:               mgr.GetRESTMapper(),
 			DefaultLabelSelector: sel,
-			// Only metadata is ever read from these caches.
-			DefaultTransform: cache.TransformStripManagedFields(),
+			DefaultTransform:     transform,
 		})
 	}
-	releases, err := newCache(labels.SelectorFromSet(labels.Set{helm.StorageLabelOwner: helm.StorageOwnerHelm}))
+	// Only the records' metadata is ever read.
+	releases, err := newCache(labels.SelectorFromSet(labels.Set{helm.StorageLabelOwner: helm.StorageOwnerHelm}), cache.TransformStripManagedFields())
 	if err != nil {
 		return nil, err
 	}
@@ -106,14 +107,17 @@ func NewShared(mgr manager.Manager) (*Shared, error) {
 	if err != nil {
 		return nil, err
 	}
-	deps, err := newCache(labels.NewSelector().Add(*hasRelease))
+	// Whole objects, kept compacted (see compactField) and read through
+	// compactCache.
+	rawDeps, err := newCache(labels.NewSelector().Add(*hasRelease), compactObject)
 	if err != nil {
 		return nil, err
 	}
+	deps := compactCache{Cache: rawDeps}
 	if err := mgr.Add(releases); err != nil {
 		return nil, err
 	}
-	if err := mgr.Add(deps); err != nil {
+	if err := mgr.Add(rawDeps); err != nil {
 		return nil, err
 	}
 	// The records are indexed by release name: a history read looks at

@@ -220,8 +220,10 @@ func newManager(o Options, scheme *runtime.Scheme, lock resourcelock.Interface) 
 		Cache:                               cache.Options{ByObject: release.CacheByObject(o.Watches)},
 		// The watched kinds are read as unstructured objects: serve those
 		// reads from the informer cache too (controller-runtime's default
-		// sends them to the API server).
+		// sends them to the API server), through release.NewClient: the
+		// cache keeps them compacted.
 		Client:        client.Options{Cache: &client.CacheOptions{Unstructured: true}},
+		NewClient:     release.NewClient,
 		WebhookServer: webhookServer(o.Webhook),
 		// Passes in flight finish before the manager stops and hands the
 		// lease over (see release.PassTimeout).

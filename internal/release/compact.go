@@ -93,15 +93,37 @@ func expanded(u *unstructured.Unstructured) (*unstructured.Unstructured, error) 
 	return out, expand(out)
 }
 
-// compactCache answers reads of a cache whose objects were compacted with
+// compactReader answers reads of a cache whose objects were compacted with
 // whole objects. Informers, and so event handlers, see compacted objects:
 // their metadata is whole, their body is in compactField (see expanded).
+type compactReader struct {
+	client.Reader
+}
+
+func (c compactReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	return expandRead(c.Reader.Get(ctx, key, obj, opts...), obj)
+}
+
+func (c compactReader) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	return expandList(c.Reader.List(ctx, list, opts...), list)
+}
+
+// compactCache is compactReader of a whole cache (informers included).
 type compactCache struct {
 	cache.Cache
 }
 
 func (c compactCache) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-	if err := c.Cache.Get(ctx, key, obj, opts...); err != nil {
+	return expandRead(c.Cache.Get(ctx, key, obj, opts...), obj)
+}
+
+func (c compactCache) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	return expandList(c.Cache.List(ctx, list, opts...), list)
+}
+
+// expandRead expands obj after a read that returned err.
+func expandRead(err error, obj client.Object) error {
+	if err != nil {
 		return err
 	}
 	if u, ok := obj.(*unstructured.Unstructured); ok {
@@ -110,8 +132,9 @@ func (c compactCache) Get(ctx context.Context, key client.ObjectKey, obj client.
 	return nil
 }
 
-func (c compactCache) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
-	if err := c.Cache.List(ctx, list, opts...); err != nil {
+// expandList expands the items of list after a read that returned err.
+func expandList(err error, list client.ObjectList) error {
+	if err != nil {
 		return err
 	}
 	if ul, ok := list.(*unstructured.UnstructuredList); ok {

@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/helm"
@@ -160,6 +161,13 @@ func managerConfig(t *testing.T) *rest.Config {
 // derived role instead (managerConfig).
 func startOperator(t *testing.T, cfg *rest.Config, ws []watches.Watch, mutate ...func(*operator.Options)) (stop func()) {
 	t.Helper()
+	_, stop = startManager(t, cfg, ws, mutate...)
+	return stop
+}
+
+// startManager is startOperator that also returns the operator's manager.
+func startManager(t *testing.T, cfg *rest.Config, ws []watches.Watch, mutate ...func(*operator.Options)) (_ manager.Manager, stop func()) {
+	t.Helper()
 	if cfg == cluster.Config {
 		cfg = managerConfig(t)
 	}
@@ -191,7 +199,7 @@ func startOperator(t *testing.T, cfg *rest.Config, ws []watches.Watch, mutate ..
 		}
 	}
 	t.Cleanup(stop)
-	return stop
+	return mgr, stop
 }
 
 func (e *env) create(name string, spec map[string]any, labels, annotations map[string]string) *unstructured.Unstructured {

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -42,18 +43,26 @@ import (
 const objectCacheWait = 10 * time.Second
 
 // CacheByObject restricts the manager's cache of each watched kind to the
-// watch's selector, so an operator shard caches only the resources it owns.
+// watch's selector, so an operator shard caches only the resources it owns,
+// and keeps the resources compacted (see compactField): the manager's
+// client must read them through NewClient.
 func CacheByObject(ws []watches.Watch) map[client.Object]cache.ByObject {
 	out := map[client.Object]cache.ByObject{}
 	for _, w := range ws {
-		if w.Selector == nil {
-			continue
-		}
 		u := &unstructured.Unstructured{}
 		u.SetGroupVersionKind(w.GVK)
-		out[u] = cache.ByObject{Label: w.Selector}
+		out[u] = cache.ByObject{Label: w.Selector, Transform: compactObject}
 	}
 	return out
+}
+
+// NewClient is the manager's client (a client.NewClientFunc): reads from
+// the cache come back whole from compacted objects (CacheByObject).
+func NewClient(cfg *rest.Config, opts client.Options) (client.Client, error) {
+	if opts.Cache != nil && opts.Cache.Reader != nil {
+		opts.Cache.Reader = compactReader{Reader: opts.Cache.Reader}
+	}
+	return client.New(cfg, opts)
 }
 
 // Shared holds what all reconcilers of one manager share: the Helm client and
@@ -488,6 +497,12 @@ func canaryStatusPredicate() predicate.Predicate {
 			}
 			o, ok1 := e.ObjectOld.(*unstructured.Unstructured)
 			n, ok2 := e.ObjectNew.(*unstructured.Unstructured)
+			if ok1 && ok2 {
+				var err1, err2 error
+				o, err1 = expanded(o)
+				n, err2 = expanded(n)
+				ok1, ok2 = err1 == nil, err2 == nil
+			}
 			return !ok1 || !ok2 || !equality.Semantic.DeepEqual(o.Object["status"], n.Object["status"]) ||
 				e.ObjectOld.GetLabels()[v1alpha1.LabelCanary] != e.ObjectNew.GetLabels()[v1alpha1.LabelCanary]
 		},

@@ -27,6 +27,10 @@ import (
 // Recheck is how often a store is checked again.
 const Recheck = 10 * time.Minute
 
+// ClaimRecheck is how soon a volume store whose claim does not exist or is
+// not bound yet is checked again.
+const ClaimRecheck = 15 * time.Second
+
 // probeTimeout bounds one check of a store.
 const probeTimeout = 30 * time.Second
 
@@ -126,6 +130,11 @@ func (r *StoreReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	patch := client.MergeFrom(withStatus(obj, before))
 	if err := r.Client.Status().Patch(ctx, obj, patch); err != nil {
 		return ctrl.Result{}, fmt.Errorf("writing status: %w", err)
+	}
+	if reason == "ClaimNotFound" || reason == "ClaimNotBound" {
+		// A claim created beside its store is usually there and bound
+		// within seconds: look again soon (one read of the claim).
+		return ctrl.Result{RequeueAfter: ClaimRecheck}, nil
 	}
 	return ctrl.Result{RequeueAfter: Recheck}, nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -210,6 +211,16 @@ func TestStoresChecked(t *testing.T) {
 		}
 	}
 	wait(cs, func() []metav1.Condition { return cs.Status.Conditions }, metav1.ConditionTrue, "Checked")
+
+	// The claim created after its store is seen within ClaimRecheck, not
+	// at the next Recheck.
+	mustCreate(&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "backups"}, Spec: corev1.PersistentVolumeClaimSpec{
+		AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+		Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}})
+	late := &v1alpha1.BackupStore{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "no-claim"}}
+	if msg := wait(late, func() []metav1.Condition { return late.Status.Conditions }, metav1.ConditionTrue, "Checked"); !strings.Contains(msg, "is bound") {
+		t.Errorf("no-claim after its claim came: %q", msg)
+	}
 
 	// Refused at admission.
 	both := store("both", s3.Endpoint, "good")

@@ -101,29 +101,7 @@ type compactReader struct {
 }
 
 func (c compactReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-	return expandRead(c.Reader.Get(ctx, key, obj, opts...), obj)
-}
-
-func (c compactReader) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
-	return expandList(c.Reader.List(ctx, list, opts...), list)
-}
-
-// compactCache is compactReader of a whole cache (informers included).
-type compactCache struct {
-	cache.Cache
-}
-
-func (c compactCache) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-	return expandRead(c.Cache.Get(ctx, key, obj, opts...), obj)
-}
-
-func (c compactCache) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
-	return expandList(c.Cache.List(ctx, list, opts...), list)
-}
-
-// expandRead expands obj after a read that returned err.
-func expandRead(err error, obj client.Object) error {
-	if err != nil {
+	if err := c.Reader.Get(ctx, key, obj, opts...); err != nil {
 		return err
 	}
 	if u, ok := obj.(*unstructured.Unstructured); ok {
@@ -132,9 +110,8 @@ func expandRead(err error, obj client.Object) error {
 	return nil
 }
 
-// expandList expands the items of list after a read that returned err.
-func expandList(err error, list client.ObjectList) error {
-	if err != nil {
+func (c compactReader) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	if err := c.Reader.List(ctx, list, opts...); err != nil {
 		return err
 	}
 	if ul, ok := list.(*unstructured.UnstructuredList); ok {
@@ -145,4 +122,17 @@ func expandList(err error, list client.ObjectList) error {
 		}
 	}
 	return nil
+}
+
+// compactCache is compactReader of a whole cache (informers included).
+type compactCache struct {
+	cache.Cache
+}
+
+func (c compactCache) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	return compactReader{Reader: c.Cache}.Get(ctx, key, obj, opts...)
+}
+
+func (c compactCache) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	return compactReader{Reader: c.Cache}.List(ctx, list, opts...)
 }

@@ -23,15 +23,14 @@ const compactField = "chartpilot.dev/compacted"
 
 // compactObject is the cache's transform: it drops managed fields and
 // turns the body of an unstructured object into compactField. Anything else
-// (a tombstone, a typed object) passes through; an object already compacted
-// is left as it is.
+// (a tombstone, a typed object) passes through. An informer transforms each
+// object it receives once; an object that itself holds a field of
+// compactField's name (a kind that keeps unknown fields at its root) has
+// that field compacted with the rest and read back as it was.
 func compactObject(in any) (any, error) {
 	u, ok := in.(*unstructured.Unstructured)
 	if !ok {
 		return cache.TransformStripManagedFields()(in)
-	}
-	if _, done := u.Object[compactField]; done {
-		return u, nil
 	}
 	u.SetManagedFields(nil)
 	body := make(map[string]any, len(u.Object))

@@ -23,14 +23,23 @@ const compactField = "chartpilot.dev/compacted"
 
 // compactObject is the cache's transform: it drops managed fields and
 // turns the body of an unstructured object into compactField. Anything else
-// (a tombstone, a typed object) passes through. An informer transforms each
-// object it receives once; an object that itself holds a field of
-// compactField's name (a kind that keeps unknown fields at its root) has
-// that field compacted with the rest and read back as it was.
+// (a tombstone, a typed object) passes through.
+//
+// It must be idempotent: an informer's initial list streamed from the API
+// server is transformed into a temporary store and again when it replaces
+// the informer's. An object holding nothing but metadata and a string in
+// compactField is taken as compacted already. Only a kind that keeps
+// unknown fields at its root can come that way from the API server, and
+// then only the body of that same object is read from the string (expand
+// never takes metadata from it); an object with that field beside others
+// is compacted with the field and reads back as it was.
 func compactObject(in any) (any, error) {
 	u, ok := in.(*unstructured.Unstructured)
 	if !ok {
 		return cache.TransformStripManagedFields()(in)
+	}
+	if compacted(u) {
+		return u, nil
 	}
 	u.SetManagedFields(nil)
 	body := make(map[string]any, len(u.Object))
@@ -60,20 +69,41 @@ func compactObject(in any) (any, error) {
 	return u, nil
 }
 
+// compacted reports whether u has compactObject's shape: metadata and the
+// body in compactField, nothing else.
+func compacted(u *unstructured.Unstructured) bool {
+	if _, ok := u.Object[compactField].(string); !ok {
+		return false
+	}
+	for k := range u.Object {
+		switch k {
+		case "apiVersion", "kind", "metadata", compactField:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
 // expand decodes u's compactField back into its fields, in place. u must be
 // a copy, not the cache's own object.
 func expand(u *unstructured.Unstructured) error {
-	s, ok := u.Object[compactField].(string)
-	if !ok {
+	if !compacted(u) {
 		return nil
 	}
+	s := u.Object[compactField].(string)
 	delete(u.Object, compactField)
 	var body map[string]any
 	if err := utiljson.Unmarshal([]byte(s), &body); err != nil {
 		return fmt.Errorf("decoding cached %s %s: %w", u.GetKind(), u.GetName(), err)
 	}
 	for k, v := range body {
-		u.Object[k] = v
+		switch k {
+		case "apiVersion", "kind", "metadata":
+			// Never in a body compactObject wrote.
+		default:
+			u.Object[k] = v
+		}
 	}
 	return nil
 }
@@ -82,7 +112,7 @@ func expand(u *unstructured.Unstructured) error {
 // leaving the cache's object untouched (its metadata is shared, not copied:
 // read it only).
 func expanded(u *unstructured.Unstructured) (*unstructured.Unstructured, error) {
-	if _, ok := u.Object[compactField]; !ok {
+	if !compacted(u) {
 		return u, nil
 	}
 	out := &unstructured.Unstructured{Object: make(map[string]any, len(u.Object)+4)}

@@ -86,7 +86,15 @@ func TestCompactedObjectReadsWhole(t *testing.T) {
 	if len(c.GetManagedFields()) != 0 {
 		t.Error("managed fields kept")
 	}
-	// An object holding a field of that name itself reads back as it is.
+	// Compacting twice (an informer's streamed initial list is
+	// transformed twice) changes nothing.
+	again, _ := compactObject(c)
+	if !equality.Semantic.DeepEqual(again.(*unstructured.Unstructured).Object, c.Object) {
+		t.Error("compacting twice changed the object")
+	}
+
+	// An object holding a field of that name beside others reads back as
+	// it is.
 	forged := sampleObject(t)
 	forged.SetManagedFields(nil)
 	forged.Object[compactField] = `{"status":{"readyReplicas":9}}`
@@ -97,6 +105,17 @@ func TestCompactedObjectReadsWhole(t *testing.T) {
 	}
 	if !equality.Semantic.DeepEqual(back.Object, forged.Object) {
 		t.Errorf("an object with a field named %s read back as\n%v", compactField, back.Object)
+	}
+	// One with nothing else reads as compacted, but its string cannot
+	// change its metadata.
+	bare := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "x/v1", "kind": "Open",
+		"metadata":   map[string]any{"name": "mine", "namespace": "team-a"},
+		compactField: `{"metadata":{"name":"theirs","namespace":"kube-system"},"kind":"Secret","spec":{"a":1}}`}}
+	if err := expand(bare); err != nil {
+		t.Fatal(err)
+	}
+	if bare.GetName() != "mine" || bare.GetNamespace() != "team-a" || bare.GetKind() != "Open" || bare.Object["spec"] == nil {
+		t.Errorf("a bare field of that name read as %v", bare.Object)
 	}
 
 	// An event handler's view: whole, the cached object untouched.

@@ -11,14 +11,15 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// compactField holds, in the cache of the releases' objects, everything of
-// an object but its apiVersion, kind and metadata, as one JSON string.
+// compactField holds, in the caches of the watched kinds and of the
+// releases' objects, everything of an object but its apiVersion, kind and
+// metadata, as one JSON string.
 //
 // A decoded object is a tree of maps: a Deployment of 1.8 KB of JSON
 // takes 8.9 KiB of heap that way, and every map is more for the collector
-// to walk. The cache keeps the metadata decoded
-// (event handlers, label selectors and owner lookups read it) and the rest
-// as JSON; compactCache decodes it again on every read.
+// to walk. The caches keep the metadata decoded (event handlers, label
+// selectors and owner lookups read it) and the rest as JSON; compactReader
+// decodes it again on every read.
 const compactField = "chartpilot.dev/compacted"
 
 // compactObject is the cache's transform: it drops managed fields and

@@ -141,7 +141,7 @@ func TestCompactedObjectReadsWhole(t *testing.T) {
 	if !equality.Semantic.DeepEqual(cp.Object, want.Object) {
 		t.Errorf("expanded copy differs:\n got %v\nwant %v", cp.Object, want.Object)
 	}
-	if f, _ := objectDiffers(sampleObject(t).Object, cp.Object); f != "" {
+	if f, _ := objectDiffers(sampleObject(t).Object, sampleObject(t).Object, cp.Object); f != "" {
 		t.Errorf("an object read back from the cache drifts at %s", f)
 	}
 }

@@ -59,17 +59,19 @@ func (r *Reconciler) resourceFor(identity, namespace string, obj *unstructured.U
 }
 
 // eachLiveObject reads every object of a manifest and calls f with the
-// object the chart wants and the live one (nil when it does not exist).
+// object the chart wants, the same as the API server keeps it (asStored),
+// and the live one (nil when it does not exist).
 // Drift correction and the health gate both read through it. Objects come
 // from the informer cache of the release's objects; only one the cache
 // does not hold (not yet seen, or its release label removed) is read from
 // the API server, as the release's identity.
-func (r *Reconciler) eachLiveObject(ctx context.Context, identity, namespace, manifest string, f func(want, live *unstructured.Unstructured)) error {
-	objs, err := parseManifest(manifest)
+func (r *Reconciler) eachLiveObject(ctx context.Context, identity, namespace, manifest string, f func(want *unstructured.Unstructured, stored map[string]any, live *unstructured.Unstructured)) error {
+	m, err := loadManifest(manifest)
 	if err != nil {
 		return err
 	}
-	for _, want := range objs {
+	stored := m.storedForms()
+	for i, want := range m.objs {
 		ri, err := r.resourceFor(identity, namespace, want)
 		if err != nil {
 			return fmt.Errorf("%s %s: %w", want.GetKind(), want.GetName(), err)
@@ -78,18 +80,18 @@ func (r *Reconciler) eachLiveObject(ctx context.Context, identity, namespace, ma
 			live := &unstructured.Unstructured{}
 			live.SetGroupVersionKind(want.GroupVersionKind())
 			if err := r.deps.cache.Get(ctx, client.ObjectKey{Namespace: want.GetNamespace(), Name: want.GetName()}, live); err == nil {
-				f(want, live)
+				f(want, stored[i], live)
 				continue
 			}
 		}
 		live, err := ri.Get(ctx, want.GetName(), metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err):
-			f(want, nil)
+			f(want, stored[i], nil)
 		case err != nil:
 			return fmt.Errorf("reading %s %s: %w", want.GetKind(), want.GetName(), err)
 		default:
-			f(want, live)
+			f(want, stored[i], live)
 		}
 	}
 	return nil
@@ -98,12 +100,12 @@ func (r *Reconciler) eachLiveObject(ctx context.Context, identity, namespace, ma
 // findDrift lists the objects of manifest that are missing or differ.
 func (r *Reconciler) findDrift(ctx context.Context, identity, namespace, manifest string) ([]driftedObject, error) {
 	var out []driftedObject
-	err := r.eachLiveObject(ctx, identity, namespace, manifest, func(want, live *unstructured.Unstructured) {
+	err := r.eachLiveObject(ctx, identity, namespace, manifest, func(want *unstructured.Unstructured, stored map[string]any, live *unstructured.Unstructured) {
 		if live == nil {
 			out = append(out, driftedObject{desired: want, missing: true})
 			return
 		}
-		if field, differs := objectDiffers(want.Object, live.Object); differs {
+		if field, differs := objectDiffers(want.Object, stored, live.Object); differs {
 			out = append(out, driftedObject{desired: want, field: field})
 		}
 	})
@@ -112,34 +114,54 @@ func (r *Reconciler) findDrift(ctx context.Context, identity, namespace, manifes
 
 // objectDiffers compares what the chart sets with the live object. Fields the
 // chart does not set, status, and server-managed metadata are not drift.
-func objectDiffers(want, live map[string]any) (string, bool) {
-	for k, wv := range want {
+// written is the object as the chart rendered it, stored the same as the
+// API server keeps it (asStored): a field the server drops on the way in
+// (hostNetwork: false, supplementalGroups: [], null) may be absent from the
+// live object, but a live value that differs from what the chart wrote
+// still counts (hostNetwork turned on). It is the one comparison of the
+// two: the health gate (has the cache seen the revision's write?) and
+// drift detection (did someone change it since?) both ask it.
+func objectDiffers(written, stored, live map[string]any) (string, bool) {
+	for k, wv := range written {
 		switch k {
 		case "status", "apiVersion", "kind":
 			continue
 		case "metadata":
 			wm, _ := wv.(map[string]any)
+			sm, _ := stored["metadata"].(map[string]any)
 			lm, _ := live["metadata"].(map[string]any)
 			for _, f := range []string{"labels", "annotations"} {
 				if w, ok := wm[f]; ok {
-					if path, d := subsetDiffers(w, lm[f], "metadata."+f); d {
+					if path, d := subsetDiffers(w, sm[f], lm[f], "metadata."+f); d {
 						return path, true
 					}
 				}
 			}
 			continue
 		}
-		if path, d := subsetDiffers(wv, live[k], k); d {
+		if path, d := subsetDiffers(wv, stored[k], live[k], k); d {
 			return path, true
 		}
 	}
 	return "", false
 }
 
-// subsetDiffers reports whether want is not contained in live: every map key
-// of want must match in live; lists must match element by element; scalars
-// must be equal (numbers by value, quantities by amount).
-func subsetDiffers(want, live any, path string) (string, bool) {
+// subsetDiffers reports whether want (as written, and as stored) is not
+// contained in live: every map key of want must match in live; lists must
+// match element by element; scalars must be equal (numbers by value,
+// quantities by amount). A field the server drops (absent from stored) is
+// not compared, but for a false that reads back true.
+func subsetDiffers(want, stored, live any, path string) (string, bool) {
+	if stored == nil && want != nil {
+		// Dropped by the server on the way in: the live value is absent
+		// or a default it filled in (schedulerName: "" reads back as
+		// default-scheduler). An omitted false has no other default, so
+		// a true there was set by someone.
+		if b, ok := want.(bool); ok && !b && live != nil && live != false {
+			return path, true
+		}
+		return "", false
+	}
 	switch w := want.(type) {
 	case map[string]any:
 		l, ok := live.(map[string]any)
@@ -149,8 +171,9 @@ func subsetDiffers(want, live any, path string) (string, bool) {
 			}
 			return path, true
 		}
+		s, _ := stored.(map[string]any)
 		for k, wv := range w {
-			if p, d := subsetDiffers(wv, l[k], path+"."+k); d {
+			if p, d := subsetDiffers(wv, s[k], l[k], path+"."+k); d {
 				return p, true
 			}
 		}
@@ -166,8 +189,13 @@ func subsetDiffers(want, live any, path string) (string, bool) {
 		if len(l) != len(w) {
 			return path, true
 		}
+		s, _ := stored.([]any)
 		for i := range w {
-			if p, d := subsetDiffers(w[i], l[i], fmt.Sprintf("%s[%d]", path, i)); d {
+			si := w[i]
+			if len(s) == len(w) {
+				si = s[i]
+			}
+			if p, d := subsetDiffers(w[i], si, l[i], fmt.Sprintf("%s[%d]", path, i)); d {
 				return p, true
 			}
 		}
@@ -175,7 +203,7 @@ func subsetDiffers(want, live any, path string) (string, bool) {
 	case nil:
 		return "", false
 	default:
-		if scalarEqual(want, live) {
+		if scalarEqual(want, live) || (stored != nil && scalarEqual(stored, live)) {
 			return "", false
 		}
 		return path, true

@@ -1,6 +1,8 @@
 package release
 
 import (
+	"sync"
+
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/lru"
 
@@ -16,16 +18,46 @@ import (
 // just before.
 var parsedManifests = lru.New(64)
 
-// parseManifest is helm.ParseManifest, remembered. The objects are shared
+// parsedManifest is a manifest's objects and, computed on first use, each
+// object as the API server keeps it (see asStored).
+type parsedManifest struct {
+	objs       []*unstructured.Unstructured
+	storedOnce sync.Once
+	stored     []map[string]any
+}
+
+// storedForms returns each object as the API server keeps it, in the order
+// of objs.
+func (m *parsedManifest) storedForms() []map[string]any {
+	m.storedOnce.Do(func() {
+		m.stored = make([]map[string]any, len(m.objs))
+		for i, o := range m.objs {
+			m.stored[i] = asStored(o)
+		}
+	})
+	return m.stored
+}
+
+// loadManifest is helm.ParseManifest, remembered. The objects are shared
 // between callers, which only read them.
-func parseManifest(manifest string) ([]*unstructured.Unstructured, error) {
+func loadManifest(manifest string) (*parsedManifest, error) {
 	if v, ok := parsedManifests.Get(manifest); ok {
-		return v.([]*unstructured.Unstructured), nil
+		return v.(*parsedManifest), nil
 	}
 	objs, err := helm.ParseManifest(manifest)
 	if err != nil {
 		return nil, err
 	}
-	parsedManifests.Add(manifest, objs)
-	return objs, nil
+	m := &parsedManifest{objs: objs}
+	parsedManifests.Add(manifest, m)
+	return m, nil
+}
+
+// parseManifest returns the objects of manifest (see loadManifest).
+func parseManifest(manifest string) ([]*unstructured.Unstructured, error) {
+	m, err := loadManifest(manifest)
+	if err != nil {
+		return nil, err
+	}
+	return m.objs, nil
 }

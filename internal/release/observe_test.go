@@ -102,7 +102,7 @@ func TestObjectDiffers(t *testing.T) {
 		{"status changed", live(func(m map[string]any) { m["status"] = map[string]any{"x": "y"} }), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			field, d := objectDiffers(want, tc.live)
+			field, d := objectDiffers(want, want, tc.live)
 			if d != tc.drift {
 				t.Errorf("drift = %v (field %q), want %v", d, field, tc.drift)
 			}

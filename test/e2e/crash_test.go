@@ -20,7 +20,6 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/chartpilot/chartpilot/internal/operator"
-	"github.com/chartpilot/chartpilot/internal/watches"
 )
 
 // operatorProcessEnv makes the test binary run an operator (and its
@@ -38,7 +37,7 @@ func runOperatorProcess(kubeconfig string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	ws, err := watches.Load(filepath.Join("..", "..", "watches.yaml"))
+	ws, err := e2eWatches()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -81,7 +80,7 @@ func writeKubeconfig(cfg *rest.Config, path string) error {
 // child process (killed with the test) and waits for its webhook.
 func (e *env) startOperatorProcess() *exec.Cmd {
 	e.t.Helper()
-	ws, err := watches.Load(filepath.Join("..", "..", "watches.yaml"))
+	ws, err := e2eWatches()
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -54,11 +54,36 @@ func TestMain(m *testing.M) {
 		ctrl.SetLogger(zap.New(zap.WriteTo(f)))
 	}
 	os.Exit(testcluster.RunMain(m, testcluster.Options{
-		Tier: testcluster.TierFull,
+		Tier:    testcluster.TierFull,
+		CRDDirs: crdPaths,
 		// The webhook configuration of config/webhook, pointed by envtest at
 		// the test process, with certificates envtest makes.
 		WebhookInstallOptions: envtest.WebhookInstallOptions{Paths: []string{filepath.Join("..", "..", "config", "webhook", "manifests.yaml")}},
 	}, &cluster))
+}
+
+// crdPaths are the CRDs of the repository's kinds and of the test chart in
+// the style of public charts (test/charts/publicdb).
+var crdPaths = []string{
+	filepath.Join("..", "..", "config", "crd", "bases"),
+	filepath.Join("..", "..", "config", "crd", "passthrough"),
+	filepath.Join("..", "..", "test", "crds", "publicdbs.yaml"),
+}
+
+// publicdbWatch is the passthrough kind of test/charts/publicdb.
+const publicdbWatch = "- {group: test.chartpilot.dev, version: v1alpha1, kind: Publicdb, chart: ../../test/charts/publicdb, healthTimeout: 3m}\n"
+
+// e2eWatches are the repository's watches.yaml and the test chart's kind.
+func e2eWatches() ([]watches.Watch, error) {
+	ws, err := watches.Load(filepath.Join("..", "..", "watches.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	extra, err := watches.Parse([]byte(publicdbWatch), ".", os.LookupEnv)
+	if err != nil {
+		return nil, err
+	}
+	return append(ws, extra...), nil
 }
 
 type env struct {
@@ -74,7 +99,7 @@ type env struct {
 func setup(t *testing.T, opts ...func(*operator.Options)) *env {
 	t.Helper()
 	ns := cluster.Namespace(t)
-	ws, err := watches.Load(filepath.Join("..", "..", "watches.yaml"))
+	ws, err := e2eWatches()
 	if err != nil {
 		t.Fatal(err)
 	}

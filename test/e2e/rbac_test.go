@@ -40,6 +40,11 @@ func makeManagerConfig(ws []watches.Watch) (*rest.Config, error) {
 	if err != nil {
 		return nil, err
 	}
+	b, err := os.ReadFile(crdPaths[2])
+	if err != nil {
+		return nil, err
+	}
+	crds = append(crds, b)
 	plurals, err := rbac.Plurals(crds...)
 	if err != nil {
 		return nil, err

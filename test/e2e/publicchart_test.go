@@ -198,4 +198,3 @@ func TestPublicStyleChartLifecycle(t *testing.T) {
 		t.Errorf("data claims after delete: %d, want 1 (kept)", len(claims))
 	}
 }
-

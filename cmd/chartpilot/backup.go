@@ -170,6 +170,12 @@ func openStore(ctx context.Context, kind string, s3 backup.S3, az backup.Azure, 
 	switch kind {
 	case "gcs":
 		gcs.ServiceAccountKey = os.Getenv("CHARTPILOT_GCS_SERVICE_ACCOUNT_KEY")
+		// The agent runs in the resource's own namespace, as its Job's
+		// ServiceAccount: a key's token endpoint is reached with no more
+		// than the tenant's own rights. The key's shape is still checked.
+		if k, err := backup.ParseGCSKey(gcs.ServiceAccountKey); err == nil && gcs.ServiceAccountKey != "" {
+			gcs.AllowedTokenURLs = []string{k.TokenURL()}
+		}
 		return blobstore.OpenGCS(ctx, gcs)
 	case "azure":
 		az.AccountKey = os.Getenv("CHARTPILOT_AZURE_ACCOUNT_KEY")

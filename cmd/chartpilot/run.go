@@ -21,6 +21,7 @@ import (
 
 	"github.com/chartpilot/chartpilot/hooks/storage"
 	"github.com/chartpilot/chartpilot/internal/admission"
+	data "github.com/chartpilot/chartpilot/internal/backup"
 	"github.com/chartpilot/chartpilot/internal/cliutil"
 	"github.com/chartpilot/chartpilot/internal/operator"
 	"github.com/chartpilot/chartpilot/internal/source"
@@ -103,14 +104,14 @@ func parseRunFlags(args []string) (*runOptions, error) {
 	fs.StringVar(&o.backupImage, "backup-image", "ghcr.io/chartpilot/chartpilot:"+version, "chartpilot's image, which backup, restore, drill and major upgrade Jobs copy the agent from (their containers run the database's own image, e.g. postgres:<version>); this operator's own image")
 	fs.StringVar(&o.storeHelper, "store-helper", "", "the binary run (as STORE_HELPER store) to check a remote backup store and read a backup's manifest: a chartpilot with the object stores' clients (default: chartpilot beside this executable, else on $PATH)")
 	fs.IntVar(&o.gcPercent, "gc-percent", defaultGCPercent, "the Go collector's target heap growth between collections, in percent of the live heap (GOGC; Go's default is 100): lower holds less memory and spends more CPU collecting; the GOGC environment variable, when set, wins")
-	fs.Func("backup-store-endpoints", "comma-separated URL prefixes a namespaced BackupStore's S3 endpoint may start with (the operator connects to it); empty: namespaced stores may use AWS only", func(v string) error {
+	fs.Func("backup-store-endpoints", "comma-separated URLs a namespaced BackupStore's endpoint (and a GCS key's token_uri) must lie within, compared as parsed scheme, host, port and path (a port of * allows any port of the host); the operator connects to them; empty: namespaced stores may use the clouds' own endpoints only", func(v string) error {
 		for _, p := range strings.Split(v, ",") {
 			p = strings.TrimSpace(p)
 			if p == "" {
 				continue
 			}
-			if !strings.HasPrefix(p, "https://") && !strings.HasPrefix(p, "http://") {
-				return fmt.Errorf("%q is not an http(s) URL prefix", p)
+			if _, err := data.ParseAllowedEndpoint(p); err != nil {
+				return fmt.Errorf("an endpoint: %w", err)
 			}
 			o.backupStoreEndpoints = append(o.backupStoreEndpoints, p)
 		}

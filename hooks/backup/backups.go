@@ -103,6 +103,9 @@ type BackupReconciler struct {
 	// Stores runs the store helper, which reads a backup's manifest from
 	// a remote store.
 	Stores *backup.StoreHelper
+	// Endpoints are the operator's --backup-store-endpoints (see
+	// StoreReconciler.Endpoints).
+	Endpoints []string
 	// SkipNameValidation allows several managers in one process (tests).
 	SkipNameValidation bool
 	// Now is the clock (tests).
@@ -175,6 +178,8 @@ func (r *BackupReconciler) fail(b *v1alpha1.Backup, why string) {
 // resolvedStore is a store a Backup may use, as its Job sees it.
 type resolvedStore struct {
 	spec v1alpha1.BackupStoreSpec
+	// cluster: a ClusterBackupStore (the admin's own).
+	cluster bool
 	// secretNS is where the store's Secrets are.
 	secretNS string
 }
@@ -204,7 +209,7 @@ func (r *BackupReconciler) store(ctx context.Context, b *v1alpha1.Backup) (*reso
 		if g := cs.Spec.GCS; g != nil && g.CredentialsSecretRef != nil && g.CredentialsSecretRef.Namespace != b.Namespace {
 			return nil, fmt.Sprintf("spec.store: ClusterBackupStore %s keeps its GCS Secret in namespace %s, which a backup Job of %s cannot read: use a BackupStore of %s, or a ClusterBackupStore whose Secret is in %s", cs.Name, g.CredentialsSecretRef.Namespace, b.Namespace, b.Namespace, b.Namespace), false
 		}
-		return &resolvedStore{spec: v1alpha1.BackupStoreSpec{S3: cs.Spec.S3, GCS: cs.Spec.GCS, Azure: cs.Spec.Azure, Volume: cs.Spec.Volume}, secretNS: b.Namespace}, "", true
+		return &resolvedStore{spec: v1alpha1.BackupStoreSpec{S3: cs.Spec.S3, GCS: cs.Spec.GCS, Azure: cs.Spec.Azure, Volume: cs.Spec.Volume}, secretNS: b.Namespace, cluster: true}, "", true
 	}
 	s := &v1alpha1.BackupStore{}
 	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: b.Namespace, Name: ref.Name}, s); err != nil {
@@ -674,7 +679,7 @@ func (r *BackupReconciler) manifest(ctx context.Context, b *v1alpha1.Backup, job
 	if st.spec.Volume == nil {
 		ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 		defer cancel()
-		req, msg := storeRequest(ctx, r.Reader, st.spec, st.secretNS)
+		req, msg := storeRequest(ctx, r.Reader, st.spec, st.secretNS, st.cluster, r.Endpoints)
 		if msg != "" {
 			return nil, fmt.Sprintf("Job %s succeeded, but its backup cannot be checked: %s", job.Name, msg)
 		}

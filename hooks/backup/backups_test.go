@@ -193,7 +193,7 @@ func TestBackupRunsAsJob(t *testing.T) {
 	clk := &clock{t: time.Now()}
 	ctx, c := startControllers(t, func(mgr ctrl.Manager) []controller {
 		stores := &backup.StoreReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"), Stores: storeHelper(t),
-			Endpoints: []string{"http://127.0.0.1:"}, SkipNameValidation: true}
+			Endpoints: []string{"http://127.0.0.1:*"}, SkipNameValidation: true}
 		backups := &backup.BackupReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"), Stores: storeHelper(t),
 			Image: "chartpilot:test", SkipNameValidation: true}
 		restores := &backup.RestoreReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"),

@@ -87,7 +87,7 @@ func TestPassthroughBackup(t *testing.T) {
 	ns := cluster.Namespace(t)
 	ctx, c := startControllers(t, func(mgr ctrl.Manager) []controller {
 		stores := &backup.StoreReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"), Stores: storeHelper(t),
-			Endpoints: []string{"http://127.0.0.1:"}, SkipNameValidation: true}
+			Endpoints: []string{"http://127.0.0.1:*"}, SkipNameValidation: true}
 		backups := &backup.BackupReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"), Stores: storeHelper(t),
 			Image: "chartpilot:test", Kinds: kinds, SkipNameValidation: true}
 		return []controller{stores, backups}
@@ -302,7 +302,7 @@ func TestBackupJobRunsAsIdentity(t *testing.T) {
 	user := "system:serviceaccount:" + ns + ":deployer"
 	ctx, c := startControllers(t, func(mgr ctrl.Manager) []controller {
 		stores := &backup.StoreReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"), Stores: storeHelper(t),
-			Endpoints: []string{"http://127.0.0.1:"}, SkipNameValidation: true}
+			Endpoints: []string{"http://127.0.0.1:*"}, SkipNameValidation: true}
 		backups := &backup.BackupReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"), Stores: storeHelper(t),
 			Image: "chartpilot:test", SkipNameValidation: true,
 			Identity: &backup.Identity{Config: cluster.Config, Of: func(_ context.Context, u *unstructured.Unstructured) (string, error) {

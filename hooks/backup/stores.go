@@ -64,8 +64,9 @@ type StoreReconciler struct {
 	Reader   client.Reader
 	Recorder record.EventRecorder
 	Cluster  bool
-	// Endpoints are the URL prefixes a namespaced BackupStore's S3
-	// endpoint must start with (the operator's --backup-store-endpoints):
+	// Endpoints are the URLs a namespaced BackupStore's endpoint (and a
+	// GCS key's token endpoint) must lie within, compared as parsed
+	// scheme, host, port and path (the operator's --backup-store-endpoints):
 	// the operator connects to the endpoint, so a tenant may only point it
 	// where the admin allows. A ClusterBackupStore is the admin's own and
 	// may name any endpoint; an empty endpoint (AWS) is always allowed.
@@ -177,14 +178,14 @@ func (r *StoreReconciler) check(ctx context.Context, obj client.Object, spec v1a
 		return "Checked", fmt.Sprintf("PersistentVolumeClaim %s is bound", spec.Volume.ClaimName)
 	}
 	if g := spec.GCS; g != nil {
-		if !r.Cluster && g.Endpoint != "" && !allowed(g.Endpoint, r.Endpoints) {
-			return "EndpointNotAllowed", fmt.Sprintf("spec.gcs.endpoint %q does not start with one of the endpoints the operator allows namespaced stores (--backup-store-endpoints: %s): use an allowed endpoint, or ask an admin for a ClusterBackupStore", g.Endpoint, strings.Join(orNone(r.Endpoints), ", "))
+		if !r.Cluster && g.Endpoint != "" && !backup.EndpointAllowed(g.Endpoint, r.Endpoints) {
+			return "EndpointNotAllowed", fmt.Sprintf("spec.gcs.endpoint %q is not within one of the endpoints the operator allows namespaced stores (same scheme, host and port; a path at or below theirs; --backup-store-endpoints: %s): use an allowed endpoint, or ask an admin for a ClusterBackupStore", g.Endpoint, strings.Join(orNone(r.Endpoints), ", "))
 		}
 		secretNS := obj.GetNamespace()
 		if r.Cluster && g.CredentialsSecretRef != nil {
 			secretNS = g.CredentialsSecretRef.Namespace
 		}
-		cfg, reason, msg := gcsConfig(ctx, r.Reader, g, secretNS)
+		cfg, reason, msg := gcsConfig(ctx, r.Reader, g, secretNS, r.Cluster, r.Endpoints)
 		if cfg == nil {
 			return reason, msg
 		}
@@ -194,8 +195,8 @@ func (r *StoreReconciler) check(ctx context.Context, obj client.Object, spec v1a
 		return "Checked", fmt.Sprintf("a probe object was written to bucket %s, read back and deleted", g.Bucket)
 	}
 	if az := spec.Azure; az != nil {
-		if !r.Cluster && az.Endpoint != "" && !allowed(az.Endpoint, r.Endpoints) {
-			return "EndpointNotAllowed", fmt.Sprintf("spec.azure.endpoint %q does not start with one of the endpoints the operator allows namespaced stores (--backup-store-endpoints: %s): use an allowed endpoint, or ask an admin for a ClusterBackupStore", az.Endpoint, strings.Join(orNone(r.Endpoints), ", "))
+		if !r.Cluster && az.Endpoint != "" && !backup.EndpointAllowed(az.Endpoint, r.Endpoints) {
+			return "EndpointNotAllowed", fmt.Sprintf("spec.azure.endpoint %q is not within one of the endpoints the operator allows namespaced stores (same scheme, host and port; a path at or below theirs; --backup-store-endpoints: %s): use an allowed endpoint, or ask an admin for a ClusterBackupStore", az.Endpoint, strings.Join(orNone(r.Endpoints), ", "))
 		}
 		secretNS := obj.GetNamespace()
 		if r.Cluster {
@@ -214,8 +215,8 @@ func (r *StoreReconciler) check(ctx context.Context, obj client.Object, spec v1a
 	if s3 == nil {
 		return "Invalid", "set exactly one of spec.s3, spec.gcs, spec.azure or spec.volume"
 	}
-	if !r.Cluster && s3.Endpoint != "" && !allowed(s3.Endpoint, r.Endpoints) {
-		return "EndpointNotAllowed", fmt.Sprintf("spec.s3.endpoint %q does not start with one of the endpoints the operator allows namespaced stores (--backup-store-endpoints: %s): use an allowed endpoint, or ask an admin for a ClusterBackupStore", s3.Endpoint, strings.Join(orNone(r.Endpoints), ", "))
+	if !r.Cluster && s3.Endpoint != "" && !backup.EndpointAllowed(s3.Endpoint, r.Endpoints) {
+		return "EndpointNotAllowed", fmt.Sprintf("spec.s3.endpoint %q is not within one of the endpoints the operator allows namespaced stores (same scheme, host and port; a path at or below theirs; --backup-store-endpoints: %s): use an allowed endpoint, or ask an admin for a ClusterBackupStore", s3.Endpoint, strings.Join(orNone(r.Endpoints), ", "))
 	}
 	secretNS, caNS := obj.GetNamespace(), obj.GetNamespace()
 	if r.Cluster {
@@ -299,7 +300,11 @@ func azureConfig(ctx context.Context, reader client.Reader, az *v1alpha1.AzureSt
 // gcsConfig is the bucket of g with the service account key of its Secret
 // in secretNS (none against an emulator's endpoint); nil and the reason
 // and message (never the key) when it cannot be read.
-func gcsConfig(ctx context.Context, reader client.Reader, g *v1alpha1.GCSStore, secretNS string) (*backup.GCS, string, string) {
+//
+// The key's token_uri is where the helper sends the key's signed request:
+// Google's, else within tokenURLs (a namespaced store: the endpoints the
+// admin allows); a cluster store (the admin's own) passes nil for any.
+func gcsConfig(ctx context.Context, reader client.Reader, g *v1alpha1.GCSStore, secretNS string, cluster bool, tokenURLs []string) (*backup.GCS, string, string) {
 	key := ""
 	if ref := g.CredentialsSecretRef; ref != nil {
 		sec := &corev1.Secret{}
@@ -314,13 +319,26 @@ func gcsConfig(ctx context.Context, reader client.Reader, g *v1alpha1.GCSStore, 
 			return nil, "CredentialsIncomplete", fmt.Sprintf("spec.gcs.credentialsSecretRef: Secret %s/%s needs key serviceAccountKey (a service account's JSON key)", secretNS, ref.Name)
 		}
 	}
-	return &backup.GCS{Endpoint: g.Endpoint, Bucket: g.Bucket, Prefix: g.Prefix, ServiceAccountKey: key}, "", ""
+	cfg := &backup.GCS{Endpoint: g.Endpoint, Bucket: g.Bucket, Prefix: g.Prefix, ServiceAccountKey: key, AllowedTokenURLs: tokenURLs}
+	if key != "" {
+		k, err := backup.ParseGCSKey(key)
+		if err != nil {
+			return nil, "InvalidCredentials", fmt.Sprintf("spec.gcs.credentialsSecretRef: Secret %s/%s key serviceAccountKey: %s", secretNS, g.CredentialsSecretRef.Name, err)
+		}
+		if cluster {
+			cfg.AllowedTokenURLs = []string{k.TokenURL()}
+		}
+		if err := cfg.Validate(); err != nil {
+			return nil, "InvalidCredentials", fmt.Sprintf("spec.gcs.credentialsSecretRef: Secret %s/%s key serviceAccountKey: %s (--backup-store-endpoints: %s)", secretNS, g.CredentialsSecretRef.Name, err, strings.Join(orNone(tokenURLs), ", "))
+		}
+	}
+	return cfg, "", ""
 }
 
 // storeRequest is the helper's request for a remote store (S3, GCS or
 // Azure) of spec with the Secrets of secretNS; why not when they cannot be
 // read, or when spec is a volume.
-func storeRequest(ctx context.Context, reader client.Reader, spec v1alpha1.BackupStoreSpec, secretNS string) (backup.StoreRequest, string) {
+func storeRequest(ctx context.Context, reader client.Reader, spec v1alpha1.BackupStoreSpec, secretNS string, cluster bool, endpoints []string) (backup.StoreRequest, string) {
 	switch {
 	case spec.S3 != nil:
 		cfg, _, msg := s3Config(ctx, reader, spec.S3, secretNS, secretNS)
@@ -329,19 +347,10 @@ func storeRequest(ctx context.Context, reader client.Reader, spec v1alpha1.Backu
 		cfg, _, msg := azureConfig(ctx, reader, spec.Azure, secretNS)
 		return backup.StoreRequest{Azure: cfg}, msg
 	case spec.GCS != nil:
-		cfg, _, msg := gcsConfig(ctx, reader, spec.GCS, secretNS)
+		cfg, _, msg := gcsConfig(ctx, reader, spec.GCS, secretNS, cluster, endpoints)
 		return backup.StoreRequest{GCS: cfg}, msg
 	}
 	return backup.StoreRequest{}, "a volume store cannot be read by the operator"
-}
-
-func allowed(endpoint string, prefixes []string) bool {
-	for _, p := range prefixes {
-		if p != "" && strings.HasPrefix(endpoint, p) {
-			return true
-		}
-	}
-	return false
 }
 
 func orNone(s []string) []string {

@@ -2,12 +2,20 @@ package backup_test
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -124,7 +132,7 @@ func TestStoresChecked(t *testing.T) {
 		var out []controller
 		for _, clusterWide := range []bool{false, true} {
 			out = append(out, &backup.StoreReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"), Stores: storeHelper(t),
-				Cluster: clusterWide, Endpoints: []string{"http://127.0.0.1:"}, SkipNameValidation: true})
+				Cluster: clusterWide, Endpoints: []string{"http://127.0.0.1:*"}, SkipNameValidation: true})
 		}
 		return out
 	})
@@ -196,7 +204,7 @@ func TestStoresChecked(t *testing.T) {
 		{"gcs-no-key", "CredentialsIncomplete", "spec.gcs.credentialsSecretRef: Secret " + ns + "/gcs-no-key needs key serviceAccountKey", metav1.ConditionFalse},
 		{"wrong-secret", "ProbeFailed", "write", metav1.ConditionFalse},
 		{"no-secret", "CredentialsNotFound", "spec.s3.credentialsSecretRef: Secret " + ns + "/absent does not exist", metav1.ConditionFalse},
-		{"not-allowed", "EndpointNotAllowed", "--backup-store-endpoints: http://127.0.0.1:", metav1.ConditionFalse},
+		{"not-allowed", "EndpointNotAllowed", "--backup-store-endpoints: http://127.0.0.1:*", metav1.ConditionFalse},
 		{"no-claim", "ClaimNotFound", "spec.volume.claimName", metav1.ConditionFalse},
 	} {
 		s := &v1alpha1.BackupStore{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: tc.name}}
@@ -242,4 +250,103 @@ func TestStoresChecked(t *testing.T) {
 	if err := c.Create(ctx, noNS); err == nil || !strings.Contains(err.Error(), "names the namespace of its Secrets") {
 		t.Errorf("a cluster store without the Secret's namespace: %v", err)
 	}
+}
+
+// TestHostileGCSKeyReachesNothing: a tenant's GCS key that would make the
+// store helper read local files (the manager's ServiceAccount token) or
+// call URLs of the tenant's choosing is refused by its shape, naming the
+// field; nothing reaches the tenant's listener. A service account key
+// whose token_uri is not Google's nor an allowed endpoint is refused the
+// same way.
+func TestHostileGCSKeyReachesNothing(t *testing.T) {
+	cluster.Skip(t)
+	var hits atomic.Int64
+	listener := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"access_token":"x","token_type":"Bearer","expires_in":3600,"id_token":"y"}`))
+	}))
+	t.Cleanup(listener.Close)
+	gcs := backuptest.StartGCS(t)
+	ns := cluster.Namespace(t)
+	ctx, c := startControllers(t, func(mgr ctrl.Manager) []controller {
+		return []controller{&backup.StoreReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"), Stores: storeHelper(t),
+			Endpoints: []string{gcs.Endpoint}, SkipNameValidation: true}}
+	})
+	tokenFile := "/var/run/secrets/kubernetes.io/serviceaccount/token"
+	if f, err := os.CreateTemp("", "sa-token"); err == nil {
+		_, _ = f.WriteString("manager-token-never-sent")
+		_ = f.Close()
+		tokenFile = f.Name()
+		t.Cleanup(func() { os.Remove(f.Name()) })
+	}
+	keys := map[string]string{
+		"file": fmt.Sprintf(`{"type":"external_account","audience":"//iam.googleapis.com/projects/1/locations/global/workloadIdentityPools/p/providers/k",`+
+			`"subject_token_type":"urn:ietf:params:oauth:token-type:jwt","token_url":%q,"credential_source":{"file":%q}}`, listener.URL+"/token", tokenFile),
+		"url": fmt.Sprintf(`{"type":"external_account","audience":"//iam.googleapis.com/x","subject_token_type":"urn:ietf:params:oauth:token-type:jwt",`+
+			`"token_url":%q,"credential_source":{"url":%q,"headers":{"Metadata-Flavor":"Google"}}}`, listener.URL+"/token", listener.URL+"/subject"),
+		"impersonated": fmt.Sprintf(`{"type":"impersonated_service_account","service_account_impersonation_url":%q,`+
+			`"source_credentials":{"type":"external_account","audience":"x","subject_token_type":"jwt","token_url":%q,"credential_source":{"url":%q}}}`,
+			listener.URL+"/impersonate", listener.URL+"/token", listener.URL+"/subject"),
+		"token-uri": serviceAccountKey(t, listener.URL+"/token"),
+	}
+	for name, key := range keys {
+		if err := c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Data: map[string][]byte{"serviceAccountKey": []byte(key)}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Create(ctx, &v1alpha1.BackupStore{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: v1alpha1.BackupStoreSpec{GCS: &v1alpha1.GCSStore{
+			Endpoint: gcs.Endpoint, Bucket: gcs.Bucket, CredentialsSecretRef: &v1alpha1.SecretRef{Name: name}}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := map[string]string{
+		"file": `field type is "external_account"`, "url": `field type is "external_account"`,
+		"impersonated": `field type is "impersonated_service_account"`, "token-uri": "token_uri",
+	}
+	for name := range keys {
+		s := &v1alpha1.BackupStore{}
+		var last *metav1.Condition
+		deadline := time.Now().Add(2 * time.Minute)
+		for time.Now().Before(deadline) {
+			if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, s); err == nil {
+				if last = apimeta.FindStatusCondition(s.Status.Conditions, v1alpha1.ConditionReady); last != nil {
+					break
+				}
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		if last == nil || last.Status != metav1.ConditionFalse || last.Reason != "InvalidCredentials" || !strings.Contains(last.Message, want[name]) ||
+			!strings.Contains(last.Message, "spec.gcs.credentialsSecretRef") {
+			t.Errorf("%s: Ready %+v, want False InvalidCredentials saying %q", name, last, want[name])
+		}
+		if last != nil && (strings.Contains(last.Message, "manager-token-never-sent") || strings.Contains(last.Message, "PRIVATE KEY")) {
+			t.Errorf("%s: the message shows a secret", name)
+		}
+	}
+	if n := hits.Load(); n != 0 {
+		t.Fatalf("the tenant's listener was reached %d times", n)
+	}
+}
+
+// serviceAccountKey is a service account's key of the shape Google
+// issues, with a fresh RSA key and tokenURI as its token endpoint.
+func serviceAccountKey(t *testing.T, tokenURI string) string {
+	t.Helper()
+	pk, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(pk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(map[string]string{
+		"type": "service_account", "project_id": "p", "private_key_id": "abc",
+		"private_key":  string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})),
+		"client_email": "backups@p.iam.gserviceaccount.com", "token_uri": tokenURI,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

@@ -229,7 +229,7 @@ func TestAzureWrongKey(t *testing.T) {
 func TestGCSKeyChecked(t *testing.T) {
 	ctx := context.Background()
 	_, err := blobstore.OpenGCS(ctx, backup.GCS{Bucket: "b", ServiceAccountKey: "private-key-never-shown"})
-	if err == nil || strings.Contains(err.Error(), "private-key-never-shown") || !strings.Contains(err.Error(), "not JSON") {
+	if err == nil || strings.Contains(err.Error(), "private-key-never-shown") || !strings.Contains(err.Error(), "not a JSON object") {
 		t.Errorf("a key that is not JSON: %v", err)
 	}
 	if _, err := blobstore.OpenGCS(ctx, backup.GCS{Bucket: "b"}); err == nil || !strings.Contains(err.Error(), "service account key is required") {

@@ -9,7 +9,6 @@
 package backup
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -43,8 +42,15 @@ func (s S3) Validate() error {
 		return errors.New("s3.bucket: required")
 	case s.AccessKeyID == "" || s.SecretAccessKey == "":
 		return errors.New("s3 credentials: an access key ID and a secret access key are required")
-	case s.Endpoint != "" && !strings.HasPrefix(s.Endpoint, "https://") && !strings.HasPrefix(s.Endpoint, "http://"):
-		return fmt.Errorf("s3.endpoint: %q is not an http(s) URL", s.Endpoint)
+	case strings.ContainsAny(s.Bucket, "/?#@") || len(s.Bucket) > 255:
+		return errors.New("s3.bucket: a bucket's name, without /, ?, # or @ (at most 255 characters)")
+	case len(s.Region) > 64 || strings.ContainsAny(s.Region, "/?#@:"):
+		return errors.New("s3.region: a region's name, such as us-east-1")
+	}
+	if s.Endpoint != "" {
+		if _, err := ParseEndpoint(s.Endpoint); err != nil {
+			return fmt.Errorf("s3.endpoint: %w", err)
+		}
 	}
 	return nil
 }
@@ -79,10 +85,31 @@ func (a Azure) Validate() error {
 		return errors.New("azure.container: required")
 	case a.AccountKey == "":
 		return errors.New("azure credentials: an account key is required")
-	case a.Endpoint != "" && !strings.HasPrefix(a.Endpoint, "https://") && !strings.HasPrefix(a.Endpoint, "http://"):
-		return fmt.Errorf("azure.endpoint: %q is not an http(s) URL", a.Endpoint)
+	case !azureName(a.AccountName, 3, 63):
+		return errors.New("azure.accountName: lower-case letters and digits only, 3 to 63 characters")
+	case strings.ContainsAny(a.Container, "/?#@") || len(a.Container) > 63:
+		return errors.New("azure.container: a container's name, without /, ?, # or @ (at most 63 characters)")
+	}
+	if a.Endpoint != "" {
+		if _, err := ParseEndpoint(a.Endpoint); err != nil {
+			return fmt.Errorf("azure.endpoint: %w", err)
+		}
 	}
 	return nil
+}
+
+// azureName: lower-case letters and digits, min to max long (a storage
+// account's name, which goes into the default endpoint's host).
+func azureName(s string, min, max int) bool {
+	if len(s) < min || len(s) > max {
+		return false
+	}
+	for _, c := range s {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') {
+			return false
+		}
+	}
+	return true
 }
 
 // GCS is a bucket of Google Cloud Storage (or of an emulator).
@@ -96,6 +123,9 @@ type GCS struct {
 	// in an error or a log line of this package. Empty only with an
 	// endpoint (an emulator, no authentication).
 	ServiceAccountKey string
+	// AllowedTokenURLs are the endpoints besides Google's token endpoint
+	// the key's token_uri may name (an emulator's, allowed by the admin).
+	AllowedTokenURLs []string `json:"allowedTokenURLs,omitempty"`
 }
 
 // Validate names the first missing or wrong field.
@@ -103,12 +133,27 @@ func (g GCS) Validate() error {
 	switch {
 	case g.Bucket == "":
 		return errors.New("gcs.bucket: required")
-	case g.Endpoint != "" && !strings.HasPrefix(g.Endpoint, "https://") && !strings.HasPrefix(g.Endpoint, "http://"):
-		return fmt.Errorf("gcs.endpoint: %q is not an http(s) URL", g.Endpoint)
+	case strings.ContainsAny(g.Bucket, "/?#@") || len(g.Bucket) > 222:
+		return errors.New("gcs.bucket: a bucket's name, without /, ?, # or @ (at most 222 characters)")
 	case g.ServiceAccountKey == "" && g.Endpoint == "":
 		return errors.New("gcs credentials: a service account key is required")
-	case g.ServiceAccountKey != "" && !json.Valid([]byte(g.ServiceAccountKey)):
-		return errors.New("gcs credentials: the service account key is not JSON")
+	}
+	if g.Endpoint != "" {
+		if _, err := ParseEndpoint(g.Endpoint); err != nil {
+			return fmt.Errorf("gcs.endpoint: %w", err)
+		}
+	}
+	if g.ServiceAccountKey == "" {
+		return nil
+	}
+	key, err := ParseGCSKey(g.ServiceAccountKey)
+	if err != nil {
+		return err
+	}
+	// The key's token endpoint receives requests from wherever the store
+	// is opened: Google's, or one the admin allowed.
+	if key.TokenURL() != GoogleTokenURL && !EndpointAllowed(key.TokenURL(), g.AllowedTokenURLs) {
+		return fmt.Errorf("gcs credentials: the key's field token_uri %q is not Google's (%s) nor an endpoint the operator allows: use the key as Google issued it", clip(key.TokenURL()), GoogleTokenURL)
 	}
 	return nil
 }

@@ -41,7 +41,7 @@ func OpenS3(ctx context.Context, s backup.S3) (*blob.Bucket, error) {
 	if region == "" {
 		region = "us-east-1"
 	}
-	httpClient := &http.Client{}
+	httpClient := noRedirects()
 	if len(s.CABundle) > 0 {
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(s.CABundle) {
@@ -101,6 +101,12 @@ func OpenAzure(ctx context.Context, a backup.Azure) (*blob.Bucket, error) {
 	return b, nil
 }
 
+// noRedirects is an HTTP client that does not follow redirects: a store
+// or token endpoint that answers with one is not sent elsewhere.
+func noRedirects() *http.Client {
+	return &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+}
+
 // OpenGCS opens the bucket; nothing is read or written yet.
 func OpenGCS(ctx context.Context, g backup.GCS) (*blob.Bucket, error) {
 	if err := g.Validate(); err != nil {
@@ -111,8 +117,12 @@ func OpenGCS(ctx context.Context, g backup.GCS) (*blob.Bucket, error) {
 		opts = append(opts, option.WithEndpoint(strings.TrimSuffix(g.Endpoint, "/")+"/storage/v1/"))
 	}
 	if g.ServiceAccountKey != "" {
-		creds, err := gcpcredentials.DetectDefault(&gcpcredentials.DetectOptions{
-			CredentialsJSON: []byte(g.ServiceAccountKey), Scopes: []string{storage.ScopeReadWrite}})
+		// Only a service account's key (checked by Validate): never
+		// DetectDefault, which takes every credential type Google's
+		// libraries know, including ones that read local files and call
+		// URLs of the key's author.
+		creds, err := gcpcredentials.NewCredentialsFromJSON(gcpcredentials.ServiceAccount, []byte(g.ServiceAccountKey),
+			&gcpcredentials.DetectOptions{Scopes: []string{storage.ScopeReadWrite}, Client: noRedirects()})
 		if err != nil {
 			return nil, errors.New("gcs credentials: the service account key cannot be read")
 		}

@@ -42,7 +42,7 @@ func addBackupStores(o Options, mgr manager.Manager, identity *backup.Identity) 
 	b := &backup.BackupReconciler{
 		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("chartpilot-backup"),
 		Image: o.BackupImage, SkipNameValidation: o.SeveralInProcess, Kinds: backup.KindsOf(o.Watches), Identity: identity,
-		Stores: stores,
+		Stores: stores, Endpoints: o.BackupStoreEndpoints,
 	}
 	if err := b.SetupWithManager(mgr); err != nil {
 		return err

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"path"
 	"slices"
 	"sort"
@@ -614,7 +615,17 @@ func (r *BackupReconciler) follow(ctx context.Context, b *v1alpha1.Backup) (ctrl
 		r.fail(b, jobFailure(ctx, r.Reader, job)+" (kubectl logs job/"+job.Name+")")
 		return ctrl.Result{}, nil
 	case jobCondition(job, batchv1.JobComplete):
-		m, why := r.manifest(ctx, b, job)
+		m, why, checked := r.manifest(ctx, b, job)
+		if !checked {
+			// The store was not looked at (no helper slot free, or the
+			// helper gave no answer): the backup is neither good nor bad
+			// yet. Looked at again, never failed for it.
+			msg := fmt.Sprintf("Job %s succeeded; its backup is checked in the store next: %s", job.Name, why)
+			if b.Status.Message != msg {
+				b.Status.Message = msg
+			}
+			return ctrl.Result{RequeueAfter: r.uncheckedAfter(b)}, nil
+		}
 		if m == nil {
 			r.fail(b, why)
 			return ctrl.Result{}, nil
@@ -669,38 +680,53 @@ func jobCondition(job *batchv1.Job, t batchv1.JobConditionType) bool {
 }
 
 // manifest is what b's succeeded Job stored, read from the store itself
-// for S3 (the Job's own word is not enough), from the pod's termination
-// message for a volume (which the operator cannot mount).
-func (r *BackupReconciler) manifest(ctx context.Context, b *v1alpha1.Backup, job *batchv1.Job) (*backup.Manifest, string) {
+// for S3, GCS and Azure (the Job's own word is not enough), from the pod's
+// termination message for a volume (which the operator cannot mount).
+// checked is false when the store could not be looked at (no helper slot
+// free, or the helper gave no answer): why says so, and nothing is known.
+func (r *BackupReconciler) manifest(ctx context.Context, b *v1alpha1.Backup, job *batchv1.Job) (m *backup.Manifest, why string, checked bool) {
 	st, why, _ := r.store(ctx, b)
 	if st == nil {
-		return nil, fmt.Sprintf("Job %s succeeded, but its backup cannot be checked: %s", job.Name, why)
+		return nil, fmt.Sprintf("Job %s succeeded, but its backup cannot be checked: %s", job.Name, why), true
 	}
 	if st.spec.Volume == nil {
-		ctx, cancel := context.WithTimeout(ctx, probeTimeout)
-		defer cancel()
 		req, msg := storeRequest(ctx, r.Reader, st.spec, st.secretNS, st.cluster, r.Endpoints)
 		if msg != "" {
-			return nil, fmt.Sprintf("Job %s succeeded, but its backup cannot be checked: %s", job.Name, msg)
+			return nil, fmt.Sprintf("Job %s succeeded, but its backup cannot be checked: %s", job.Name, msg), true
 		}
 		req.Op, req.Location = "manifest", b.Status.Location
-		reply, err := r.Stores.Do(ctx, req)
+		reply, err := r.Stores.Do(ctx, helperNamespace(st.cluster, b.Namespace), req)
 		switch {
+		case errors.Is(err, backup.ErrBusy):
+			return nil, "the store helper is busy with other checks of this namespace", false
 		case err != nil:
-			return nil, fmt.Sprintf("Job %s succeeded, but its backup cannot be checked: %s", job.Name, err)
+			return nil, err.Error(), false
 		case reply.Invalid != "":
-			return nil, fmt.Sprintf("Job %s succeeded, but its backup cannot be checked: %s", job.Name, reply.Invalid)
+			return nil, fmt.Sprintf("Job %s succeeded, but its backup cannot be checked: %s", job.Name, reply.Invalid), true
 		case reply.Failed != "" || reply.Manifest == nil:
-			return nil, fmt.Sprintf("Job %s succeeded, but the store has no complete backup at %s: %s", job.Name, b.Status.Location, reply.Failed)
+			return nil, fmt.Sprintf("Job %s succeeded, but the store has no complete backup at %s: %s", job.Name, b.Status.Location, reply.Failed), true
 		}
-		return reply.Manifest, ""
+		return reply.Manifest, "", true
 	}
 	msg := podMessage(ctx, r.Reader, job)
-	m := &backup.Manifest{}
-	if err := json.Unmarshal([]byte(msg), m); err != nil || m.Format != backup.Format || m.SHA256 == "" {
-		return nil, fmt.Sprintf("Job %s succeeded, but its pod reported no backup manifest", job.Name)
+	m = &backup.Manifest{}
+	if err := json.Unmarshal([]byte(msg), m); err != nil || m.Validate() != nil {
+		return nil, fmt.Sprintf("Job %s succeeded, but its pod reported no backup manifest", job.Name), true
 	}
-	return m, ""
+	return m, "", true
+}
+
+// uncheckedAfter is when a Backup whose store could not be looked at is
+// looked at again: 3 s at first, doubling with the time since its Job
+// ended, at most 5 minutes.
+func (r *BackupReconciler) uncheckedAfter(b *v1alpha1.Backup) time.Duration {
+	wait := 3 * time.Second
+	if b.Status.StartedAt != nil {
+		if since := r.Now().Sub(b.Status.StartedAt.Time) / 4; since > wait {
+			wait = since
+		}
+	}
+	return min(wait, 5*time.Minute) + time.Duration(rand.Int64N(int64(time.Second)))
 }
 
 // podMessage is the termination message of job's newest pod's container,

@@ -5,7 +5,9 @@ package backup
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"time"
 
@@ -16,8 +18,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/backup"
@@ -31,8 +35,27 @@ const Recheck = 10 * time.Minute
 // not bound yet is checked again.
 const ClaimRecheck = 15 * time.Second
 
-// probeTimeout bounds one check of a store.
+// probeTimeout bounds one check of a store's claim.
 const probeTimeout = 30 * time.Second
+
+// reasonBusy: the store helper had no slot for the store's namespace;
+// nothing was checked, and the store is looked at again shortly.
+const reasonBusy = "Busy"
+
+// busyRecheck is when a check that found the helper busy runs again: 2 to
+// 4 s, spread so that waiting checks do not all come back at once.
+func busyRecheck() time.Duration {
+	return 2*time.Second + time.Duration(rand.Int64N(int64(2*time.Second)))
+}
+
+// helperNamespace is the namespace whose helper slots a request takes: a
+// namespaced store's own, or "" for the admin's cluster-wide stores.
+func helperNamespace(cluster bool, namespace string) string {
+	if cluster {
+		return ""
+	}
+	return namespace
+}
 
 // withDefaults fills a controller's clock and Job deadline when unset
 // (deadline may be nil: no Jobs of its own to bound).
@@ -84,7 +107,10 @@ func (r *StoreReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Cluster {
 		obj, name = &v1alpha1.ClusterBackupStore{}, "clusterbackupstore"
 	}
-	return ctrl.NewControllerManagedBy(mgr).Named(name).For(obj).WithOptions(options(r.SkipNameValidation)).Complete(r)
+	// Its own status writes (lastChecked) do not check it again: a new
+	// spec does, and Recheck.
+	return ctrl.NewControllerManagedBy(mgr).Named(name).For(obj, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		WithOptions(options(r.SkipNameValidation)).Complete(r)
 }
 
 // Reconcile checks one store and writes its Ready condition.
@@ -112,6 +138,10 @@ func (r *StoreReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	}
 	before := status.DeepCopy()
 	reason, msg := r.check(ctx, obj, spec, secretNS)
+	if reason == reasonBusy {
+		// Nothing was checked: the status stays as it is.
+		return ctrl.Result{RequeueAfter: busyRecheck()}, nil
+	}
 	cond := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: reason, Message: msg, ObservedGeneration: obj.GetGeneration()}
 	if reason != "Checked" {
 		cond.Status = metav1.ConditionFalse
@@ -158,9 +188,9 @@ func withStatus(obj client.Object, st *v1alpha1.BackupStoreStatus) client.Object
 // check returns "Checked" and what was done, or the reason the store
 // cannot be used and how to fix it. Messages never hold credentials.
 func (r *StoreReconciler) check(ctx context.Context, obj client.Object, spec v1alpha1.BackupStoreSpec, secretNS string) (string, string) {
-	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
-	defer cancel()
 	if spec.Volume != nil {
+		ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+		defer cancel()
 		ns := obj.GetNamespace()
 		if r.Cluster {
 			return "Checked", "a volume store is checked by each backup Job, which mounts claim " + spec.Volume.ClaimName + " in its own namespace"
@@ -189,7 +219,7 @@ func (r *StoreReconciler) check(ctx context.Context, obj client.Object, spec v1a
 		if cfg == nil {
 			return reason, msg
 		}
-		if reason, msg := r.probe(ctx, backup.StoreRequest{GCS: cfg}); reason != "" {
+		if reason, msg := r.probe(ctx, obj.GetNamespace(), backup.StoreRequest{GCS: cfg}); reason != "" {
 			return reason, msg
 		}
 		return "Checked", fmt.Sprintf("a probe object was written to bucket %s, read back and deleted", g.Bucket)
@@ -206,7 +236,7 @@ func (r *StoreReconciler) check(ctx context.Context, obj client.Object, spec v1a
 		if cfg == nil {
 			return reason, msg
 		}
-		if reason, msg := r.probe(ctx, backup.StoreRequest{Azure: cfg}); reason != "" {
+		if reason, msg := r.probe(ctx, obj.GetNamespace(), backup.StoreRequest{Azure: cfg}); reason != "" {
 			return reason, msg
 		}
 		return "Checked", fmt.Sprintf("a probe object was written to container %s, read back and deleted", az.Container)
@@ -229,7 +259,7 @@ func (r *StoreReconciler) check(ctx context.Context, obj client.Object, spec v1a
 	if cfg == nil {
 		return reason, msg
 	}
-	if reason, msg := r.probe(ctx, backup.StoreRequest{S3: cfg}); reason != "" {
+	if reason, msg := r.probe(ctx, obj.GetNamespace(), backup.StoreRequest{S3: cfg}); reason != "" {
 		return reason, msg
 	}
 	return "Checked", fmt.Sprintf("a probe object was written to bucket %s, read back and deleted", s3.Bucket)
@@ -237,10 +267,12 @@ func (r *StoreReconciler) check(ctx context.Context, obj client.Object, spec v1a
 
 // probe has the store helper write, read back and delete a probe object;
 // the reason and message when that fails.
-func (r *StoreReconciler) probe(ctx context.Context, req backup.StoreRequest) (string, string) {
+func (r *StoreReconciler) probe(ctx context.Context, namespace string, req backup.StoreRequest) (string, string) {
 	req.Op = "probe"
-	reply, err := r.Stores.Do(ctx, req)
+	reply, err := r.Stores.Do(ctx, helperNamespace(r.Cluster, namespace), req)
 	switch {
+	case errors.Is(err, backup.ErrBusy):
+		return reasonBusy, ""
 	case err != nil:
 		return "HelperFailed", "the store could not be checked: " + err.Error()
 	case reply.Invalid != "":

@@ -183,19 +183,66 @@ func encode(dst io.Writer, src io.Reader, plain *counter, compression string, re
 }
 
 // ReadManifest reads the manifest of the backup at location.
+//
+// Anyone who can write to the store can write the manifest: it is read
+// within MaxManifestSize and every field is checked (Validate) before it is
+// used or shown.
 func ReadManifest(ctx context.Context, b *blob.Bucket, location string) (*Manifest, error) {
-	body, err := b.ReadAll(ctx, manifestKey(location))
+	r, err := b.NewReader(ctx, manifestKey(location), nil)
 	if err != nil {
 		if isNotFound(err) {
 			return nil, fmt.Errorf("no backup at %s (no manifest.json): %w", location, err)
 		}
 		return nil, err
 	}
+	defer r.Close()
+	body, err := io.ReadAll(io.LimitReader(r, MaxManifestSize+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(body) > MaxManifestSize {
+		return nil, fmt.Errorf("the manifest of %s is larger than %d bytes: it is not one chartpilot wrote", location, MaxManifestSize)
+	}
 	m := &Manifest{}
 	if err := json.Unmarshal(body, m); err != nil || m.Format != Format {
 		return nil, fmt.Errorf("the manifest of %s is not a %s manifest", location, Format)
 	}
+	if err := m.Validate(); err != nil {
+		return nil, fmt.Errorf("the manifest of %s: %w", location, err)
+	}
 	return m, nil
+}
+
+// MaxManifestSize bounds a manifest read from a store (one chartpilot
+// writes is well under 2 KiB).
+const MaxManifestSize = 64 << 10
+
+// Validate checks each field of a manifest read from a store or a pod's
+// message, so that what a hostile writer put there cannot reach a status,
+// a log line or a restore unchecked.
+func (m *Manifest) Validate() error {
+	switch {
+	case m.Format != Format:
+		return fmt.Errorf("format: not %s", Format)
+	case len(m.SHA256) != 64 || strings.Trim(m.SHA256, "0123456789abcdef") != "":
+		return errors.New("sha256: not 64 lower-case hexadecimal digits")
+	case m.Size < 0 || m.PlainSize < 0:
+		return errors.New("size: negative")
+	case m.Compression != CompressionZstd && m.Compression != CompressionNone:
+		return fmt.Errorf("compression: not %s or %s", CompressionZstd, CompressionNone)
+	case m.Encryption != "" && m.Encryption != "age":
+		return errors.New("encryption: not age or empty")
+	case len(m.Recipient) > 128 || (m.Recipient != "" && !strings.HasPrefix(m.Recipient, "age1")):
+		return errors.New("recipient: not an age recipient (age1…)")
+	case len(m.Labels) > 32:
+		return errors.New("labels: more than 32")
+	}
+	for k, v := range m.Labels {
+		if len(k) > 63 || len(v) > 256 {
+			return errors.New("labels: a label longer than 63 (name) or 256 (value) bytes")
+		}
+	}
+	return nil
 }
 
 // Open returns the backed-up stream of the backup at location, after it

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -130,4 +131,57 @@ func TestRefusals(t *testing.T) {
 	if _, _, err := Open(ctx, b, "nothing-here", "", t.TempDir()); err == nil || !strings.Contains(err.Error(), "no backup at nothing-here") {
 		t.Errorf("no backup: %v", err)
 	}
+}
+
+// TestManifestBounded: a manifest.json that anyone with write access to
+// the store made 100 MiB large is refused after MaxManifestSize bytes,
+// without reading the rest; one whose fields are not a manifest's (a
+// 4000-digit sha256, an unknown compression) is refused naming the field.
+func TestManifestBounded(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "db", "1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	big, err := os.Create(filepath.Join(dir, "db", "1", "manifest.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(big, io.LimitReader(zeros{}, 100<<20)); err != nil {
+		t.Fatal(err)
+	}
+	big.Close()
+	b, err := OpenDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	if _, err := ReadManifest(context.Background(), b, "db/1"); err == nil || !strings.Contains(err.Error(), "larger than") {
+		t.Errorf("a 100 MiB manifest: %v", err)
+	}
+	runtime.ReadMemStats(&after)
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 50<<20 {
+		t.Errorf("reading a 100 MiB manifest allocated %d MiB", grew>>20)
+	}
+	for field, body := range map[string]string{
+		"sha256":      `{"format":"` + Format + `","sha256":"` + strings.Repeat("f", 4000) + `","compression":"zstd"}`,
+		"compression": `{"format":"` + Format + `","sha256":"` + strings.Repeat("a", 64) + `","compression":"$(rm -rf /)"}`,
+		"recipient":   `{"format":"` + Format + `","sha256":"` + strings.Repeat("a", 64) + `","compression":"zstd","encryption":"age","recipient":"\u001b[2J"}`,
+	} {
+		if err := os.WriteFile(filepath.Join(dir, "db", "1", "manifest.json"), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ReadManifest(context.Background(), b, "db/1"); err == nil || !strings.Contains(err.Error(), field) {
+			t.Errorf("a manifest with a bad %s: %v", field, err)
+		}
+	}
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
 }

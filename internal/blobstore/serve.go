@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"gocloud.dev/blob"
 
@@ -33,6 +34,11 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer) error {
 	}
 	if err := json.Unmarshal(data, &req); err != nil {
 		return errors.New("the request is not JSON")
+	}
+	if req.TimeoutMillis > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(req.TimeoutMillis)*time.Millisecond)
+		defer cancel()
 	}
 	reply := answer(ctx, req)
 	reply.Done = true

@@ -352,5 +352,8 @@ func storeCommand(ctx context.Context, args []string, stdin io.Reader, stdout io
 	if len(args) != 0 {
 		return errors.New("usage: chartpilot store < REQUEST (run by the manager, which writes the request)")
 	}
+	if _, err := sandboxStoreHelper(); err != nil {
+		return fmt.Errorf("limiting the store helper's file access: %w", err)
+	}
 	return blobstore.Serve(ctx, stdin, stdout)
 }

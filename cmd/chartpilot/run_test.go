@@ -21,7 +21,14 @@ import (
 
 var cluster *testcluster.Cluster
 
+// probes are what a test binary run again as a child does instead of
+// its tests, chosen by $CHARTPILOT_TEST_PROBE (see sandbox_test.go).
+var probes = map[string]func() int{}
+
 func TestMain(m *testing.M) {
+	if p := probes[os.Getenv("CHARTPILOT_TEST_PROBE")]; p != nil {
+		os.Exit(p())
+	}
 	os.Exit(testcluster.RunMain(m, testcluster.Options{Tier: testcluster.TierAPI}, &cluster))
 }
 

@@ -368,7 +368,7 @@ func TestSlowStoresOfOneNamespace(t *testing.T) {
 	t.Cleanup(hang.CloseClientConnections)
 	slowNS, otherNS := cluster.Namespace(t), cluster.Namespace(t)
 	helper := storeHelper(t)
-	helper.Timeout = 10 * time.Second
+	helper.Timeout = 20 * time.Second
 	ctx, c := startControllers(t, func(mgr ctrl.Manager) []controller {
 		return []controller{&backup.StoreReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"), Stores: helper,
 			Endpoints: []string{"http://127.0.0.1:*"}, SkipNameValidation: true}}
@@ -408,6 +408,14 @@ func TestSlowStoresOfOneNamespace(t *testing.T) {
 	}
 	if last == nil || last.Status != metav1.ConditionTrue || last.Reason != "Checked" {
 		t.Fatalf("the other namespace's store: %+v, want Ready Checked", last)
+	}
+	// Checked while every slow store still waits for its endpoint (the
+	// first of them takes the helper's whole timeout): it did not wait
+	// for a slot the slow namespace held.
+	for i := range 4 {
+		if c := readyOf(slowNS, fmt.Sprintf("slow-%d", i)); c != nil {
+			t.Errorf("slow-%d was done (%s) before the other namespace's store was checked", i, c.Reason)
+		}
 	}
 	t.Logf("the other namespace's store was checked %s after it was created", time.Since(start).Round(100*time.Millisecond))
 	for i := range 4 {

@@ -729,7 +729,8 @@ func (r *BackupReconciler) uncheckedAfter(b *v1alpha1.Backup) time.Duration {
 	return min(wait, 5*time.Minute) + time.Duration(rand.Int64N(int64(time.Second)))
 }
 
-// podMessage is the termination message of job's newest pod's container,
+// podMessage is the termination message of the container of the newest
+// pod job controls (by owner reference, not only by its label),
 // cut to one line of at most 512 bytes.
 func podMessage(ctx context.Context, reader client.Reader, job *batchv1.Job) string {
 	pods := &corev1.PodList{}
@@ -738,7 +739,14 @@ func podMessage(ctx context.Context, reader client.Reader, job *batchv1.Job) str
 	}
 	var newest *corev1.Pod
 	for i := range pods.Items {
-		if p := &pods.Items[i]; newest == nil || newest.CreationTimestamp.Before(&p.CreationTimestamp) {
+		p := &pods.Items[i]
+		// Anyone who can create pods in the namespace can give one the
+		// Job's name label: only a pod the Job itself controls speaks
+		// for it.
+		if owner := metav1.GetControllerOf(p); owner == nil || owner.UID != job.UID || owner.Kind != "Job" {
+			continue
+		}
+		if newest == nil || newest.CreationTimestamp.Before(&p.CreationTimestamp) {
 			newest = p
 		}
 	}

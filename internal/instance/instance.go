@@ -17,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -32,6 +33,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 )
@@ -148,6 +150,8 @@ func (c *Config) Check() error {
 		return errors.New("--cluster, --namespace and --member are required")
 	case c.Address == "":
 		return errors.New("--address (host:port the other members reach this server at) is required")
+	case checkAddress(c.Address) != nil:
+		return fmt.Errorf("--address: %w", checkAddress(c.Address))
 	case c.DataDir == "" || c.Bin == "":
 		return errors.New("--data-dir and --bin are required")
 	case c.RenewDeadline >= c.LeaseDuration:
@@ -726,10 +730,18 @@ func (m *Manager) members(ctx context.Context) ([]member, error) {
 	}
 	var out []member
 	for i := range list.Items {
-		if list.Items[i].Name == m.primaryLease() {
+		l := &list.Items[i]
+		if l.Name == m.primaryLease() {
 			continue
 		}
-		out = append(out, m.parseMember(&list.Items[i]))
+		o := m.parseMember(l)
+		// A Lease that carries the cluster's label is not a member unless
+		// it is named for its holder (anyone who may create Leases in the
+		// namespace can label one).
+		if o.name == "" || l.Name != m.memberLease(o.name) {
+			continue
+		}
+		out = append(out, o)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
 	return out, nil
@@ -743,8 +755,38 @@ func (m *Manager) readMember(ctx context.Context, name string) (member, error) {
 	return m.parseMember(l), nil
 }
 
+// checkAddress accepts host:port only, the host a DNS name or an IP
+// address and the port a number: nothing that could add a keyword to a
+// connection string or an argument to a command.
+func checkAddress(address string) error {
+	host, port, err := net.SplitHostPort(address)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port", clipAddress(address))
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("%q: the port is not a number from 1 to 65535", clipAddress(address))
+	}
+	if net.ParseIP(host) == nil && len(validation.IsDNS1123Subdomain(host)) > 0 {
+		return fmt.Errorf("%q: the host is neither an IP address nor a DNS name", clipAddress(address))
+	}
+	return nil
+}
+
+func clipAddress(a string) string {
+	if len(a) > 80 {
+		return a[:80] + "…"
+	}
+	return a
+}
+
 func (m *Manager) parseMember(l *coordinationv1.Lease) member {
 	o := member{name: ptr.Deref(l.Spec.HolderIdentity, ""), address: l.Annotations[AnnotationAddress], role: l.Annotations[AnnotationRole]}
+	if err := checkAddress(o.address); err != nil {
+		// Never followed, cloned or rewound from: the address goes into
+		// primary_conninfo and command lines.
+		m.cfg.Log.Info("Ignored a member's address", "lease", l.Name, "error", err.Error())
+		o.address = ""
+	}
 	lsn, err1 := parseLSN(l.Annotations[AnnotationLSN])
 	tli, err2 := strconv.ParseUint(l.Annotations[AnnotationTimeline], 10, 32)
 	o.lsn, o.timeline, o.positioned = lsn, tli, err1 == nil && err2 == nil

@@ -28,9 +28,15 @@ containers:
   - name: redis
     image: {{ printf "%s:%s" .Values.image.repository .Values.image.tag | quote }}
     imagePullPolicy: {{ .Values.image.pullPolicy | quote }}
+    # extraArgs reach redis-server as arguments of their own ("$@"), never
+    # as shell text: nothing in them is expanded or run.
     command: ["sh", "-c"]
     args:
-      - exec redis-server --port {{ int .Values.service.port }} --dir /data{{ if .Values.auth.enabled }} --requirepass "$REDIS_PASSWORD"{{ end }}{{ range .Values.extraArgs }} {{ . | quote }}{{ end }}
+      - exec redis-server --port {{ int .Values.service.port }} --dir /data{{ if .Values.auth.enabled }} --requirepass "$REDIS_PASSWORD"{{ end }} "$@"
+      - redis-server
+      {{- range .Values.extraArgs }}
+      - {{ . | toJson }}
+      {{- end }}
     {{- if .Values.auth.enabled }}
     env:
       - name: REDIS_PASSWORD

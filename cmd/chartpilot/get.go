@@ -97,10 +97,11 @@ func getCommand(ctx context.Context, args []string, stdout, stderr io.Writer, no
 		return err
 	}
 	if *output == "json" || *output == "yaml" || !colourful(stdout) {
-		return printRows(stdout, rows, *output, now)
+		return printRows(terminalSafe(stdout), rows, *output, now)
 	}
+	// The table is made safe first; only then are its colours added.
 	var table strings.Builder
-	if err := printRows(&table, rows, *output, now); err != nil {
+	if err := printRows(terminalSafe(&table), rows, *output, now); err != nil {
 		return err
 	}
 	_, err = io.WriteString(stdout, colourReady(table.String()))

@@ -87,17 +87,17 @@ func main() {
 			os.Exit(1)
 		}
 	case "describe":
-		if err := describeCommand(context.Background(), os.Args[2:], os.Stdout, os.Stderr, time.Now()); err != nil {
+		if err := describeCommand(context.Background(), os.Args[2:], terminalSafe(os.Stdout), os.Stderr, time.Now()); err != nil {
 			fmt.Fprintf(os.Stderr, "chartpilot describe: %v\n", err)
 			os.Exit(1)
 		}
 	case "rollout":
-		if err := rolloutCommand(ctrl.SetupSignalHandler(), os.Args[2:], os.Stdout, os.Stderr); err != nil {
+		if err := rolloutCommand(ctrl.SetupSignalHandler(), os.Args[2:], terminalSafe(os.Stdout), os.Stderr); err != nil {
 			fmt.Fprintf(os.Stderr, "chartpilot rollout: %v\n", err)
 			os.Exit(1)
 		}
 	case "tenants":
-		if err := tenantsCommand(context.Background(), os.Args[2:], os.Stdout, os.Stderr); err != nil {
+		if err := tenantsCommand(context.Background(), os.Args[2:], terminalSafe(os.Stdout), os.Stderr); err != nil {
 			fmt.Fprintf(os.Stderr, "chartpilot tenants: %v\n", err)
 			os.Exit(1)
 		}

@@ -82,6 +82,9 @@ func backupCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	var keep backup.Retention
 	fs.IntVar(&keep.Count, "keep-count", 0, "run: after the backup, prune the series (the location's parent) to this many backups (0: no count rule)")
 	fs.DurationVar(&keep.MaxAge, "keep-max-age", 0, "run: after the backup, prune backups of the series older than this (0: no age rule); the newest is always kept")
+	var want backup.Expect
+	fs.StringVar(&want.SHA256, "expect-sha256", "", "restore, verify: the SHA-256 the backup was recorded with (its Backup's status); a backup in the store that differs is refused before it is downloaded")
+	fs.Int64Var(&want.Size, "expect-size", 0, "restore, verify: the size in bytes the backup was recorded with; no more than this is downloaded")
 	manifestFile := fs.String("manifest-file", "", "also write the manifest to this file (a Job's /dev/termination-log, which its pod's status shows)")
 	labels := map[string]string{}
 	fs.Func("label", "run: key=value stored in the manifest (repeatable)", func(v string) error {
@@ -141,11 +144,11 @@ func backupCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 		}
 		if sub == "verify" {
 			var rep *verifyReport
-			if rep, err = backupVerify(ctx, b, *location, identity, stderr); err == nil {
+			if rep, err = backupVerify(ctx, b, *location, identity, want, stderr); err == nil {
 				report = rep
 			}
 		} else {
-			m, err = backupRestore(ctx, b, *location, identity, command, stderr)
+			m, err = backupRestore(ctx, b, *location, identity, want, command, stderr)
 		}
 	}
 	if err != nil {
@@ -236,8 +239,8 @@ func backupRun(ctx context.Context, b *blob.Bucket, location string, command []s
 
 // backupRestore feeds the verified stream to command's standard input;
 // command does not start when the backup does not open.
-func backupRestore(ctx context.Context, b *blob.Bucket, location, identity string, command []string, stderr io.Writer) (*backup.Manifest, error) {
-	r, m, err := backup.Open(ctx, b, location, identity, "")
+func backupRestore(ctx context.Context, b *blob.Bucket, location, identity string, want backup.Expect, command []string, stderr io.Writer) (*backup.Manifest, error) {
+	r, m, err := backup.Open(ctx, b, location, identity, "", want)
 	if err != nil {
 		return nil, err
 	}
@@ -283,7 +286,7 @@ type verifyReport struct {
 // backupVerify restores the backup into a throwaway database of the
 // server the libpq environment names (createdb, pg_restore, psql and
 // dropdb from PATH), counts its tables, and drops it whatever happened.
-func backupVerify(ctx context.Context, b *blob.Bucket, location, identity string, stderr io.Writer) (*verifyReport, error) {
+func backupVerify(ctx context.Context, b *blob.Bucket, location, identity string, want backup.Expect, stderr io.Writer) (*verifyReport, error) {
 	db := fmt.Sprintf("chartpilot_verify_%d", time.Now().UnixNano())
 	run := func(name string, args ...string) (string, error) {
 		cmd := exec.CommandContext(ctx, name, args...)
@@ -302,7 +305,7 @@ func backupVerify(ctx context.Context, b *blob.Bucket, location, identity string
 			fmt.Fprintf(stderr, "dropping the throwaway database %s: %v\n", db, err)
 		}
 	}()
-	m, err := backupRestore(ctx, b, location, identity, []string{"pg_restore", "--exit-on-error", "--no-owner", "--dbname", db}, stderr)
+	m, err := backupRestore(ctx, b, location, identity, want, []string{"pg_restore", "--exit-on-error", "--no-owner", "--dbname", db}, stderr)
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,7 @@ import (
 	"path"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -492,6 +493,20 @@ func pgEnv(pg *v1alpha1.Postgres) []corev1.EnvVar {
 		{Name: "PGUSER", ValueFrom: secretKey(pg.Status.Endpoints.Secret, "username")},
 		{Name: "PGPASSWORD", ValueFrom: secretKey(pg.Status.Endpoints.Secret, "password")},
 	}
+}
+
+// expectFlags tell a restoring agent what the Backup recorded, so that a
+// backup replaced in the store is refused before anything is downloaded
+// or restored (none for a restore from a bare location).
+func expectFlags(sha256 string, size int64) []string {
+	var out []string
+	if sha256 != "" {
+		out = append(out, "--expect-sha256", sha256)
+	}
+	if size > 0 {
+		out = append(out, "--expect-size", strconv.FormatInt(size, 10))
+	}
+	return out
 }
 
 // storeFlags are the agent's flags, environment and volumes for store st.

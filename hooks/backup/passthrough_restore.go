@@ -233,6 +233,7 @@ func (r *Restores) job(u *unstructured.Unstructured, pk PassthroughKind, b *v1al
 	// which do not exist before the install.
 	sargs, senv, volumes, mounts := storeFlags(store)
 	args := append([]string{"restore", "--location", b.Status.Location, "--manifest-file", "/dev/termination-log"}, sargs...)
+	args = append(args, expectFlags(b.Status.SHA256, b.Status.Size)...)
 	args = append(append(args, "--"), rs.Command...)
 	volumes = append(volumes, corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}})
 	mounts = append(mounts, corev1.VolumeMount{Name: "data", MountPath: rs.MountPath})

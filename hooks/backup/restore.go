@@ -195,7 +195,7 @@ func (r *RestoreReconciler) step(ctx context.Context, pg *v1alpha1.Postgres) (ct
 	}
 	// The source: a completed Backup, or a location in a store.
 	rs := pg.Spec.Restore
-	storeRef, location, sum := v1alpha1.StoreRef{}, "", ""
+	storeRef, location, sum, size := v1alpha1.StoreRef{}, "", "", int64(0)
 	if rs.FromBackup != "" {
 		b := &v1alpha1.Backup{}
 		if err := r.Client.Get(ctx, types.NamespacedName{Namespace: pg.Namespace, Name: rs.FromBackup}, b); err != nil {
@@ -209,7 +209,7 @@ func (r *RestoreReconciler) step(ctx context.Context, pg *v1alpha1.Postgres) (ct
 			r.set(pg, v1alpha1.BackupFailed, fmt.Sprintf("spec.restore.fromBackup: Backup %s is %q, not Completed: name a completed Backup", b.Name, b.Status.Phase))
 			return ctrl.Result{}, nil
 		}
-		storeRef, location, sum = b.Spec.Store, b.Status.Location, b.Status.SHA256
+		storeRef, location, sum, size = b.Spec.Store, b.Status.Location, b.Status.SHA256, b.Status.Size
 	} else {
 		storeRef, location = rs.FromStore.Store, rs.FromStore.Location
 	}
@@ -233,6 +233,7 @@ func (r *RestoreReconciler) step(ctx context.Context, pg *v1alpha1.Postgres) (ct
 	}
 	sargs, senv, volumes, mounts := storeFlags(store)
 	args := append([]string{"restore", "--location", location, "--manifest-file", "/dev/termination-log"}, sargs...)
+	args = append(args, expectFlags(sum, size)...)
 	args = append(args, "--", "pg_restore", "--exit-on-error", "--no-owner", "--dbname", "postgres")
 	lbl := map[string]string{LabelComponent: "restore", "app.kubernetes.io/managed-by": "chartpilot", "chartpilot.dev/restore": pg.Name}
 	job := withAgent(agentJob(pg.Namespace, RestoreJobName(pg), lbl, postgresImage("", pg), r.Deadline, args, append(env, senv...), volumes, mounts), r.Image, "backup")

@@ -339,6 +339,7 @@ func (r *ScheduleReconciler) drill(ctx context.Context, pg *v1alpha1.Postgres, n
 	}
 	sargs, senv, volumes, mounts := storeFlags(store)
 	args := append([]string{"verify", "--location", b.Status.Location, "--manifest-file", "/dev/termination-log"}, sargs...)
+	args = append(args, expectFlags(b.Status.SHA256, b.Status.Size)...)
 	lbl := map[string]string{LabelComponent: "verify", "app.kubernetes.io/managed-by": "chartpilot", LabelBackup: b.Name}
 	name := fmt.Sprintf("verify-%s-%s", truncate(pg.Name, 40), due.UTC().Format("200601021504"))
 	job := withAgent(agentJob(pg.Namespace, name, lbl, postgresImage("", pg), DefaultDeadline, args, append(env, senv...), volumes, mounts), r.Image, "backup")

@@ -251,10 +251,20 @@ func (m *Manifest) Validate() error {
 // backup reaches the caller). identity is the age X25519 secret key
 // ("AGE-SECRET-KEY-1…") of an encrypted backup. Close the reader to remove
 // the file.
-func Open(ctx context.Context, b *blob.Bucket, location, identity, tmpDir string) (io.ReadCloser, *Manifest, error) {
+//
+// want, when set, is what the operator recorded of the backup when it was
+// made (its Backup's status): anyone who can write to the store can write
+// a manifest and data that agree with each other, so a backup that is not
+// the recorded one is refused before anything is downloaded, and no more
+// than its recorded size is ever downloaded.
+func Open(ctx context.Context, b *blob.Bucket, location, identity, tmpDir string, want Expect) (io.ReadCloser, *Manifest, error) {
 	m, err := ReadManifest(ctx, b, location)
 	if err != nil {
 		return nil, nil, err
+	}
+	if (want.SHA256 != "" && m.SHA256 != want.SHA256) || (want.Size > 0 && m.Size != want.Size) {
+		return nil, m, fmt.Errorf("the backup at %s is not the one recorded (its manifest says %d bytes with SHA-256 %s, the Backup recorded %d bytes with %s): it was replaced in the store; nothing was restored",
+			location, m.Size, m.SHA256, want.Size, want.SHA256)
 	}
 	r, err := b.NewReader(ctx, dataKey(location), nil)
 	if err != nil {
@@ -267,7 +277,9 @@ func Open(ctx context.Context, b *blob.Bucket, location, identity, tmpDir string
 	}
 	cleanup := func() { f.Close(); os.Remove(f.Name()) }
 	got := &counter{h: sha256.New()}
-	_, err = io.Copy(io.MultiWriter(f, got), r)
+	// One byte more than the manifest says tells a larger object apart
+	// without storing it.
+	_, err = io.Copy(io.MultiWriter(f, got), io.LimitReader(r, m.Size+1))
 	r.Close()
 	if err != nil {
 		cleanup()
@@ -318,6 +330,14 @@ func Open(ctx context.Context, b *blob.Bucket, location, identity, tmpDir string
 		}
 		cleanup()
 	}}, m, nil
+}
+
+// Expect is what the operator recorded of a backup when it was made.
+type Expect struct {
+	// SHA256 and Size are of the bytes stored; empty and 0: not known
+	// (a restore from a location in a store, not from a Backup).
+	SHA256 string
+	Size   int64
 }
 
 type restoreReader struct {

@@ -33,7 +33,7 @@ func roundTrip(t *testing.T, o Options, identity string) []byte {
 	if m.PlainSize != int64(len(data)) || m.Size == 0 || len(m.SHA256) != 64 {
 		t.Fatalf("manifest %+v", m)
 	}
-	r, m2, err := Open(context.Background(), b, "orders/2026-11-30T0000", identity, t.TempDir())
+	r, m2, err := Open(context.Background(), b, "orders/2026-11-30T0000", identity, t.TempDir(), Expect{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +101,7 @@ func TestRefusals(t *testing.T) {
 	}
 	check := func(name, identity, want string) {
 		t.Helper()
-		r, _, err := Open(ctx, b, "a", identity, t.TempDir())
+		r, _, err := Open(ctx, b, "a", identity, t.TempDir(), Expect{})
 		if err == nil {
 			r.Close()
 			t.Errorf("%s: opened", name)
@@ -128,7 +128,7 @@ func TestRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("corrupted", id.String(), "is corrupted")
-	if _, _, err := Open(ctx, b, "nothing-here", "", t.TempDir()); err == nil || !strings.Contains(err.Error(), "no backup at nothing-here") {
+	if _, _, err := Open(ctx, b, "nothing-here", "", t.TempDir(), Expect{}); err == nil || !strings.Contains(err.Error(), "no backup at nothing-here") {
 		t.Errorf("no backup: %v", err)
 	}
 }

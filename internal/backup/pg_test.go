@@ -106,7 +106,7 @@ func dump(t *testing.T, pg *testpg.Server, b *blob.Bucket, db, location string, 
 // does not open (corrupted, wrong key).
 func restore(t *testing.T, pg *testpg.Server, b *blob.Bucket, location, identity, db string) error {
 	t.Helper()
-	r, _, err := backup.Open(context.Background(), b, location, identity, pg.TempDir(t))
+	r, _, err := backup.Open(context.Background(), b, location, identity, pg.TempDir(t), backup.Expect{})
 	if err != nil {
 		return err
 	}

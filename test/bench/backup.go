@@ -110,7 +110,7 @@ func runBackupBench(mb int) ([]backupRow, error) {
 	row("chartpilot backup: pg_dump -Fc -Z0 → zstd → age → S3 (versitygw)", time.Since(start), m.Size)
 	pg.Query(t, "postgres", "create database cp_restore")
 	start = time.Now()
-	r, _, err := backup.Open(ctx, b, "big/1", id.String(), dir)
+	r, _, err := backup.Open(ctx, b, "big/1", id.String(), dir, backup.Expect{SHA256: m.SHA256, Size: m.Size})
 	if err != nil {
 		return nil, err
 	}

@@ -568,6 +568,10 @@ func storeFlags(st *resolvedStore) (args []string, env []corev1.EnvVar, volumes 
 	return args, env, volumes, mounts
 }
 
+// tmpHeadroom is what a restoring Job's /tmp holds besides the download
+// (the restore command's own temporary files).
+const tmpHeadroom = 256 << 20
+
 // agentJob is a Job of the agent (`chartpilot backup ARGS`): one try,
 // bounded by deadline, no API token, non-root, read-only root file system,
 // no capabilities.
@@ -575,7 +579,15 @@ func agentJob(namespace, name string, lbl map[string]string, image string, deadl
 	if !slices.ContainsFunc(volumes, func(v corev1.Volume) bool { return v.Name == "tmp" }) {
 		// The root file system is read-only; the agent keeps a download
 		// it checks before restoring in its temporary directory.
-		volumes = append(volumes, corev1.Volume{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+		// A restore of a recorded backup stages no more than its size
+		// (the agent stops there too), so the node's disk is bounded.
+		tmp := &corev1.EmptyDirVolumeSource{}
+		if i := slices.Index(args, "--expect-size"); i >= 0 && i+1 < len(args) {
+			if n, err := strconv.ParseInt(args[i+1], 10, 64); err == nil && n > 0 {
+				tmp.SizeLimit = resource.NewQuantity(n+tmpHeadroom, resource.BinarySI)
+			}
+		}
+		volumes = append(volumes, corev1.Volume{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: tmp}})
 		mounts = append(mounts, corev1.VolumeMount{Name: "tmp", MountPath: "/tmp"})
 	}
 	return &batchv1.Job{

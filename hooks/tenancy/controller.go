@@ -3,6 +3,7 @@ package tenancy
 import (
 	"context"
 	"fmt"
+	corev1 "k8s.io/api/core/v1"
 	"slices"
 	"sort"
 
@@ -108,9 +109,16 @@ func (r *StatusReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		return ctrl.Result{}, err
 	}
 	st.Resources = len(resources)
-	var used int64
+	// Claims are read (from the API server) only for a tenant whose total
+	// is limited; otherwise storageUsed is the resources' specs.
+	var claims []corev1.PersistentVolumeClaim
+	if tenant.Spec.Limits.MaxTotalStorage != nil {
+		if claims, err = r.Tenancy.claimsIn(ctx, namespaces); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	used, _ := tenantStorage(resources, claims, nil)
 	for _, o := range resources {
-		used += storageOf(o.Facts)
 		if reason, msg, ok := evaluate(tenant, o); !ok && len(st.Violations) < maxViolations {
 			st.Violations = append(st.Violations, fmt.Sprintf("%s %s/%s: %s (%s)", o.Resource.GetKind(), o.Resource.GetNamespace(), o.Resource.GetName(), msg, reason))
 		}

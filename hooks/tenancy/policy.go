@@ -2,6 +2,7 @@ package tenancy
 
 import (
 	"fmt"
+	corev1 "k8s.io/api/core/v1"
 	"slices"
 	"strings"
 
@@ -128,15 +129,69 @@ func checkMaxMemory(t *v1alpha1.Tenant, obj hooks.Object) (string, string, bool)
 }
 
 // checkTotalStorage checks the tenant-wide limit given the storage of every
-// other resource of the tenant.
+// other resource of the tenant and the claims that no resource accounts
+// for (extra, see tenantStorage).
 func checkTotalStorage(t *v1alpha1.Tenant, obj hooks.Object, others int64) (string, string, bool) {
 	max := t.Spec.Limits.MaxTotalStorage
 	total := others + storageOf(obj.Facts)
 	if max == nil || total <= max.Value() {
 		return "", "", true
 	}
-	return "MaxTotalStorageExceeded", fmt.Sprintf("storage %s of this resource brings tenant %s to %s, over its limits.maxTotalStorage %s",
+	return "MaxTotalStorageExceeded", fmt.Sprintf("storage %s of this resource brings tenant %s to %s (claims kept after deletes, major upgrades and restores count too), over its limits.maxTotalStorage %s",
 		bytes(storageOf(obj.Facts)), t.Name, bytes(total), max.String()), false
+}
+
+// LabelInstance is the label by which a claim is known as a resource's
+// (the release's name on the pods of every shipped chart and most public
+// ones, which StatefulSets copy to their claims).
+const LabelInstance = "app.kubernetes.io/instance"
+
+// claimSize is what a claim holds: its capacity once bound, its request
+// before (the larger of the two).
+func claimSize(c corev1.PersistentVolumeClaim) int64 {
+	req := c.Spec.Resources.Requests[corev1.ResourceStorage]
+	capacity := c.Status.Capacity[corev1.ResourceStorage]
+	return max(req.Value(), capacity.Value())
+}
+
+// tenantStorage is the storage of a tenant's resources and claims: each
+// resource counts the larger of what its spec asks for and what the claims
+// labelled with its name hold (a kept old volume, a grown one), and a
+// claim of no resource counts whole (a resource deleted with its claims
+// kept, a restore's claim). except, when set, is left out: a resource
+// whose spec is being checked; its own claims then count with it
+// (exceptClaims), not here.
+func tenantStorage(resources []hooks.Object, claims []corev1.PersistentVolumeClaim, except *hooks.Object) (total, exceptClaims int64) {
+	type key struct{ ns, name string }
+	held := map[key]int64{}
+	for _, c := range claims {
+		held[key{c.Namespace, c.Labels[LabelInstance]}] += claimSize(c)
+	}
+	var unlabelled int64
+	for _, c := range claims {
+		if c.Labels[LabelInstance] == "" {
+			unlabelled += claimSize(c)
+		}
+	}
+	accounted := map[key]bool{}
+	if except != nil {
+		k := key{except.Resource.GetNamespace(), except.Resource.GetName()}
+		exceptClaims, accounted[k] = held[k], true
+	}
+	for _, o := range resources {
+		k := key{o.Resource.GetNamespace(), o.Resource.GetName()}
+		if accounted[k] {
+			continue
+		}
+		accounted[k] = true
+		total += max(storageOf(o.Facts), held[k])
+	}
+	for k, n := range held {
+		if k.name != "" && !accounted[k] {
+			total += n
+		}
+	}
+	return total + unlabelled, exceptClaims
 }
 
 func bytes(n int64) string { return resource.NewQuantity(n, resource.BinarySI).String() }

@@ -47,6 +47,25 @@ type ResourcesFunc func(ctx context.Context, namespaces []string) ([]hooks.Objec
 type Tenancy struct {
 	Client    client.Reader
 	Resources ResourcesFunc
+	// Claims reads the PersistentVolumeClaims of a namespace (nil: only
+	// the resources' specs count against limits.maxTotalStorage).
+	Claims func(ctx context.Context, namespace string) ([]corev1.PersistentVolumeClaim, error)
+}
+
+// claimsIn reads the claims of namespaces (none without Claims).
+func (t *Tenancy) claimsIn(ctx context.Context, namespaces []string) ([]corev1.PersistentVolumeClaim, error) {
+	if t.Claims == nil {
+		return nil, nil
+	}
+	var out []corev1.PersistentVolumeClaim
+	for _, ns := range namespaces {
+		cs, err := t.Claims(ctx, ns)
+		if err != nil {
+			return nil, fmt.Errorf("reading the claims of namespace %s: %w", ns, err)
+		}
+		out = append(out, cs...)
+	}
+	return out, nil
 }
 
 // Hook returns the tenancy hook.
@@ -138,7 +157,7 @@ func (t *Tenancy) validate(ctx context.Context, obj hooks.Object) error {
 		if err != nil {
 			return err
 		}
-		var sum int64
+		var rest []hooks.Object
 		for _, o := range others {
 			if o.Resource.GetUID() == obj.Resource.GetUID() && o.Resource.GetUID() != "" {
 				continue
@@ -146,7 +165,17 @@ func (t *Tenancy) validate(ctx context.Context, obj hooks.Object) error {
 			if o.Resource.GetNamespace() == obj.Resource.GetNamespace() && o.Resource.GetName() == obj.Resource.GetName() && o.Resource.GetKind() == obj.Resource.GetKind() {
 				continue
 			}
-			sum += storageOf(o.Facts)
+			rest = append(rest, o)
+		}
+		claims, err := t.claimsIn(ctx, namespaces)
+		if err != nil {
+			return err
+		}
+		sum, own := tenantStorage(rest, claims, &obj)
+		// The resource's own claims beyond what its spec asks for (an old
+		// volume kept after a major upgrade) count as well.
+		if extra := own - storageOf(obj.Facts); extra > 0 {
+			sum += extra
 		}
 		if reason, msg, ok := checkTotalStorage(tenant, obj, sum); !ok {
 			return hooks.Reject(reason, "%s", msg)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -305,7 +306,7 @@ func addReconcilers(o Options, mgr manager.Manager, scheme *runtime.Scheme, sour
 	shared.Helm.UseRecords(helm.Records{Key: key, MaxSize: o.MaxRecordSize})
 	shared.SkipNameValidation = o.SeveralInProcess
 	shared.DigestKey = key
-	tn := &tenancy.Tenancy{Client: mgr.GetClient(), Resources: resourcesFunc(mgr.GetClient(), o.Watches, sources, o.Kinds)}
+	tn := &tenancy.Tenancy{Client: mgr.GetClient(), Resources: resourcesFunc(mgr.GetClient(), o.Watches, sources, o.Kinds), Claims: claimsFunc(mgr.GetAPIReader())}
 	disc, err := discovery.NewDiscoveryClientForConfig(o.Config)
 	if err != nil {
 		return nil, nil, err
@@ -446,6 +447,18 @@ func webhookServer(o *WebhookOptions) webhook.Server {
 
 // resourcesFunc lists the managed resources of every watched kind in some
 // namespaces, with their policy facts (for tenant-wide limits and status).
+// claimsFunc lists a namespace's claims from the API server (read only for
+// tenants with limits.maxTotalStorage: no cache of every claim).
+func claimsFunc(r client.Reader) func(ctx context.Context, namespace string) ([]corev1.PersistentVolumeClaim, error) {
+	return func(ctx context.Context, namespace string) ([]corev1.PersistentVolumeClaim, error) {
+		list := &corev1.PersistentVolumeClaimList{}
+		if err := r.List(ctx, list, client.InNamespace(namespace)); err != nil {
+			return nil, err
+		}
+		return list.Items, nil
+	}
+}
+
 func resourcesFunc(c client.Reader, ws []watches.Watch, sources []source.Source, typed map[schema.GroupVersionKind]kinds.Kind) tenancy.ResourcesFunc {
 	return func(ctx context.Context, namespaces []string) ([]hooks.Object, error) {
 		var out []hooks.Object

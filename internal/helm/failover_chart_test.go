@@ -38,9 +38,21 @@ func TestPostgresChartFailover(t *testing.T) {
 		t.Errorf("read-write Service selects %v", sel)
 	}
 	rules, _, _ := unstructured.NestedSlice(objs["Role/db-instance"].Object, "rules")
-	names, _, _ := unstructured.NestedStringSlice(rules[2].(map[string]any), "resourceNames")
-	if strings.Join(names, ",") != "db-0,db-1,db-2" {
-		t.Errorf("the instance managers may patch pods %v, want only the cluster's", names)
+	named := map[string]string{} // resource and verbs -> names
+	for _, r := range rules {
+		res, _, _ := unstructured.NestedStringSlice(r.(map[string]any), "resources")
+		verbs, _, _ := unstructured.NestedStringSlice(r.(map[string]any), "verbs")
+		names, _, _ := unstructured.NestedStringSlice(r.(map[string]any), "resourceNames")
+		named[strings.Join(res, ",")+" "+strings.Join(verbs, ",")] = strings.Join(names, ",")
+	}
+	if got := named["pods patch"]; got != "db-0,db-1,db-2" {
+		t.Errorf("the instance managers may patch pods %q, want only the cluster's", got)
+	}
+	if got := named["leases get,update"]; got != "db-primary,db-db-0,db-db-1,db-db-2" {
+		t.Errorf("the instance managers may read and write Leases %q, want only the cluster's own", got)
+	}
+	if got, ok := named["leases list,create"]; !ok || got != "" {
+		t.Errorf("listing and creating Leases: %q (%v), want a rule without names", got, ok)
 	}
 	// Without failover, pod 0 is the primary, as before.
 	plain := renderKinds(t, "postgresql", map[string]any{"replicas": 3})

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -326,7 +327,11 @@ func (a *AutoExpander) fullest(ctx context.Context, obj *unstructured.Unstructur
 			return "", 0, fmt.Errorf("listing the pods of StatefulSet %s: %w", sts.Name, err)
 		}
 		for _, p := range pods.Items {
-			if p.Spec.NodeName == "" || !strings.HasPrefix(p.Name, sts.Name+"-") {
+			// Only the StatefulSet's own pods (owner UID, an ordinal below
+			// its replicas): anyone who may create pods in the namespace
+			// can give one its labels and a node of their choosing, and
+			// each node named is a kubelet the manager reads.
+			if p.Spec.NodeName == "" || !ownedMember(&p, &sts) {
 				continue
 			}
 			for _, t := range sts.Spec.VolumeClaimTemplates {
@@ -366,6 +371,22 @@ func (a *AutoExpander) fullest(ctx context.Context, obj *unstructured.Unstructur
 		return "", 0, fmt.Errorf("no volume statistics from the kubelets: %s", strings.Join(missing, "; "))
 	}
 	return best, bestPct, nil
+}
+
+// ownedMember reports whether p is one of sts's pods: controlled by it and
+// named for one of its ordinals.
+func ownedMember(p *corev1.Pod, sts *appsv1.StatefulSet) bool {
+	owner := metav1.GetControllerOf(p)
+	if owner == nil || owner.UID != sts.UID || owner.Kind != "StatefulSet" {
+		return false
+	}
+	ordinal, ok := strings.CutPrefix(p.Name, sts.Name+"-")
+	n, err := strconv.Atoi(ordinal)
+	replicas := int32(1)
+	if sts.Spec.Replicas != nil {
+		replicas = *sts.Spec.Replicas
+	}
+	return ok && err == nil && n >= 0 && n < int(replicas) && strconv.Itoa(n) == ordinal
 }
 
 // summary reads a node's kubelet statistics through the API server's node proxy.

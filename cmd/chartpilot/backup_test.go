@@ -38,13 +38,8 @@ func TestBackupCommand(t *testing.T) {
 	}
 	store := t.TempDir()
 	conn := []string{"-h", "127.0.0.1", "-p", strconv.Itoa(pg.Port), "-U", "postgres"}
-	run := func(args ...string) (string, string, error) {
-		var out, errb bytes.Buffer
-		err := backupCommand(context.Background(), args, &out, &errb)
-		return out.String(), errb.String(), err
-	}
 
-	out, stderr, err := run(append([]string{"run", "--store", "volume", "--volume-path", store, "--location", "shop/1", "--recipient", id.Recipient().String(), "--label", "database=shop", "--", "pg_dump", "-Fc"}, append(conn, "shop")...)...)
+	out, stderr, err := runAgent(append([]string{"run", "--store", "volume", "--volume-path", store, "--location", "shop/1", "--recipient", id.Recipient().String(), "--label", "database=shop", "--", "pg_dump", "-Fc"}, append(conn, "shop")...)...)
 	if err != nil {
 		t.Fatalf("backup run: %v\n%s", err, stderr)
 	}
@@ -53,7 +48,7 @@ func TestBackupCommand(t *testing.T) {
 		t.Fatalf("manifest printed: %s (%v)", out, err)
 	}
 	pg.Query(t, "postgres", "create database restored")
-	if _, stderr, err := run(append([]string{"restore", "--store", "volume", "--volume-path", store, "--location", "shop/1", "--identity-file", keyFile, "--", "pg_restore", "--exit-on-error", "-d", "restored"}, conn...)...); err != nil {
+	if _, stderr, err := runAgent(append([]string{"restore", "--store", "volume", "--volume-path", store, "--location", "shop/1", "--identity-file", keyFile, "--", "pg_restore", "--exit-on-error", "-d", "restored"}, conn...)...); err != nil {
 		t.Fatalf("backup restore: %v\n%s", err, stderr)
 	}
 	if got := pg.Query(t, "restored", "select count(*) || ' ' || md5(string_agg(name, ',' order by id)) from items"); got != pg.Query(t, "shop", "select count(*) || ' ' || md5(string_agg(name, ',' order by id)) from items") {
@@ -62,7 +57,7 @@ func TestBackupCommand(t *testing.T) {
 
 	// Two more backups with --keep-count 2: the first one is pruned.
 	for _, loc := range []string{"shop/3", "shop/4"} {
-		if _, stderr, err := run("run", "--store", "volume", "--volume-path", store, "--location", loc, "--keep-count", "2", "--", "printf", loc); err != nil {
+		if _, stderr, err := runAgent("run", "--store", "volume", "--volume-path", store, "--location", loc, "--keep-count", "2", "--", "printf", loc); err != nil {
 			t.Fatalf("backup run %s: %v\n%s", loc, err, stderr)
 		}
 	}
@@ -75,7 +70,7 @@ func TestBackupCommand(t *testing.T) {
 		}
 	}
 
-	_, _, err = run("run", "--store", "volume", "--volume-path", store, "--location", "shop/2", "--keep-count", "1", "--", "sh", "-c", "head -c 100000 /dev/zero; exit 3")
+	_, _, err = runAgent("run", "--store", "volume", "--volume-path", store, "--location", "shop/2", "--keep-count", "1", "--", "sh", "-c", "head -c 100000 /dev/zero; exit 3")
 	if err == nil || !strings.Contains(err.Error(), "sh failed") {
 		t.Errorf("a failing dump command: %v", err)
 	}
@@ -96,10 +91,18 @@ func TestBackupCommand(t *testing.T) {
 		{[]string{"restore", "--store", "volume", "--volume-path", store, "--location", "shop/1"}, "the command to restore into is required after --"},
 		{[]string{"prune"}, "a subcommand is required"},
 	} {
-		if _, _, err := run(tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, _, err := runAgent(tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: %v, want %q", tc.args, err, tc.want)
 		}
 	}
+}
+
+// runAgent runs `chartpilot backup ARGS` in this process: its standard
+// output, its standard error and its error.
+func runAgent(args ...string) (string, string, error) {
+	var out, errb bytes.Buffer
+	err := backupCommand(context.Background(), args, &out, &errb)
+	return out.String(), errb.String(), err
 }
 
 // TestRecipientFromEnv: CHARTPILOT_AGE_KEY may hold a recipient or an
@@ -164,12 +167,7 @@ func TestTamperedBackupRefused(t *testing.T) {
 	pg.Query(t, "crafted", "create table planted (id int)")
 	store := t.TempDir()
 	conn := []string{"-h", "127.0.0.1", "-p", strconv.Itoa(pg.Port), "-U", "postgres"}
-	run := func(args ...string) (string, string, error) {
-		var out, errb bytes.Buffer
-		err := backupCommand(context.Background(), args, &out, &errb)
-		return out.String(), errb.String(), err
-	}
-	out, stderr, err := run(append([]string{"run", "--store", "volume", "--volume-path", store, "--location", "shop/1", "--", "pg_dump", "-Fc"}, append(conn, "shop")...)...)
+	out, stderr, err := runAgent(append([]string{"run", "--store", "volume", "--volume-path", store, "--location", "shop/1", "--", "pg_dump", "-Fc"}, append(conn, "shop")...)...)
 	if err != nil {
 		t.Fatalf("backup run: %v\n%s", err, stderr)
 	}
@@ -178,7 +176,7 @@ func TestTamperedBackupRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The attacker's own backup, moved over the recorded one.
-	if _, stderr, err := run(append([]string{"run", "--store", "volume", "--volume-path", store, "--location", "evil/1", "--", "pg_dump", "-Fc"}, append(conn, "crafted")...)...); err != nil {
+	if _, stderr, err := runAgent(append([]string{"run", "--store", "volume", "--volume-path", store, "--location", "evil/1", "--", "pg_dump", "-Fc"}, append(conn, "crafted")...)...); err != nil {
 		t.Fatalf("backup run: %v\n%s", err, stderr)
 	}
 	for _, f := range []string{"data", "manifest.json"} {
@@ -188,7 +186,7 @@ func TestTamperedBackupRefused(t *testing.T) {
 	}
 	pg.Query(t, "postgres", "create database restored")
 	started := filepath.Join(t.TempDir(), "started")
-	_, _, err = run(append([]string{"restore", "--store", "volume", "--volume-path", store, "--location", "shop/1",
+	_, _, err = runAgent(append([]string{"restore", "--store", "volume", "--volume-path", store, "--location", "shop/1",
 		"--expect-sha256", recorded.SHA256, "--expect-size", strconv.FormatInt(recorded.Size, 10),
 		"--", "sh", "-c", "touch " + started + "; exec pg_restore --exit-on-error -d restored \"$@\"", "sh"}, conn...)...)
 	if err == nil || !strings.Contains(err.Error(), "not the one recorded") || !strings.Contains(err.Error(), "nothing was restored") {
@@ -203,7 +201,7 @@ func TestTamperedBackupRefused(t *testing.T) {
 	// Without what the Backup recorded (a restore from a bare location),
 	// the same files pass the store's own manifest: the reason the
 	// operator always passes it for a Backup.
-	if _, stderr, err := run(append([]string{"restore", "--store", "volume", "--volume-path", store, "--location", "shop/1", "--", "pg_restore", "--exit-on-error", "-d", "restored"}, conn...)...); err != nil {
+	if _, stderr, err := runAgent(append([]string{"restore", "--store", "volume", "--volume-path", store, "--location", "shop/1", "--", "pg_restore", "--exit-on-error", "-d", "restored"}, conn...)...); err != nil {
 		t.Fatalf("a restore without --expect-sha256: %v\n%s", err, stderr)
 	}
 }

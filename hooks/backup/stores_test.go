@@ -2,11 +2,6 @@ package backup_test
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/rsa"
-	"crypto/x509"
-	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -328,106 +323,9 @@ func TestHostileGCSKeyReachesNothing(t *testing.T) {
 	}
 }
 
-// serviceAccountKey is a service account's key of the shape Google
-// issues, with a fresh RSA key and tokenURI as its token endpoint.
+// serviceAccountKey is a service account's key with tokenURI as its
+// token endpoint.
 func serviceAccountKey(t *testing.T, tokenURI string) string {
 	t.Helper()
-	pk, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, err := x509.MarshalPKCS8PrivateKey(pk)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := json.Marshal(map[string]string{
-		"type": "service_account", "project_id": "p", "private_key_id": "abc",
-		"private_key":  string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})),
-		"client_email": "backups@p.iam.gserviceaccount.com", "token_uri": tokenURI,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
-
-// TestSlowStoresOfOneNamespace: four stores of one namespace whose
-// endpoint accepts connections and never answers leave another
-// namespace's store checked as usual (Ready, not HelperFailed), while
-// each slow one ends ProbeFailed after its own timeout, never failed for
-// having waited.
-func TestSlowStoresOfOneNamespace(t *testing.T) {
-	cluster.Skip(t)
-	s3 := backuptest.StartS3(t, t.TempDir())
-	hang := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case <-r.Context().Done():
-		case <-time.After(5 * time.Minute):
-		}
-	}))
-	t.Cleanup(hang.CloseClientConnections)
-	slowNS, otherNS := cluster.Namespace(t), cluster.Namespace(t)
-	helper := storeHelper(t)
-	helper.Timeout = 20 * time.Second
-	ctx, c := startControllers(t, func(mgr ctrl.Manager) []controller {
-		return []controller{&backup.StoreReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"), Stores: helper,
-			Endpoints: []string{"http://127.0.0.1:*"}, SkipNameValidation: true}}
-	})
-	for _, ns := range []string{slowNS, otherNS} {
-		if err := c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "s3"}, Data: map[string][]byte{
-			"accessKeyID": []byte(s3.AccessKeyID), "secretAccessKey": []byte(s3.SecretAccessKey)}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	store := func(ns, name, endpoint string) *v1alpha1.BackupStore {
-		return &v1alpha1.BackupStore{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: v1alpha1.BackupStoreSpec{S3: &v1alpha1.S3Store{
-			Endpoint: endpoint, Bucket: s3.Bucket, ForcePathStyle: true, CredentialsSecretRef: v1alpha1.SecretRef{Name: "s3"}}}}
-	}
-	for i := range 4 {
-		if err := c.Create(ctx, store(slowNS, fmt.Sprintf("slow-%d", i), hang.URL)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	time.Sleep(time.Second) // the slow ones are being checked
-	if err := c.Create(ctx, store(otherNS, "usual", s3.Endpoint)); err != nil {
-		t.Fatal(err)
-	}
-	readyOf := func(ns, name string) *metav1.Condition {
-		s := &v1alpha1.BackupStore{}
-		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, s); err != nil {
-			return nil
-		}
-		return apimeta.FindStatusCondition(s.Status.Conditions, v1alpha1.ConditionReady)
-	}
-	start := time.Now()
-	var last *metav1.Condition
-	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		if last = readyOf(otherNS, "usual"); last != nil {
-			break
-		}
-	}
-	if last == nil || last.Status != metav1.ConditionTrue || last.Reason != "Checked" {
-		t.Fatalf("the other namespace's store: %+v, want Ready Checked", last)
-	}
-	// Checked while every slow store still waits for its endpoint (the
-	// first of them takes the helper's whole timeout): it did not wait
-	// for a slot the slow namespace held.
-	for i := range 4 {
-		if c := readyOf(slowNS, fmt.Sprintf("slow-%d", i)); c != nil {
-			t.Errorf("slow-%d was done (%s) before the other namespace's store was checked", i, c.Reason)
-		}
-	}
-	t.Logf("the other namespace's store was checked %s after it was created", time.Since(start).Round(100*time.Millisecond))
-	for i := range 4 {
-		name := fmt.Sprintf("slow-%d", i)
-		var c *metav1.Condition
-		for deadline := time.Now().Add(3 * time.Minute); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
-			if c = readyOf(slowNS, name); c != nil {
-				break
-			}
-		}
-		if c == nil || c.Reason != "ProbeFailed" {
-			t.Errorf("%s: %+v, want ProbeFailed (its own timeout)", name, c)
-		}
-	}
+	return backuptest.ServiceAccountKey(t, func(k map[string]any) { k["token_uri"] = tokenURI })
 }

@@ -1,44 +1,17 @@
-package backup
+package backup_test
 
 import (
-	"crypto/rand"
-	"crypto/rsa"
-	"crypto/x509"
-	"encoding/json"
-	"encoding/pem"
 	"strings"
 	"testing"
+
+	"github.com/chartpilot/chartpilot/internal/backup"
+	"github.com/chartpilot/chartpilot/internal/backup/backuptest"
 )
 
-// serviceAccountKey is a key of the shape Google issues, with a fresh
-// RSA key; mutate changes its fields before it is encoded.
+// serviceAccountKey is backuptest.ServiceAccountKey.
 func serviceAccountKey(t *testing.T, mutate func(map[string]any)) string {
 	t.Helper()
-	pk, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, err := x509.MarshalPKCS8PrivateKey(pk)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k := map[string]any{
-		"type": "service_account", "project_id": "p", "private_key_id": "abc",
-		"private_key":  string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})),
-		"client_email": "backups@p.iam.gserviceaccount.com", "client_id": "1",
-		"auth_uri": "https://accounts.google.com/o/oauth2/auth", "token_uri": GoogleTokenURL,
-		"auth_provider_x509_cert_url": "https://www.googleapis.com/oauth2/v1/certs",
-		"client_x509_cert_url":        "https://www.googleapis.com/robot/v1/metadata/x509/backups",
-		"universe_domain":             "googleapis.com",
-	}
-	if mutate != nil {
-		mutate(k)
-	}
-	b, err := json.Marshal(k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
+	return backuptest.ServiceAccountKey(t, mutate)
 }
 
 func TestGCSKeyShape(t *testing.T) {
@@ -65,7 +38,7 @@ func TestGCSKeyShape(t *testing.T) {
 		{"two objects", serviceAccountKey(t, nil) + "{}", "not a JSON object"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := ParseGCSKey(tc.key)
+			_, err := backup.ParseGCSKey(tc.key)
 			switch {
 			case tc.want == "" && err != nil:
 				t.Fatalf("refused: %v", err)
@@ -80,7 +53,7 @@ func TestGCSKeyShape(t *testing.T) {
 
 func TestGCSTokenEndpointAllowed(t *testing.T) {
 	own := serviceAccountKey(t, func(k map[string]any) { k["token_uri"] = "http://127.0.0.1:4443/token" })
-	g := GCS{Bucket: "b", ServiceAccountKey: own}
+	g := backup.GCS{Bucket: "b", ServiceAccountKey: own}
 	if err := g.Validate(); err == nil || !strings.Contains(err.Error(), "token_uri") {
 		t.Errorf("a token endpoint not allowed: %v", err)
 	}
@@ -121,14 +94,14 @@ func TestEndpointAllowed(t *testing.T) {
 		"":                                          false,
 		"https://u:p@s3.example.com:9000/tenants/a": false,
 	} {
-		if got := EndpointAllowed(endpoint, allowed); got != want {
-			t.Errorf("EndpointAllowed(%q) = %v, want %v", endpoint, got, want)
+		if got := backup.EndpointAllowed(endpoint, allowed); got != want {
+			t.Errorf("backup.EndpointAllowed(%q) = %v, want %v", endpoint, got, want)
 		}
 	}
-	if _, err := ParseAllowedEndpoint("https://x:*/p"); err != nil {
+	if _, err := backup.ParseAllowedEndpoint("https://x:*/p"); err != nil {
 		t.Errorf("a port of *: %v", err)
 	}
-	if _, err := ParseAllowedEndpoint("https://x:abc"); err == nil {
+	if _, err := backup.ParseAllowedEndpoint("https://x:abc"); err == nil {
 		t.Error("a port that is not a number was allowed")
 	}
 }

@@ -1,6 +1,11 @@
 package backuptest
 
 import (
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
 	"io"
 
 	"github.com/fsouza/fake-gcs-server/fakestorage"
@@ -24,4 +29,36 @@ func StartGCS(t testpg.T) backup.GCS {
 	t.Cleanup(srv.Stop)
 	srv.CreateBucketWithOpts(fakestorage.CreateBucketOpts{Name: "backups"})
 	return backup.GCS{Endpoint: srv.URL(), Bucket: "backups", Prefix: "chartpilot"}
+}
+
+// ServiceAccountKey is a GCS service account's JSON key of the shape Google
+// issues, with a fresh RSA key; mutate, when set, changes its fields (a
+// token_uri, an extra field) before it is encoded.
+func ServiceAccountKey(t testpg.T, mutate func(map[string]any)) string {
+	t.Helper()
+	pk, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(pk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := map[string]any{
+		"type": "service_account", "project_id": "p", "private_key_id": "abc",
+		"private_key":  string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})),
+		"client_email": "backups@p.iam.gserviceaccount.com", "client_id": "1",
+		"auth_uri": "https://accounts.google.com/o/oauth2/auth", "token_uri": backup.GoogleTokenURL,
+		"auth_provider_x509_cert_url": "https://www.googleapis.com/oauth2/v1/certs",
+		"client_x509_cert_url":        "https://www.googleapis.com/robot/v1/metadata/x509/backups",
+		"universe_domain":             "googleapis.com",
+	}
+	if mutate != nil {
+		mutate(k)
+	}
+	b, err := json.Marshal(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

@@ -32,8 +32,23 @@ import (
 const Recheck = 10 * time.Minute
 
 // ClaimRecheck is how soon a volume store whose claim does not exist or is
-// not bound yet is checked again.
-const ClaimRecheck = 15 * time.Second
+// not bound is looked at again (one read of the claim); in its first
+// minutes, when a claim applied beside it usually binds, every
+// ClaimRecheckEarly.
+const (
+	ClaimRecheck      = 15 * time.Second
+	ClaimRecheckEarly = 2 * time.Second
+)
+
+// claimRecheck is ClaimRecheckEarly for a store created less than two
+// minutes ago, ClaimRecheck after. A store's own status writes do not
+// wake it, so this is what notices the claim bind.
+func claimRecheck(created time.Time) time.Duration {
+	if time.Since(created) < 2*time.Minute {
+		return ClaimRecheckEarly
+	}
+	return ClaimRecheck
+}
 
 // probeTimeout bounds one check of a store's claim.
 const probeTimeout = 30 * time.Second
@@ -165,7 +180,7 @@ func (r *StoreReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	if reason == "ClaimNotFound" || reason == "ClaimNotBound" {
 		// A claim created beside its store is usually there and bound
 		// within seconds: look again soon (one read of the claim).
-		return ctrl.Result{RequeueAfter: ClaimRecheck}, nil
+		return ctrl.Result{RequeueAfter: claimRecheck(obj.GetCreationTimestamp().Time)}, nil
 	}
 	return ctrl.Result{RequeueAfter: Recheck}, nil
 }

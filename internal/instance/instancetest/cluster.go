@@ -334,15 +334,20 @@ func (c *Cluster) Roles() map[string]string {
 // standbys streaming; it returns the primary and the other members.
 func (c *Cluster) WaitSettled(primary string, standbys ...string) (string, []string) {
 	c.t.Helper()
+	var p string
 	c.WaitFor("one primary and streaming standbys", 3*time.Minute, func() (bool, string) {
 		roles, ps := c.Roles(), c.Primaries()
 		ok := len(ps) == 1 && (primary == "" || ps[0] == primary) && roles[ps[0]] == instance.RolePrimary
 		for _, s := range standbys {
 			ok = ok && roles[s] == instance.RoleStandby
 		}
+		if ok {
+			// The primary seen settled, not read again: a moment later
+			// the label may be between two writes.
+			p = ps[0]
+		}
 		return ok, fmt.Sprintf("primary pods %v, roles %v", ps, roles)
 	})
-	p := c.Primaries()[0]
 	var others []string
 	for _, m := range c.Members {
 		if m != p {

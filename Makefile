@@ -77,11 +77,12 @@ test-unit:
 generate: tools-dev
 	@if [ -d internal/api ]; then $(BIN)/controller-gen object paths=./internal/api/...; fi
 
-## manifests: CRDs from kubebuilder markers; the manager's ClusterRole from watches.yaml and its charts
+## manifests: CRDs from kubebuilder markers; the manager's and the deployer's roles from watches.yaml and its charts
 manifests: tools-dev
 	@if [ -d internal/api ]; then $(BIN)/controller-gen crd paths=./internal/api/... output:crd:artifacts:config=config/crd/bases; fi
-	$(GO) run ./cmd/chartpilot rbac --watches watches.yaml --crds config/crd > config/rbac/role.yaml
-	$(GO) run ./cmd/chartpilot rbac --watches watches.yaml --crds config/crd --rules-only --webhook-configuration "" > charts/chartpilot/files/manager-rules.yaml
+	$(GO) run ./cmd/chartpilot rbac --watches watches.yaml --crds config/crd --deployer chartpilot-deployer > config/rbac/role.yaml
+	$(GO) run ./cmd/chartpilot rbac --watches watches.yaml --crds config/crd --deployer chartpilot-deployer --rules-only --webhook-configuration "" > charts/chartpilot/files/manager-rules.yaml
+	$(GO) run ./cmd/chartpilot rbac --watches watches.yaml --crds config/crd --deployer-rules-only > charts/chartpilot/files/deployer-rules.yaml
 	rm -f charts/chartpilot/crds/*.yaml && cp config/crd/bases/*.yaml config/crd/passthrough/*.yaml charts/chartpilot/crds/
 
 ## monitoring-crds: the Prometheus Operator's ServiceMonitor and PrometheusRule CRDs the tests install, generated from its API module

@@ -7,6 +7,7 @@
 //	chartpilot describe shows one resource: conditions, history, last failure, events
 //	chartpilot rollout  shows where a kind's fleet stands on chart versions
 //	chartpilot tenants  lists the tenants: namespaces, usage against limits, violations
+//	chartpilot identity creates the ServiceAccount a namespace's resources are deployed as
 //	chartpilot version  prints the version
 package main
 
@@ -35,6 +36,7 @@ Usage:
   chartpilot describe KIND/NAME [-n NS]              conditions, history, last failure and events of one
   chartpilot rollout status KIND [--version V] [--watch]  the fleet by chart version and upgrade state
   chartpilot tenants                                  tenants: namespaces, usage against limits, violations
+  chartpilot identity create -n NS                    the ServiceAccount NS's resources are deployed as (lockdown)
   chartpilot instance        the instance manager of a PostgreSQL member (failover through a Lease)
   chartpilot major-upgrade [flags]                    move a PostgreSQL server's data to a new major (a major upgrade Job)
   chartpilot version         print the version
@@ -99,6 +101,11 @@ func main() {
 	case "tenants":
 		if err := tenantsCommand(context.Background(), os.Args[2:], terminalSafe(os.Stdout), os.Stderr); err != nil {
 			fmt.Fprintf(os.Stderr, "chartpilot tenants: %v\n", err)
+			os.Exit(1)
+		}
+	case "identity":
+		if err := identityCommand(context.Background(), os.Args[2:], os.Stdout, os.Stderr); err != nil {
+			fmt.Fprintf(os.Stderr, "chartpilot identity: %v\n", err)
 			os.Exit(1)
 		}
 	case "version", "--version":

@@ -25,7 +25,9 @@ func rbacCommand(args []string, out io.Writer) error {
 	kubeVersion := fs.String("kube-version", "v1.37.2", "Kubernetes version the charts are rendered for")
 	sa := fs.String("service-account", "chartpilot-system/manager", "namespace/name of the manager's ServiceAccount")
 	crds := fs.String("crds", "config/crd", "directory of the CustomResourceDefinitions of the watched kinds (for their plural names)")
-	rulesOnly := fs.Bool("rules-only", false, "print only the ClusterRole's rules, a YAML list (for charts/chartpilot)")
+	deployer := fs.String("deployer", "", "lockdown: the ServiceAccount (--default-service-account) every resource's writes run as; the manager keeps reads of the charts' kinds, and a deployer ClusterRole holds the writes")
+	rulesOnly := fs.Bool("rules-only", false, "print only the manager ClusterRole's rules, a YAML list, without impersonation (for charts/chartpilot)")
+	deployerRulesOnly := fs.Bool("deployer-rules-only", false, "print only the deployer ClusterRole's rules, a YAML list (for charts/chartpilot)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -37,7 +39,7 @@ func rbacCommand(args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	o := rbac.Options{Watches: ws, WebhookConfiguration: *webhook, KubeVersion: *kubeVersion, ServiceAccountNamespace: ns, ServiceAccountName: name}
+	o := rbac.Options{Watches: ws, WebhookConfiguration: *webhook, KubeVersion: *kubeVersion, ServiceAccountNamespace: ns, ServiceAccountName: name, Deployer: *deployer}
 	if o.Plurals, err = readPlurals(*crds); err != nil {
 		return err
 	}
@@ -52,8 +54,13 @@ func rbacCommand(args []string, out io.Writer) error {
 		}
 	}
 	render := rbac.Render
-	if *rulesOnly {
+	switch {
+	case *rulesOnly && *deployerRulesOnly:
+		return fmt.Errorf("--rules-only and --deployer-rules-only: choose one")
+	case *rulesOnly:
 		render = rbac.RenderRules
+	case *deployerRulesOnly:
+		render = rbac.RenderDeployerRules
 	}
 	b, err := render(o)
 	if err != nil {

@@ -8,15 +8,16 @@ import (
 	"testing"
 )
 
-// TestGeneratedManifestsAreCurrent: the manager's role in config/rbac and in
+// TestGeneratedManifestsAreCurrent: the manager's and deployer's roles in config/rbac and in
 // charts/chartpilot, and the chart's CRDs, are what `make manifests` makes
 // from the current watches.yaml, charts and CRDs.
 func TestGeneratedManifestsAreCurrent(t *testing.T) {
 	root := filepath.Join("..", "..")
 	t.Chdir(root)
 	for file, args := range map[string][]string{
-		"config/rbac/role.yaml":                      {"--watches", "watches.yaml", "--crds", "config/crd"},
-		"charts/chartpilot/files/manager-rules.yaml": {"--watches", "watches.yaml", "--crds", "config/crd", "--rules-only", "--webhook-configuration", ""},
+		"config/rbac/role.yaml":                       {"--watches", "watches.yaml", "--crds", "config/crd", "--deployer", "chartpilot-deployer"},
+		"charts/chartpilot/files/manager-rules.yaml":  {"--watches", "watches.yaml", "--crds", "config/crd", "--deployer", "chartpilot-deployer", "--rules-only", "--webhook-configuration", ""},
+		"charts/chartpilot/files/deployer-rules.yaml": {"--watches", "watches.yaml", "--crds", "config/crd", "--deployer-rules-only"},
 	} {
 		var out bytes.Buffer
 		if err := rbacCommand(args, &out); err != nil {

@@ -49,7 +49,7 @@ func (r *Reconciler) identity(ctx context.Context, fromHooks string, namespace s
 	}
 	switch {
 	case apierrors.IsNotFound(err):
-		return "", &stallError{"NoIdentity", fmt.Errorf("the operator runs locked down (--default-service-account) and ServiceAccount %s/%s (from %s) does not exist: nothing was written; create it with the rights this release needs in %s, or set serviceAccountName on the Tenant or in watches.yaml", ns, name, source, ns)}
+		return "", &stallError{"NoIdentity", fmt.Errorf("the operator runs locked down (--default-service-account) and ServiceAccount %s/%s (from %s) does not exist: nothing was written; create it with `kubectl chartpilot identity create -n %s --service-account %s` (bound in %s only to the install's deployer ClusterRole), or set serviceAccountName on the Tenant or in watches.yaml", ns, name, source, ns, name, ns)}
 	case err != nil:
 		return "", &stallError{"NoIdentity", fmt.Errorf("reading ServiceAccount %s/%s: %w", ns, name, err)}
 	}

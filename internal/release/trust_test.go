@@ -182,8 +182,8 @@ func TestLockdownActsOnlyAsTheServiceAccount(t *testing.T) {
 	startOperator(t, cluster.Config, []watches.Watch{webappWatch(t)}, func(o *operator.Options) { o.DefaultServiceAccount = "deployer" })
 	e.create("locked", map[string]any{"message": "x"}, nil, nil)
 	u := e.waitCondition("locked", v1alpha1.ConditionStalled, metav1.ConditionTrue, "NoIdentity")
-	if msg := condition(u, v1alpha1.ConditionStalled).Message; !strings.Contains(msg, e.ns+"/deployer") {
-		t.Errorf("NoIdentity message %q does not name the ServiceAccount", msg)
+	if msg := condition(u, v1alpha1.ConditionStalled).Message; !strings.Contains(msg, e.ns+"/deployer") || !strings.Contains(msg, "kubectl chartpilot identity create -n "+e.ns+" --service-account deployer") {
+		t.Errorf("NoIdentity message %q does not name the ServiceAccount and the command that makes it", msg)
 	}
 	if h := e.history("locked"); len(h) != 0 {
 		t.Fatalf("%d release records written without an identity", len(h))

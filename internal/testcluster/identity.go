@@ -72,3 +72,26 @@ func (c *Cluster) User(name string, groups []string) (string, error) {
 	path := filepath.Join(c.Dir, "kubeconfig-"+name)
 	return path, os.WriteFile(path, kc, 0o600)
 }
+
+// BindRole gives ServiceAccount saNamespace/saName rules in namespace only:
+// a Role and RoleBinding named name there (left as they are when they exist).
+func (c *Cluster) BindRole(namespace, name, saNamespace, saName string, rules []rbacv1.PolicyRule) error {
+	ctx := context.Background()
+	cs, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		return err
+	}
+	_, err = cs.RbacV1().Roles(namespace).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: rules}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("Role %s/%s: %w", namespace, name, err)
+	}
+	_, err = cs.RbacV1().RoleBindings(namespace).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: saName, Namespace: saNamespace}},
+	}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("RoleBinding %s/%s: %w", namespace, name, err)
+	}
+	return nil
+}

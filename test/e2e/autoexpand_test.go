@@ -31,7 +31,7 @@ func TestStorageAutoExpands(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(ks.Stop)
-	limited := e.in(cluster.Namespace(t))
+	limited := e.newNamespace()
 	limited.tenant("limited-"+limited.ns, map[string]any{
 		"namespaces": []any{limited.ns},
 		"limits":     map[string]any{"maxStorage": "1536Mi"},

@@ -72,7 +72,7 @@ func TestOperatorChartInstallsAndRuns(t *testing.T) {
 	}
 	cfg := rest.AnonymousClientConfig(cluster.Config)
 	cfg.BearerToken = tok.Status.Token
-	op := e.startOperatorProcessAs(cfg)
+	op := e.startOperatorProcessAs(cfg, ops)
 
 	e.apply(postgresGVR, "Postgres", "db", map[string]any{"version": "17", "storage": map[string]any{"size": "1Gi"}})
 	e.apply(redisGVR, "Redis", "cache", map[string]any{"persistence": map[string]any{"enabled": true, "size": "1Gi"}})

@@ -29,6 +29,9 @@ import (
 const (
 	operatorProcessEnv = "CHARTPILOT_E2E_OPERATOR_KUBECONFIG"
 	operatorWebhookEnv = "CHARTPILOT_E2E_OPERATOR_WEBHOOK"
+	// operatorNamespaceEnv is the namespace the operator runs in (where its
+	// ServiceAccount may write Secrets: the release records' key).
+	operatorNamespaceEnv = "CHARTPILOT_E2E_OPERATOR_NAMESPACE"
 )
 
 // runOperatorProcess is the operator of a test that kills it.
@@ -51,9 +54,15 @@ func runOperatorProcess(kubeconfig string) int {
 		return 1
 	}
 	port, _ := strconv.Atoi(parts[1])
+	in, err := defaultInstall()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	mgr, err := operator.New(operator.Options{
-		Config: cfg, Watches: ws, MetricsAddr: "0", ProbeAddr: "0",
-		Webhook: &operator.WebhookOptions{Host: parts[0], Port: port, CertDir: parts[2]},
+		Config: cfg, Watches: ws, MetricsAddr: "0", ProbeAddr: "0", DefaultServiceAccount: in.defaultServiceAccount,
+		LeaderElectionNamespace: os.Getenv(operatorNamespaceEnv),
+		Webhook:                 &operator.WebhookOptions{Host: parts[0], Port: port, CertDir: parts[2]},
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -83,20 +92,16 @@ func writeKubeconfig(cfg *rest.Config, path string) error {
 // child process (killed with the test) and waits for its webhook.
 func (e *env) startOperatorProcess() *exec.Cmd {
 	e.t.Helper()
-	ws, err := e2eWatches()
+	cfg, err := managerConfig()
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	cfg, err := managerConfig(ws)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return e.startOperatorProcessAs(cfg)
+	return e.startOperatorProcessAs(cfg, managerNamespace)
 }
 
 // startOperatorProcessAs runs an operator with cfg's credentials in a child
 // process (killed with the test) and waits for its webhook.
-func (e *env) startOperatorProcessAs(cfg *rest.Config) *exec.Cmd {
+func (e *env) startOperatorProcessAs(cfg *rest.Config, namespace string) *exec.Cmd {
 	e.t.Helper()
 	kubeconfig := filepath.Join(e.t.TempDir(), "kubeconfig")
 	if err := writeKubeconfig(cfg, kubeconfig); err != nil {
@@ -104,7 +109,7 @@ func (e *env) startOperatorProcessAs(cfg *rest.Config) *exec.Cmd {
 	}
 	wh := cluster.Env.WebhookInstallOptions
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), operatorProcessEnv+"="+kubeconfig,
+	cmd.Env = append(os.Environ(), operatorProcessEnv+"="+kubeconfig, operatorNamespaceEnv+"="+namespace,
 		fmt.Sprintf("%s=%s:%d:%s", operatorWebhookEnv, wh.LocalServingHost, wh.LocalServingPort, wh.LocalServingCertDir))
 	logf, err := os.CreateTemp("", "chartpilot-e2e-operator-*.log")
 	if err != nil {

@@ -32,6 +32,7 @@ import (
 
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/operator"
+	"github.com/chartpilot/chartpilot/internal/rbac"
 	"github.com/chartpilot/chartpilot/internal/testcluster"
 	"github.com/chartpilot/chartpilot/internal/watches"
 )
@@ -103,14 +104,16 @@ func setup(t *testing.T, opts ...func(*operator.Options)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := managerConfig(ws)
+	cfg, err := managerConfig()
 	if err != nil {
 		t.Fatalf("the manager's ServiceAccount: %v", err)
 	}
+	deployer := createIdentity(t, ns)
 	wh := cluster.Env.WebhookInstallOptions
 	o := operator.Options{
-		Config: cfg, Watches: ws, MetricsAddr: "0", ProbeAddr: "0", SeveralInProcess: true,
-		Webhook: &operator.WebhookOptions{Host: wh.LocalServingHost, Port: wh.LocalServingPort, CertDir: wh.LocalServingCertDir},
+		Config: cfg, Watches: ws, MetricsAddr: "0", ProbeAddr: "0", SeveralInProcess: true, DefaultServiceAccount: deployer,
+		LeaderElectionNamespace: managerNamespace,
+		Webhook:                 &operator.WebhookOptions{Host: wh.LocalServingHost, Port: wh.LocalServingPort, CertDir: wh.LocalServingCertDir},
 	}
 	for _, f := range opts {
 		f(&o)
@@ -142,6 +145,24 @@ func setup(t *testing.T, opts ...func(*operator.Options)) *env {
 		t.Fatal(err)
 	}
 	return &env{t: t, ns: ns, dyn: dyn, cs: cs, stop: stop}
+}
+
+// createIdentity makes the test namespace's deployer as `chartpilot identity
+// create -n NS` does, and returns its name.
+func createIdentity(t *testing.T, ns string) string {
+	t.Helper()
+	in, err := defaultInstall()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(cluster.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rbac.CreateDeployer(context.Background(), cs, ns, in.defaultServiceAccount, rbac.DefaultDeployer); err != nil {
+		t.Fatalf("the deployer of %s: %v", ns, err)
+	}
+	return in.defaultServiceAccount
 }
 
 // waitWebhook waits until an operator serves the webhook: its

@@ -12,6 +12,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/chartpilot/chartpilot/internal/rbac"
 )
 
 // kubectl runs the pinned kubectl of bin/ against the local cluster.
@@ -53,9 +55,17 @@ func TestKustomizeAppliesServerSide(t *testing.T) {
 	if applied != objects {
 		t.Errorf("%d of %d objects accepted:\n%s", applied, objects, out)
 	}
-	for _, want := range []string{"deployment.apps/chartpilot-manager", "clusterrole.rbac.authorization.k8s.io/chartpilot-manager", "validatingwebhookconfiguration.admissionregistration.k8s.io/"} {
+	for _, want := range []string{"deployment.apps/chartpilot-manager", "clusterrole.rbac.authorization.k8s.io/chartpilot-manager", "validatingwebhookconfiguration.admissionregistration.k8s.io/",
+		"clusterrole.rbac.authorization.k8s.io/" + rbac.DefaultDeployer, "role.rbac.authorization.k8s.io/chartpilot-manager"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("%s not applied:\n%s", want, out)
+		}
+	}
+	// Locked down: each resource's writes run as the deployer of its
+	// namespace, which the manager may impersonate (by name only).
+	for _, want := range []string{"--default-service-account=" + rbac.DefaultDeployer, "  verbs:\n  - impersonate\n", "  - " + rbac.DefaultDeployer + "\n"} {
+		if !strings.Contains(string(manifest), want) {
+			t.Errorf("config/default has no %q", want)
 		}
 	}
 }

@@ -43,7 +43,13 @@ func (e *env) patchTenant(name, body string) {
 }
 
 // in returns a copy of e working in another namespace of the test.
-func (e *env) in(ns string) *env { c := *e; c.ns = ns; return &c }
+// newNamespace is e in a namespace of its own, with its deployer.
+func (e *env) newNamespace() *env {
+	c := *e
+	c.ns = cluster.Namespace(e.t)
+	createIdentity(e.t, c.ns)
+	return &c
+}
 
 func condition(u *unstructured.Unstructured, typ string) *metav1.Condition {
 	st := &v1alpha1.ReleaseStatus{}
@@ -79,7 +85,7 @@ func (e *env) deploymentImage(name string) string {
 // removing a tenant's override rolls the value back to the resource's own.
 func TestTenantValuesPerTenant(t *testing.T) {
 	a := setup(t)
-	b := a.in(cluster.Namespace(t))
+	b := a.newNamespace()
 	if _, err := a.cs.CoreV1().Namespaces().Patch(context.Background(), b.ns, "application/merge-patch+json", []byte(`{"metadata":{"labels":{"team":"b-`+b.ns+`"}}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}

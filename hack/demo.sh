@@ -60,6 +60,7 @@ webhook_port="$(sed -n 's/^webhook port=\([0-9]*\) .*/\1/p' "${dir}/devcluster.o
 webhook_certs="$(sed -n 's/^webhook port=[0-9]* cert-dir=\(.*\)$/\1/p' "${dir}/devcluster.out")"
 kubeconfig="${dir}/kubeconfig"
 kubectl() { "${bin}/kubectl" --kubeconfig "${kubeconfig}" "$@"; }
+chartpilot() { "${bin}/chartpilot" "$@" --kubeconfig "${kubeconfig}"; }
 
 step "cluster nodes"
 kubectl get nodes -o wide
@@ -68,6 +69,12 @@ kubectl get storageclass
 step "installing the CRDs (config/crd): Postgres (typed) and Redis (passthrough); Webapp (a fleet kind of the demo)"
 kubectl apply -k "${root}/config/crd"
 kubectl apply -f "${root}/test/crds/webapps.yaml"
+
+step "the deployer ClusterRole: locked down, every write made for a resource runs as ServiceAccount chartpilot-deployer of its namespace, bound there to this role"
+{
+	printf 'apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: chartpilot-deployer}\nrules:\n'
+	cat "${root}/charts/chartpilot/files/deployer-rules.yaml"
+} | kubectl apply -f -
 
 # A chart repository served on loopback, with test/charts/webapp 1.0.0.
 repo="${dir}/repo"
@@ -97,7 +104,8 @@ cat "${dir}/watches.yaml"
 step "starting chartpilot-manager run --watches watches.yaml (the image's entrypoint; and the demo's Webapp fleet)"
 "${bin}/chartpilot-manager" run --kubeconfig "${kubeconfig}" --watches "${dir}/watches.yaml" \
 	--metrics-bind-address "${metrics}" --health-probe-bind-address "${probes}" \
-	--webhook-port "${webhook_port}" --webhook-cert-dir "${webhook_certs}" --webhook-certs files ${DEMO_OPERATOR_ARGS:-} \
+	--webhook-port "${webhook_port}" --webhook-cert-dir "${webhook_certs}" --webhook-certs files \
+	--default-service-account chartpilot-deployer ${DEMO_OPERATOR_ARGS:-} \
 	>"${dir}/chartpilot.log" 2>&1 &
 pids+=($!)
 wait_for 120 "${pids[1]}" "${dir}/chartpilot.log" curl -fsS "http://${probes}/readyz"
@@ -105,6 +113,7 @@ printf 'GET /healthz -> %s\n' "$(curl -fsS "http://${probes}/healthz")"
 
 ns=demo
 kubectl create namespace "${ns}"
+chartpilot identity create -n "${ns}"
 
 step "apply the samples: a Postgres and a Redis (config/samples)"
 cat "${root}/config/samples/postgres.yaml" "${root}/config/samples/redis.yaml"
@@ -113,7 +122,6 @@ kubectl -n "${ns}" wait postgres/orders redis/sessions --for=condition=Ready --t
 kubectl -n "${ns}" wait postgres/orders --for=jsonpath='{.status.readyReplicas}'=1 --timeout=180s
 kubectl -n "${ns}" get postgres,redis
 kubectl -n "${ns}" get statefulsets,services,pvc
-chartpilot() { "${bin}/chartpilot" "$@" --kubeconfig "${kubeconfig}"; }
 
 step "the fleet as chartpilot get shows it (one line per resource; also kubectl chartpilot get)"
 chartpilot get -n "${ns}"
@@ -146,6 +154,7 @@ kubectl -n "${ns}" get statefulsets,pvc,secrets -l app.kubernetes.io/instance=or
 
 step "a fleet of 20 Webapps on chart webapp 1.0.0 from the repository (app-01 and app-02 are canaries)"
 kubectl create namespace fleet
+chartpilot identity create -n fleet
 for i in $(seq -w 1 20); do
 	canary=""
 	if [[ "${i}" == 01 || "${i}" == 02 ]]; then canary='labels: {chartpilot.dev/canary: "true"}'; fi
@@ -175,6 +184,8 @@ kubectl -n fleet get webapp app-05 -o jsonpath='app-05: deployed {.status.chart.
 step "tenants: two teams with their own values and limits on the same kind"
 kubectl create namespace team-a
 kubectl create namespace team-b
+chartpilot identity create -n team-a
+chartpilot identity create -n team-b
 tenants="$(cat <<'YAML'
 apiVersion: chartpilot.dev/v1alpha1
 kind: Tenant

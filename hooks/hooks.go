@@ -56,6 +56,12 @@ type Facts struct {
 	Version     string
 	CPUMilli    int64
 	MemoryBytes int64
+	// PriorityClassName, the taint keys of the tolerations ("" for one
+	// without a key) and which of nodeSelector and affinity are set: where
+	// the resource asks its pods to run.
+	PriorityClassName string
+	TolerationKeys    []string
+	NodePlacement     []string
 }
 
 // Validator rejects a resource with a reason.

@@ -25,6 +25,9 @@ var checks = []check{
 	checkVersions,
 	checkMaxCPU,
 	checkMaxMemory,
+	checkPriorityClass,
+	checkTolerations,
+	checkNodePlacement,
 }
 
 // evaluate runs every check and returns the first refusal.
@@ -131,6 +134,37 @@ func checkMaxMemory(t *v1alpha1.Tenant, obj hooks.Object) (string, string, bool)
 // checkTotalStorage checks the tenant-wide limit given the storage of every
 // other resource of the tenant and the claims that no resource accounts
 // for (extra, see tenantStorage).
+func checkPriorityClass(t *v1alpha1.Tenant, obj hooks.Object) (string, string, bool) {
+	allowed, asked := t.Spec.Limits.AllowedPriorityClasses, obj.Facts.PriorityClassName
+	if len(allowed) == 0 || asked == "" || slices.Contains(allowed, asked) {
+		return "", "", true
+	}
+	return "PriorityClassNotAllowed", fmt.Sprintf("priorityClassName %s is not in tenant %s's limits.allowedPriorityClasses [%s]", asked, t.Name, strings.Join(allowed, ", ")), false
+}
+
+func checkTolerations(t *v1alpha1.Tenant, obj hooks.Object) (string, string, bool) {
+	allowed := t.Spec.Limits.AllowedTolerationKeys
+	if len(allowed) == 0 {
+		return "", "", true
+	}
+	for _, key := range obj.Facts.TolerationKeys {
+		switch {
+		case key == "" && !slices.Contains(allowed, "*"):
+			return "TolerationNotAllowed", fmt.Sprintf("a toleration without a key (it tolerates every taint) needs \"*\" in tenant %s's limits.allowedTolerationKeys [%s]", t.Name, strings.Join(allowed, ", ")), false
+		case key != "" && !slices.Contains(allowed, key):
+			return "TolerationNotAllowed", fmt.Sprintf("toleration key %s is not in tenant %s's limits.allowedTolerationKeys [%s]", key, t.Name, strings.Join(allowed, ", ")), false
+		}
+	}
+	return "", "", true
+}
+
+func checkNodePlacement(t *v1alpha1.Tenant, obj hooks.Object) (string, string, bool) {
+	if !t.Spec.Limits.DenyNodePlacement || len(obj.Facts.NodePlacement) == 0 {
+		return "", "", true
+	}
+	return "NodePlacementNotAllowed", fmt.Sprintf("%s is set, and tenant %s's limits.denyNodePlacement leaves where its pods run to the Tenant's values: remove it", strings.Join(obj.Facts.NodePlacement, " and "), t.Name), false
+}
+
 func checkTotalStorage(t *v1alpha1.Tenant, obj hooks.Object, others int64) (string, string, bool) {
 	max := t.Spec.Limits.MaxTotalStorage
 	total := others + storageOf(obj.Facts)

@@ -56,6 +56,14 @@ func TestChecks(t *testing.T) {
 		{"bad constraint", v1alpha1.TenantLimits{AllowedVersions: "~~"}, hooks.Facts{}, "0.1.0", "TenantInvalid", []string{"not a semver constraint"}},
 		{"cpu over", v1alpha1.TenantLimits{MaxCPU: q("1")}, hooks.Facts{CPUMilli: 1500}, "", "MaxCPUExceeded", []string{"1500m", "maxCPU 1"}},
 		{"memory over", v1alpha1.TenantLimits{MaxMemory: q("1Gi")}, hooks.Facts{MemoryBytes: 2 * gi}, "", "MaxMemoryExceeded", []string{"2Gi", "maxMemory 1Gi"}},
+		{"priority class refused", v1alpha1.TenantLimits{AllowedPriorityClasses: []string{"batch"}}, hooks.Facts{PriorityClassName: "system-cluster-critical"}, "", "PriorityClassNotAllowed", []string{"system-cluster-critical", "allowedPriorityClasses [batch]"}},
+		{"priority class allowed", v1alpha1.TenantLimits{AllowedPriorityClasses: []string{"batch"}}, hooks.Facts{PriorityClassName: "batch"}, "", "", nil},
+		{"no priority class asked", v1alpha1.TenantLimits{AllowedPriorityClasses: []string{"batch"}}, hooks.Facts{}, "", "", nil},
+		{"toleration key refused", v1alpha1.TenantLimits{AllowedTolerationKeys: []string{"team-a"}}, hooks.Facts{TolerationKeys: []string{"team-a", "dedicated"}}, "", "TolerationNotAllowed", []string{"toleration key dedicated", "allowedTolerationKeys [team-a]"}},
+		{"keyless toleration refused", v1alpha1.TenantLimits{AllowedTolerationKeys: []string{"team-a"}}, hooks.Facts{TolerationKeys: []string{""}}, "", "TolerationNotAllowed", []string{"without a key", `"*"`}},
+		{"keyless toleration with *", v1alpha1.TenantLimits{AllowedTolerationKeys: []string{"*"}}, hooks.Facts{TolerationKeys: []string{""}}, "", "", nil},
+		{"node placement refused", v1alpha1.TenantLimits{DenyNodePlacement: true}, hooks.Facts{NodePlacement: []string{"nodeSelector", "affinity"}}, "", "NodePlacementNotAllowed", []string{"nodeSelector and affinity", "denyNodePlacement"}},
+		{"node placement not asked", v1alpha1.TenantLimits{DenyNodePlacement: true}, hooks.Facts{}, "", "", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			reason, msg, ok := evaluate(tenant(tc.limits), object(tc.facts, tc.chart))

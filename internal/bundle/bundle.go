@@ -102,7 +102,8 @@ func Generate(o Options) (map[string][]byte, error) {
 		files["manifests/"+c.crd.Name+".yaml"] = b
 		owned = append(owned, describe(c.crd))
 	}
-	clusterRules, err := clusterRoleRules(filepath.Join(o.Root, "config", "rbac", "role.yaml"))
+	roles := filepath.Join(o.Root, "config", "rbac", "role.yaml")
+	clusterRules, err := clusterRoleRules(roles, "manager")
 	if err != nil {
 		return nil, err
 	}
@@ -110,6 +111,24 @@ func Generate(o Options) (map[string][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	ownRules, err := roleRules(roles)
+	if err != nil {
+		return nil, err
+	}
+	nsRules = append(nsRules, ownRules...)
+	// Locked down, each namespace's deployer is bound to this ClusterRole
+	// (`chartpilot identity create`): a bundle object of its own.
+	deployerRules, err := clusterRoleRules(roles, "deployer")
+	if err != nil {
+		return nil, err
+	}
+	deployer := rbacv1.ClusterRole{TypeMeta: metav1.TypeMeta{APIVersion: rbacv1.SchemeGroupVersion.String(), Kind: "ClusterRole"},
+		ObjectMeta: metav1.ObjectMeta{Name: "chartpilot-deployer"}, Rules: deployerRules}
+	b, err := yaml.Marshal(deployer)
+	if err != nil {
+		return nil, err
+	}
+	files["manifests/chartpilot-deployer.clusterrole.yaml"] = bytes.ReplaceAll(b, []byte("  creationTimestamp: null\n"), nil)
 	dep, err := deployment(filepath.Join(o.Root, "config", "manager", "manager.yaml"), o.Image)
 	if err != nil {
 		return nil, err
@@ -177,7 +196,7 @@ func Generate(o Options) (map[string][]byte, error) {
 		return nil, err
 	}
 	delete(raw, "status")
-	b, err := yaml.Marshal(raw)
+	b, err = yaml.Marshal(raw)
 	if err != nil {
 		return nil, err
 	}
@@ -305,26 +324,29 @@ var descriptions = map[string]string{
 	"ClusterBackupStore": "A backup store shared by the namespaces it selects",
 }
 
-func clusterRoleRules(p string) ([]rbacv1.PolicyRule, error) {
+// clusterRoleRules are the rules of ClusterRole name in file p.
+func clusterRoleRules(p, name string) ([]rbacv1.PolicyRule, error) {
 	docs, err := readDocs(p)
 	if err != nil {
 		return nil, err
 	}
 	for _, d := range docs {
-		if d.GetKind() == "ClusterRole" {
+		if d.GetKind() == "ClusterRole" && d.GetName() == name {
 			role := &rbacv1.ClusterRole{}
 			b, _ := json.Marshal(d.Object)
 			return role.Rules, json.Unmarshal(b, role)
 		}
 	}
-	return nil, fmt.Errorf("%s: no ClusterRole", p)
+	return nil, fmt.Errorf("%s: no ClusterRole %s", p, name)
 }
 
+// roleRules are the rules of every Role in file p.
 func roleRules(p string) ([]rbacv1.PolicyRule, error) {
 	docs, err := readDocs(p)
 	if err != nil {
 		return nil, err
 	}
+	var out []rbacv1.PolicyRule
 	for _, d := range docs {
 		if d.GetKind() == "Role" {
 			role := &rbacv1.Role{}
@@ -332,10 +354,13 @@ func roleRules(p string) ([]rbacv1.PolicyRule, error) {
 			if err := json.Unmarshal(b, role); err != nil {
 				return nil, err
 			}
-			return role.Rules, nil
+			out = append(out, role.Rules...)
 		}
 	}
-	return nil, fmt.Errorf("%s: no Role", p)
+	if out == nil {
+		return nil, fmt.Errorf("%s: no Role", p)
+	}
+	return out, nil
 }
 
 // deployment is config/manager's Deployment for OLM: its image, and the

@@ -153,7 +153,8 @@ func Passthrough(obj *unstructured.Unstructured) (map[string]any, error) {
 // GenericFacts reads policy figures from a passthrough resource's values,
 // at the paths charts conventionally use: replicas (or replicaCount),
 // storage.size / persistence.size (counted only when persistence is not
-// disabled), their storageClass, and resources.limits (else requests).
+// disabled), their storageClass, resources.limits (else requests), and
+// the scheduling fields (schedulingFacts).
 func GenericFacts(_ *unstructured.Unstructured, vals map[string]any) hooks.Facts {
 	f := hooks.Facts{}
 	for _, k := range []string{"replicas", "replicaCount"} {
@@ -163,6 +164,7 @@ func GenericFacts(_ *unstructured.Unstructured, vals map[string]any) hooks.Facts
 		}
 	}
 	storageFacts(vals, &f)
+	schedulingFacts(vals, &f)
 	if res, ok := vals["resources"].(map[string]any); ok {
 		for _, kind := range []string{"requests", "limits"} { // limits win
 			m, ok := res[kind].(map[string]any)
@@ -178,6 +180,29 @@ func GenericFacts(_ *unstructured.Unstructured, vals map[string]any) hooks.Facts
 		}
 	}
 	return f
+}
+
+// schedulingFacts reads where a resource asks its pods to run, at the
+// top-level paths charts conventionally use: priorityClassName,
+// tolerations, nodeSelector and affinity.
+func schedulingFacts(vals map[string]any, f *hooks.Facts) {
+	if s, ok := vals["priorityClassName"].(string); ok {
+		f.PriorityClassName = s
+	}
+	if ts, ok := vals["tolerations"].([]any); ok {
+		for _, t := range ts {
+			key := ""
+			if m, ok := t.(map[string]any); ok {
+				key, _ = m["key"].(string)
+			}
+			f.TolerationKeys = append(f.TolerationKeys, key)
+		}
+	}
+	for _, k := range []string{"nodeSelector", "affinity"} {
+		if m, ok := vals[k].(map[string]any); ok && len(m) > 0 {
+			f.NodePlacement = append(f.NodePlacement, k)
+		}
+	}
 }
 
 // storageFacts reads the first of storage.* and persistence.* that is not

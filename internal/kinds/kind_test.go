@@ -2,6 +2,7 @@ package kinds
 
 import (
 	"errors"
+	"slices"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -24,10 +25,14 @@ func TestGenericFacts(t *testing.T) {
 			"requests": map[string]any{"cpu": "100m", "memory": "64Mi"},
 			"limits":   map[string]any{"cpu": 2, "memory": "1Gi"},
 		}}, hooks.Facts{CPUMilli: 2000, MemoryBytes: 1 << 30}},
+		{"scheduling", map[string]any{"priorityClassName": "high", "tolerations": []any{map[string]any{"key": "gpu", "operator": "Exists"}, map[string]any{"operator": "Exists"}},
+			"nodeSelector": map[string]any{"pool": "db"}, "affinity": map[string]any{}},
+			hooks.Facts{PriorityClassName: "high", TolerationKeys: []string{"gpu", ""}, NodePlacement: []string{"nodeSelector"}}},
 	} {
 		got := GenericFacts(nil, tc.vals)
 		if got.Replicas != tc.want.Replicas || got.StorageBytes != tc.want.StorageBytes || got.StorageClass != tc.want.StorageClass ||
-			len(got.StorageClassPath) != len(tc.want.StorageClassPath) || got.CPUMilli != tc.want.CPUMilli || got.MemoryBytes != tc.want.MemoryBytes {
+			len(got.StorageClassPath) != len(tc.want.StorageClassPath) || got.CPUMilli != tc.want.CPUMilli || got.MemoryBytes != tc.want.MemoryBytes ||
+			got.PriorityClassName != tc.want.PriorityClassName || !slices.Equal(got.TolerationKeys, tc.want.TolerationKeys) || !slices.Equal(got.NodePlacement, tc.want.NodePlacement) {
 			t.Errorf("%s: GenericFacts = %+v, want %+v", tc.name, got, tc.want)
 		}
 	}

@@ -112,8 +112,9 @@ func Rules(o Options) ([]rbacv1.PolicyRule, error) {
 
 // DeployerRules are the rules of the ClusterRole a namespace's deployer is
 // bound to (by a RoleBinding, so they hold in that namespace only): the
-// charts' kinds, the rules of the Roles they render, release records, and
-// the Jobs and claims of backups, restores and major upgrades.
+// charts' kinds, the rules of the Roles they render, release records, the
+// Jobs of backups and restores, and claims (grown, or made for a major
+// upgrade or a restore; never deleted).
 func DeployerRules(o Options) ([]rbacv1.PolicyRule, error) {
 	d, err := derive(o)
 	if err != nil {
@@ -124,7 +125,8 @@ func DeployerRules(o Options) ([]rbacv1.PolicyRule, error) {
 	rules := o.byGroup(kinds, readWrite)
 	rules = append(rules,
 		rbacv1.PolicyRule{APIGroups: []string{"batch"}, Resources: []string{"jobs"}, Verbs: []string{"get", "create"}},
-		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims"}, Verbs: []string{"get", "create"}},
+		// Claims: grown with their StatefulSet, made for a major upgrade or a restore; never deleted.
+		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch"}},
 	)
 	return append(rules, d.chartRoles...), nil
 }

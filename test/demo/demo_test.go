@@ -54,6 +54,8 @@ func TestDemoScript(t *testing.T) {
 	for _, want := range []string{
 		"ready kubeconfig=",
 		"GET /healthz -> ok",
+		"serviceaccount/chartpilot-deployer created in demo",
+		"rolebinding/chartpilot-deployer created in fleet (ClusterRole chartpilot-deployer)",
 		"postgres.chartpilot.dev/orders condition met",
 		"redis.chartpilot.dev/sessions condition met",
 		"tuning:    {",

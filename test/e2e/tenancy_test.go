@@ -293,6 +293,51 @@ func TestAdmissionRejectsOverTenantLimit(t *testing.T) {
 	}
 }
 
+// TestAdmissionLimitsScheduling: a tenant's resources cannot ask for a
+// priority class, a toleration or a node placement its Tenant does not
+// allow, through the Postgres kind's fields or through spec.values.
+func TestAdmissionLimitsScheduling(t *testing.T) {
+	e := setup(t)
+	e.tenant("tp-"+e.ns, map[string]any{"namespaces": []any{e.ns}, "limits": map[string]any{
+		"allowedPriorityClasses": []any{"batch"}, "allowedTolerationKeys": []any{"team"}, "denyNodePlacement": true}})
+	base := func() map[string]any {
+		return map[string]any{"version": "17", "storage": map[string]any{"size": "1Gi"}}
+	}
+	e.waitFor("webhook refusing", time.Minute, func() (bool, string) {
+		spec := base()
+		spec["priorityClassName"] = "system-cluster-critical"
+		err := e.tryCreate(postgresGVR, "Postgres", "probe", spec)
+		return err != nil && strings.Contains(err.Error(), "allowedPriorityClasses"), fmt.Sprint(err)
+	})
+	for _, tc := range []struct {
+		name string
+		set  func(map[string]any)
+		want string
+	}{
+		{"keyless toleration", func(s map[string]any) { s["tolerations"] = []any{map[string]any{"operator": "Exists"}} }, "toleration without a key"},
+		{"foreign toleration key", func(s map[string]any) {
+			s["values"] = map[string]any{"tolerations": []any{map[string]any{"key": "dedicated", "operator": "Exists"}}}
+		}, "toleration key dedicated"},
+		{"node selector", func(s map[string]any) { s["nodeSelector"] = map[string]any{"pool": "payments"} }, "nodeSelector is set"},
+		{"affinity through values", func(s map[string]any) {
+			s["values"] = map[string]any{"affinity": map[string]any{"nodeAffinity": map[string]any{}}}
+		}, "affinity is set"},
+	} {
+		spec := base()
+		tc.set(spec)
+		if err := e.tryCreate(postgresGVR, "Postgres", "probe", spec); err == nil || !strings.Contains(err.Error(), "denied") || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want a denial naming %q", tc.name, err, tc.want)
+		}
+	}
+	spec := base()
+	spec["priorityClassName"], spec["tolerations"] = "batch", []any{map[string]any{"key": "team", "operator": "Exists"}}
+	allowed := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "chartpilot.dev/v1alpha1", "kind": "Postgres",
+		"metadata": map[string]any{"name": "allowed", "namespace": e.ns}, "spec": spec}}
+	if _, err := e.dyn.Resource(postgresGVR).Namespace(e.ns).Create(context.Background(), allowed, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+		t.Errorf("an allowed priority class and toleration were refused: %v", err)
+	}
+}
+
 // TestAdmissionReadsRenderedResources: a CPU limit cannot be passed through
 // a Postgres's spec.values: tenant limits read the values the kind renders.
 func TestAdmissionReadsRenderedResources(t *testing.T) {

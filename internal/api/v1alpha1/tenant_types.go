@@ -69,6 +69,19 @@ type TenantLimits struct {
 	MaxCPU *resource.Quantity `json:"maxCPU,omitempty"`
 	// +optional
 	MaxMemory *resource.Quantity `json:"maxMemory,omitempty"`
+	// AllowedPriorityClasses are the priorityClassName values a resource
+	// may ask for; empty allows any.
+	// +optional
+	AllowedPriorityClasses []string `json:"allowedPriorityClasses,omitempty"`
+	// AllowedTolerationKeys are the taint keys a resource's tolerations may
+	// name; "*" admits a toleration without a key, which tolerates every
+	// taint. Empty allows any.
+	// +optional
+	AllowedTolerationKeys []string `json:"allowedTolerationKeys,omitempty"`
+	// DenyNodePlacement refuses a resource's own nodeSelector and affinity:
+	// where the tenant's pods run is the admin's to say (the Tenant's values).
+	// +optional
+	DenyNodePlacement bool `json:"denyNodePlacement,omitempty"`
 }
 
 // TenantStatus reports what the tenant covers.

@@ -3,7 +3,8 @@
 # missing: PostgreSQL 15 server and client (test/pgchart and the backup
 # tests run the chart's configuration and pg_dump/pg_restore with them) and
 # redis-server with redis-cli (the passthrough backup test runs the Redis
-# backup command of watches.yaml against it). `make tools` runs it, so the
+# backup command of watches.yaml against it); what the real nodes need
+# (below). `make tools` runs it, so the
 # README's test command sets them up on a fresh machine by itself.
 set -euo pipefail
 
@@ -12,6 +13,12 @@ compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null || need+=(postgresql-
 command -v psql >/dev/null || need+=(postgresql-client-15)
 command -v redis-server >/dev/null || need+=(redis-server)
 command -v curl >/dev/null || need+=(curl)
+# Real nodes: runc links libseccomp (built with cgo), kube-proxy and the CNI
+# portmap plugin program iptables.
+[[ -f /usr/include/seccomp.h ]] || need+=(libseccomp-dev)
+command -v pkg-config >/dev/null || need+=(pkg-config)
+command -v gcc >/dev/null || need+=(gcc)
+command -v iptables >/dev/null || need+=(iptables)
 [[ ${#need[@]} -eq 0 ]] && exit 0
 
 echo "hack/debian-packages.sh: installing ${need[*]}"

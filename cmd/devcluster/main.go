@@ -4,6 +4,10 @@
 //
 //	go run ./cmd/devcluster --dir .devcluster
 //
+// With --real-nodes N (as root) it adds nodes whose pods run, and prints
+// "registry=127.0.0.1:PORT" (where they pull images from) and one
+// "node=NAME" line per real node first.
+//
 // It prints one line "ready kubeconfig=<path>" once usable, and runs until
 // interrupted (SIGINT or SIGTERM), then stops every process it started.
 package main
@@ -35,6 +39,7 @@ func run() error {
 	dir := flag.String("dir", ".devcluster", "working directory: kubeconfig, logs/, volumes/")
 	tier := flag.String("tier", string(testcluster.TierFull), "api (etcd + kube-apiserver) or full (+ controllers, scheduler, kwok nodes, provisioner)")
 	nodes := flag.Int("nodes", 3, "number of fake kwok nodes (full tier)")
+	realNodes := flag.Int("real-nodes", 0, "number of nodes that run containers (full tier, as root): containerd, runc, a kubelet and CNI each, pulling from a registry on loopback; pods there need the real-node label and taint")
 	port := flag.Int("port", 0, "kube-apiserver port on 127.0.0.1 (default: a free port)")
 	binDir := flag.String("bin-dir", "", "directory of the control-plane binaries (default: bin/ of this repository, or $CHARTPILOT_BIN_DIR)")
 	verbose := flag.Bool("v", false, "print start-up steps")
@@ -55,6 +60,7 @@ func run() error {
 		Dir:           absDir,
 		BinDir:        *binDir,
 		Nodes:         *nodes,
+		RealNodes:     *realNodes,
 		APIServerPort: *port,
 	}
 	if *verbose {
@@ -77,6 +83,12 @@ func run() error {
 	if *webhooks != "" {
 		wh := c.Env.WebhookInstallOptions
 		fmt.Printf("webhook port=%d cert-dir=%s\n", wh.LocalServingPort, wh.LocalServingCertDir)
+	}
+	if c.Registry != nil {
+		fmt.Printf("registry=%s\n", c.Registry.Host)
+		for i := range *realNodes {
+			fmt.Printf("node=%s\n", testcluster.RealNodeName(i))
+		}
 	}
 	fmt.Printf("ready kubeconfig=%s\n", c.KubeconfigPath)
 	<-ctx.Done()

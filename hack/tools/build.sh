@@ -35,6 +35,10 @@ declare -A targets=(
 	[golangci-lint]="github.com/golangci/golangci-lint/v2/cmd/golangci-lint=golangci-lint"
 	[versitygw]="github.com/versity/versitygw/cmd/versitygw=versitygw"
 	[prometheus]="github.com/prometheus/prometheus/cmd/promtool=promtool"
+	[containerd]="github.com/containerd/containerd/v2/cmd/containerd=containerd github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2=containerd-shim-runc-v2 github.com/containerd/containerd/v2/cmd/ctr=ctr"
+	[runc]="github.com/opencontainers/runc=runc"
+	[kubelet]="k8s.io/kubernetes/cmd/kubelet=kubelet k8s.io/kubernetes/cmd/kube-proxy=kube-proxy"
+	[cni]="github.com/containernetworking/plugins/plugins/main/bridge=cni/bridge github.com/containernetworking/plugins/plugins/ipam/host-local=cni/host-local github.com/containernetworking/plugins/plugins/main/loopback=cni/loopback github.com/containernetworking/plugins/plugins/meta/portmap=cni/portmap"
 )
 declare -A ldflags=(
 	[kubernetes]="${k8s_ldflags}"
@@ -44,6 +48,19 @@ declare -A ldflags=(
 	[golangci-lint]="-s -w"
 	[versitygw]="-s -w"
 	[prometheus]="-s -w"
+	[containerd]="-s -w"
+	[runc]="-s -w"
+	[kubelet]="${k8s_ldflags}"
+	[cni]="-s -w"
+)
+# Build tags, and the modules built with cgo (runc links libseccomp:
+# Debian's libseccomp-dev, installed by hack/debian-packages.sh).
+declare -A tags=(
+	[containerd]="no_btrfs no_devmapper no_zfs"
+	[runc]="seccomp"
+)
+declare -A cgo=(
+	[runc]=1
 )
 
 stamp_of() {
@@ -87,6 +104,7 @@ build_module() {
 	fi
 	if [[ -n "${cache}" && -f "${cache}/.complete" ]]; then
 		for pair in ${targets[${mod}]}; do
+			mkdir -p "$(dirname "${bin}/${pair#*=}")"
 			cp "${cache}/${pair#*=}" "${bin}/${pair#*=}.tmp"
 			mv "${bin}/${pair#*=}.tmp" "${bin}/${pair#*=}"
 		done
@@ -97,12 +115,13 @@ build_module() {
 		echo "copied ${mod} tools from ${cache}" >&2
 		return 0
 	fi
-	echo "building ${mod} tools into bin/ (a cold build of kubernetes takes about 15 minutes on 2 cores)" >&2
+	echo "building ${mod} tools into bin/ (cold, kubernetes and kubelet take about 15 minutes on 2 cores)" >&2
 	local start=${SECONDS}
 	for pair in ${targets[${mod}]}; do
 		pkg="${pair%=*}"
 		out="${pair#*=}"
-		(cd "${tools}/${mod}" && CGO_ENABLED=0 go build -trimpath -ldflags "${ldflags[${mod}]}" -o "${bin}/${out}.tmp" "${pkg}")
+		mkdir -p "$(dirname "${bin}/${out}")"
+		(cd "${tools}/${mod}" && CGO_ENABLED="${cgo[${mod}]:-0}" go build -trimpath -tags "${tags[${mod}]:-}" -ldflags "${ldflags[${mod}]}" -o "${bin}/${out}.tmp" "${pkg}")
 		mv "${bin}/${out}.tmp" "${bin}/${out}"
 	done
 	if [[ "${mod}" == kwok ]]; then
@@ -111,7 +130,8 @@ build_module() {
 	echo "${want}" > "${bin}/.stamp-${mod}"
 	if [[ -n "${cache}" ]] && mkdir -p "${cache}" 2>/dev/null; then
 		for pair in ${targets[${mod}]}; do
-			cp "${bin}/${pair#*=}" "${cache}/"
+			mkdir -p "$(dirname "${cache}/${pair#*=}")"
+			cp "${bin}/${pair#*=}" "${cache}/${pair#*=}"
 		done
 		touch "${cache}/.complete"
 	fi

@@ -6,7 +6,9 @@
 //   - TierFull: plus kube-controller-manager, kube-scheduler, kwok faking
 //     nodes and pod lifecycles, and a dynamic volume provisioner behind the
 //     default StorageClass "standard", so StatefulSets get bound PVCs and
-//     Ready pods, Jobs complete and garbage collection runs.
+//     Ready pods, Jobs complete and garbage collection runs; with
+//     Options.RealNodes, also nodes whose pods run (containerd, runc, a
+//     kubelet, CNI) and a registry they pull from (nodes.go).
 //
 // All binaries come from bin/ (built by `make tools` from hack/tools). Every
 // process the cluster starts is stopped by Stop, and killed by a watchdog if
@@ -66,6 +68,9 @@ type Options struct {
 	BinDir string
 	// Nodes is the number of kwok nodes of the full tier (default 3).
 	Nodes int
+	// RealNodes is the number of nodes that run containers (full tier, as
+	// root; see RealNodeName). Their Services take RealNodesServiceRange.
+	RealNodes int
 	// CRDDirs are installed after the API server is up. Default:
 	// config/crd/bases and config/crd/passthrough of the chartpilot module.
 	CRDDirs []string
@@ -94,6 +99,11 @@ type Cluster struct {
 	Env *envtest.Environment
 	// AuditLogPath is the API server's audit log (Options.AuditUsers).
 	AuditLogPath string
+	// Registry is the registry the real nodes pull from (Options.RealNodes).
+	Registry *Registry
+	// PodUtilImage is an image of the registry: `serve ADDR` answers HTTP
+	// with the pod's host name; it runs as 65532 on a read-only root.
+	PodUtilImage string
 
 	opts      Options
 	tempDir   bool
@@ -107,6 +117,8 @@ type Cluster struct {
 	restartMu sync.Mutex
 	restarted map[string]*process
 	restarts  int
+	realNodes []*realNode
+	nodesLock *os.File
 }
 
 // Binaries returns the binaries a tier needs.
@@ -164,6 +176,9 @@ func (o *Options) defaults() error {
 	if o.Tier != TierAPI && o.Tier != TierFull {
 		return fmt.Errorf("unknown tier %q: use %q or %q", o.Tier, TierAPI, TierFull)
 	}
+	if o.RealNodes > 0 && o.Tier != TierFull {
+		return fmt.Errorf("real nodes need the %q tier", TierFull)
+	}
 	if o.Nodes <= 0 {
 		o.Nodes = 3
 	}
@@ -204,6 +219,11 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, retErr error) {
 	}
 	if err := CheckBinaries(opts.BinDir, opts.Tier); err != nil {
 		return nil, err
+	}
+	if opts.RealNodes > 0 {
+		if err := checkFiles(opts.BinDir, realNodeBinaries); err != nil {
+			return nil, err
+		}
 	}
 	c := &Cluster{opts: opts, Dir: opts.Dir}
 	if c.Dir == "" {
@@ -270,7 +290,11 @@ func (c *Cluster) startAPI(opts Options) error {
 		api.Address = "127.0.0.1"
 		api.Port = strconv.Itoa(opts.APIServerPort)
 	}
-	api.Configure().Set("service-cluster-ip-range", ServiceClusterIPRange)
+	api.Configure().Set("service-cluster-ip-range", serviceRange(opts))
+	if opts.RealNodes > 0 {
+		// Logs, exec and the node proxy reach real kubelets at their node IP.
+		api.Configure().Set("kubelet-preferred-address-types", "InternalIP")
+	}
 	if len(opts.AuditUsers) > 0 {
 		policy := filepath.Join(c.Dir, "audit-policy.yaml")
 		users, _ := json.Marshal(opts.AuditUsers)
@@ -347,7 +371,7 @@ func (c *Cluster) startFull(ctx, bgCtx context.Context, opts Options) error {
 		// The token controller needs the service account signing key, which
 		// envtest keeps to itself; ServiceAccount admission is off in envtest.
 		"--controllers=*,-serviceaccount-token-controller",
-		"--service-cluster-ip-range="+ServiceClusterIPRange,
+		"--service-cluster-ip-range="+serviceRange(opts),
 		"--concurrent-deployment-syncs=10",
 		"--concurrent-replicaset-syncs=10",
 		"--concurrent-statefulset-syncs=10",
@@ -365,7 +389,8 @@ func (c *Cluster) startFull(ctx, bgCtx context.Context, opts Options) error {
 	}
 	kwokArgs := []string{
 		"--kubeconfig=" + c.KubeconfigPath,
-		"--manage-all-nodes=true",
+		// Only its own nodes: the real ones run their own pods.
+		"--manage-nodes-with-label-selector=type=kwok",
 		// kwok then renews node Leases like a kubelet; with the heartbeat
 		// stage the node lifecycle controller never marks nodes unreachable.
 		"--node-lease-duration-seconds=40",
@@ -397,7 +422,22 @@ func (c *Cluster) startFull(ctx, bgCtx context.Context, opts Options) error {
 		return err
 	}
 	fmt.Fprintf(opts.Log, "waiting for %d nodes to become Ready\n", opts.Nodes)
-	return c.waitNodesReady(ctx, cs, opts.Nodes)
+	if err := c.waitNodesReady(ctx, cs, opts.Nodes); err != nil {
+		return err
+	}
+	if opts.RealNodes > 0 {
+		return c.startRealNodes(ctx, opts)
+	}
+	return nil
+}
+
+// serviceRange is the Service range of the cluster: virtual addresses
+// nothing is sent to, unless real nodes route them.
+func serviceRange(opts Options) string {
+	if opts.RealNodes > 0 {
+		return RealNodesServiceRange
+	}
+	return ServiceClusterIPRange
 }
 
 func (c *Cluster) addProc(p *process) {
@@ -498,6 +538,7 @@ func (c *Cluster) Stop() error {
 		for i := len(c.procs) - 1; i >= 0; i-- {
 			c.procs[i].stop(15 * time.Second)
 		}
+		c.stopRealNodes()
 		if c.Env != nil {
 			if err := c.Env.Stop(); err != nil && c.Config != nil {
 				c.stopError = err

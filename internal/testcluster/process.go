@@ -29,12 +29,20 @@ type process struct {
 // logDir/<name>.log. The child gets SIGKILL when this process dies
 // (Pdeathsig), so a test that panics leaves no component behind.
 func startProcess(name, bin string, args []string, logDir string) (*process, error) {
+	return startProcessEnv(name, bin, args, logDir, nil)
+}
+
+// startProcessEnv is startProcess with env added to this process's.
+func startProcessEnv(name, bin string, args []string, logDir string, env []string) (*process, error) {
 	logPath := filepath.Join(logDir, name+".log")
 	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("opening log of %s: %w", name, err)
 	}
 	cmd := exec.Command(bin, args...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stdout = f
 	cmd.Stderr = f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -75,6 +83,15 @@ func (p *process) stop(grace time.Duration) {
 	}
 }
 
+// openLog opens logDir/<name>.log for a component of this process.
+func openLog(logDir, name string) io.Writer {
+	f, err := os.OpenFile(filepath.Join(logDir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
+		return io.Discard
+	}
+	return f
+}
+
 // tail returns the last n lines of the process log, for error messages.
 func tailFile(path string, n int) string {
 	b, err := os.ReadFile(path)
@@ -102,10 +119,15 @@ type watchdog struct {
 }
 
 const watchdogScript = `pids=""
+cleanups=""
 while read -r line; do
-	pids="$pids $line"
+	case "$line" in
+	"cleanup "*) cleanups="$cleanups ${line#cleanup }" ;;
+	*) pids="$pids $line" ;;
+	esac
 done
 for p in $pids; do kill -KILL -- "-$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null; done
+for s in $cleanups; do /bin/sh "$s" >/dev/null 2>&1; done
 exit 0`
 
 func startWatchdog() (*watchdog, error) {
@@ -133,6 +155,14 @@ func (w *watchdog) register(pid int) {
 	}
 	w.known[pid] = true
 	_, _ = fmt.Fprintf(w.stdin, "%d\n", pid)
+}
+
+// cleanup tells the watchdog about a shell script to run after the kills
+// (tear-down of what killed processes leave: mounts, interfaces).
+func (w *watchdog) cleanup(script string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_, _ = fmt.Fprintf(w.stdin, "cleanup %s\n", script)
 }
 
 // registerChildren registers every direct child of this process, which is

@@ -1,0 +1,127 @@
+package testcluster
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	stdlog "log"
+	"net"
+	"net/http"
+	"os"
+	"path"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+)
+
+// Registry is an OCI registry on loopback (go-containerregistry's, blobs
+// on disk) that the real nodes' containerd pulls from: anyone may push an
+// image to Host and run it there.
+type Registry struct {
+	// Host is 127.0.0.1:PORT.
+	Host string
+	srv  *http.Server
+}
+
+func startRegistry(dir string, log io.Writer) (*Registry, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("registry: %w", err)
+	}
+	h := registry.New(registry.WithBlobHandler(registry.NewDiskBlobHandler(dir)), registry.Logger(stdlog.New(log, "", stdlog.LstdFlags)))
+	r := &Registry{Host: ln.Addr().String(), srv: &http.Server{Handler: h, ReadHeaderTimeout: time.Minute}}
+	go func() { _ = r.srv.Serve(ln) }()
+	return r, nil
+}
+
+func (r *Registry) stop() {
+	if r != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = r.srv.Shutdown(ctx)
+	}
+}
+
+// File is one file of an image layer.
+type File struct {
+	Path string
+	Mode int64
+	Data []byte
+}
+
+// PushFiles pushes image repo:tag, one layer of files on no base, run as
+// user (e.g. "65532") with entrypoint, for linux/amd64; it returns the
+// reference to give a pod.
+func (r *Registry) PushFiles(repo, tag string, files []File, user string, entrypoint []string) (string, error) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	dirs := map[string]bool{}
+	for _, f := range files {
+		for d := path.Dir(f.Path); d != "/" && d != "." && !dirs[d]; d = path.Dir(d) {
+			dirs[d] = true
+		}
+	}
+	for d := range dirs {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d[1:] + "/", Mode: 0o755}); err != nil {
+			return "", err
+		}
+	}
+	for _, f := range files {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: f.Path[1:], Mode: f.Mode, Size: int64(len(f.Data))}); err != nil {
+			return "", err
+		}
+		if _, err := tw.Write(f.Data); err != nil {
+			return "", err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return "", err
+	}
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf.Bytes())), nil })
+	if err != nil {
+		return "", err
+	}
+	img, err := mutate.AppendLayers(empty.Image, layer)
+	if err != nil {
+		return "", err
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return "", err
+	}
+	cf = cf.DeepCopy()
+	cf.OS, cf.Architecture = "linux", "amd64"
+	cf.Config = v1.Config{User: user, Entrypoint: entrypoint, Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin"}}
+	if img, err = mutate.ConfigFile(img, cf); err != nil {
+		return "", err
+	}
+	return r.Push(repo+":"+tag, img)
+}
+
+// Push pushes img as ref (relative to the registry: "repo:tag") and
+// returns its full reference.
+func (r *Registry) Push(ref string, img v1.Image) (string, error) {
+	full := r.Host + "/" + ref
+	tag, err := name.ParseReference(full, name.Insecure)
+	if err != nil {
+		return "", err
+	}
+	if err := remote.Write(tag, img); err != nil {
+		return "", fmt.Errorf("pushing %s: %w", full, err)
+	}
+	return full, nil
+}
+
+var errNotRoot = errors.New("real nodes need root (network interfaces, mounts and cgroups): run the tests as root")

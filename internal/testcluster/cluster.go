@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -114,11 +115,15 @@ type Cluster struct {
 	stopOnce  sync.Once
 	stopError error
 	// restarted: components Restart started again (they replace envtest's).
-	restartMu sync.Mutex
-	restarted map[string]*process
-	restarts  int
-	realNodes []*realNode
-	nodesLock *os.File
+	restartMu     sync.Mutex
+	restarted     map[string]*process
+	restarts      int
+	realNodes     []*realNode
+	nodesLock     *os.File
+	nodesTeardown string
+	apiProxy      net.Listener
+	// caFile is the API server's serving CA (real nodes: pods verify it).
+	caFile string
 }
 
 // Binaries returns the binaries a tier needs.
@@ -292,8 +297,9 @@ func (c *Cluster) startAPI(opts Options) error {
 	}
 	api.Configure().Set("service-cluster-ip-range", serviceRange(opts))
 	if opts.RealNodes > 0 {
-		// Logs, exec and the node proxy reach real kubelets at their node IP.
-		api.Configure().Set("kubelet-preferred-address-types", "InternalIP")
+		if err := c.realNodesAPIServer(api); err != nil {
+			return err
+		}
 	}
 	if len(opts.AuditUsers) > 0 {
 		policy := filepath.Join(c.Dir, "audit-policy.yaml")
@@ -367,16 +373,21 @@ func (c *Cluster) startFull(ctx, bgCtx context.Context, opts Options) error {
 		c.addProc(p)
 		return nil
 	}
-	if err := component("kube-controller-manager",
+	kcm := []string{
 		// The token controller needs the service account signing key, which
 		// envtest keeps to itself; ServiceAccount admission is off in envtest.
 		"--controllers=*,-serviceaccount-token-controller",
-		"--service-cluster-ip-range="+serviceRange(opts),
+		"--service-cluster-ip-range=" + serviceRange(opts),
 		"--concurrent-deployment-syncs=10",
 		"--concurrent-replicaset-syncs=10",
 		"--concurrent-statefulset-syncs=10",
 		"--concurrent-gc-syncs=20",
-	); err != nil {
+	}
+	if c.caFile != "" {
+		// Each namespace's kube-root-ca.crt, which pods verify the API server with.
+		kcm = append(kcm, "--root-ca-file="+c.caFile)
+	}
+	if err := component("kube-controller-manager", kcm...); err != nil {
 		return err
 	}
 	if err := component("kube-scheduler"); err != nil {

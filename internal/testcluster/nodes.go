@@ -4,6 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,8 +32,11 @@ const (
 	// (NoSchedule, same key) keeps pods that do not tolerate it off them.
 	RealNodeLabel = "chartpilot.dev/real-node"
 	RealNodeTaint = RealNodeLabel
-	// RealNodesServiceRange is the Service range of a cluster with real nodes.
+	// RealNodesServiceRange is the Service range of a cluster with real
+	// nodes; kube-proxy routes it on this machine.
 	RealNodesServiceRange = "198.19.0.0/16"
+	// kubernetesServiceIP is the kubernetes Service's address in it.
+	kubernetesServiceIP = "198.19.0.1"
 	// realNodesRange is routed nowhere but to the nodes' bridges.
 	realNodesRange = "198.18.0.0/15"
 	// realNodesLock is held by the one cluster with real nodes on this
@@ -48,7 +55,7 @@ const pauseRepo = "chartpilot/pause"
 
 // realNode is one node's processes and places.
 type realNode struct {
-	name, dir, bridge, cgroupRoot, teardown string
+	name, dir, bridge, cgroupRoot string
 }
 
 // realNodeBinaries are the binaries the real nodes need.
@@ -84,14 +91,35 @@ func (c *Cluster) startRealNodes(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644); err != nil {
-		return fmt.Errorf("enabling IP forwarding: %w", err)
-	}
 	for i := range opts.RealNodes {
-		n := &realNode{name: RealNodeName(i), dir: filepath.Join(c.Dir, "nodes", RealNodeName(i)), bridge: fmt.Sprintf("cpbr%d", i), cgroupRoot: "chartpilot-" + RealNodeName(i)}
+		c.realNodes = append(c.realNodes, &realNode{name: RealNodeName(i), dir: filepath.Join(c.Dir, "nodes", RealNodeName(i)), bridge: fmt.Sprintf("cpbr%d", i), cgroupRoot: "chartpilot-" + RealNodeName(i)})
+	}
+	c.nodesTeardown = filepath.Join(c.Dir, "nodes", "teardown.sh")
+	if err := os.MkdirAll(filepath.Dir(c.nodesTeardown), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(c.nodesTeardown, []byte(c.teardownScript(opts.BinDir)), 0o755); err != nil {
+		return err
+	}
+	// What a crashed earlier run left, then this run's own tear-down when
+	// this process dies.
+	_ = exec.Command("/bin/sh", c.nodesTeardown).Run()
+	c.watchdog.cleanup(c.nodesTeardown)
+	for path, v := range map[string]string{"/proc/sys/net/ipv4/ip_forward": "1", "/proc/sys/net/bridge/bridge-nf-call-iptables": "1"} {
+		if err := os.WriteFile(path, []byte(v), 0o644); err != nil {
+			return fmt.Errorf("%s: %w (kube-proxy's Services need it)", path, err)
+		}
+	}
+	for i, n := range c.realNodes {
 		if err := c.startRealNode(ctx, opts, i, n, pause); err != nil {
 			return fmt.Errorf("real node %s: %w", n.name, err)
 		}
+	}
+	if err := c.startAPIProxy(); err != nil {
+		return err
+	}
+	if err := c.startKubeProxy(opts.BinDir); err != nil {
+		return err
 	}
 	cs, err := kubernetes.NewForConfig(c.Config)
 	if err != nil {
@@ -144,15 +172,6 @@ func (c *Cluster) startRealNode(ctx context.Context, opts Options, i int, n *rea
 			return err
 		}
 	}
-	n.teardown = filepath.Join(n.dir, "teardown.sh")
-	if err := os.WriteFile(n.teardown, []byte(n.teardownScript()), 0o755); err != nil {
-		return err
-	}
-	// What a crashed earlier run left, then this run's own tear-down when
-	// this process dies.
-	_ = exec.Command("/bin/sh", n.teardown).Run()
-	c.watchdog.cleanup(n.teardown)
-	c.realNodes = append(c.realNodes, n)
 	if err := n.network(i); err != nil {
 		return err
 	}
@@ -163,11 +182,16 @@ func (c *Cluster) startRealNode(ctx context.Context, opts Options, i int, n *rea
 	return n.startKubelet(ctx, c, bin, i, sock)
 }
 
-func (n *realNode) teardownScript() string {
-	sock := filepath.Join(n.dir, "containerd", "containerd.sock")
-	return fmt.Sprintf(`#!/bin/sh
-# Tears down real node %[1]s: its pods' processes, containerd's shims,
-# every mount under its directory, its cgroups, bridge and route.
+// teardownScript tears the real nodes down: kube-proxy's rules, each
+// node's pods' processes, containerd's shims, every mount under the node's
+// directory, its cgroups and bridge, and the routes of the range.
+func (c *Cluster) teardownScript(bin string) string {
+	var b strings.Builder
+	b.WriteString("#!/bin/sh\n# Tears down the real nodes of the cluster in " + c.Dir + ".\n")
+	fmt.Fprintf(&b, "%q --cleanup >/dev/null 2>&1\n", filepath.Join(bin, "kube-proxy"))
+	for _, n := range c.realNodes {
+		sock := filepath.Join(n.dir, "containerd", "containerd.sock")
+		fmt.Fprintf(&b, `# %[1]s
 for f in $(find /sys/fs/cgroup/*/%[2]s -name cgroup.procs 2>/dev/null); do
 	for p in $(cat "$f"); do kill -9 "$p" 2>/dev/null; done
 done
@@ -180,9 +204,10 @@ for c in /sys/fs/cgroup/*/%[2]s; do
 	[ -d "$c" ] && find "$c" -depth -type d -exec rmdir {} \; 2>/dev/null
 done
 ip link del %[5]s 2>/dev/null
-ip route del blackhole %[6]s 2>/dev/null
-exit 0
-`, n.name, n.cgroupRoot, sock, n.dir, n.bridge, realNodesRange)
+`, n.name, n.cgroupRoot, sock, n.dir, n.bridge)
+	}
+	fmt.Fprintf(&b, "ip route del %s 2>/dev/null\nip route del blackhole %s 2>/dev/null\nexit 0\n", RealNodesServiceRange, realNodesRange)
+	return b.String()
 }
 
 // network makes the node's bridge with its address, and the blackhole
@@ -199,6 +224,13 @@ func (n *realNode) network(i int) error {
 	}
 	if out, err := exec.Command("ip", "route", "replace", "blackhole", realNodesRange).CombinedOutput(); err != nil {
 		return fmt.Errorf("blackhole route for %s: %v: %s", realNodesRange, err, out)
+	}
+	if i == 0 {
+		// Services: kube-proxy's rules turn their addresses into pods'
+		// (and the API server's); the route only gets packets to them.
+		if out, err := exec.Command("ip", "route", "replace", RealNodesServiceRange, "dev", n.bridge, "src", RealNodeIP(0)).CombinedOutput(); err != nil {
+			return fmt.Errorf("route for %s: %v: %s", RealNodesServiceRange, err, out)
+		}
 	}
 	conf, _ := json.Marshal(map[string]any{
 		"cniVersion": "1.0.0", "name": "chartpilot",
@@ -383,15 +415,117 @@ func (n *realNode) makeCgroupRoot() error {
 // stopRealNodes tears the real nodes down (after their kubelets and
 // containerds were stopped with the other processes).
 func (c *Cluster) stopRealNodes() {
-	for _, n := range c.realNodes {
-		if out, err := exec.Command("/bin/sh", n.teardown).CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "tearing down %s: %v\n%s", n.name, err, out)
+	if c.apiProxy != nil {
+		_ = c.apiProxy.Close()
+	}
+	if c.nodesTeardown != "" {
+		if out, err := exec.Command("/bin/sh", c.nodesTeardown).CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "tearing down the real nodes: %v\n%s", err, out)
 		}
 	}
 	c.Registry.stop()
 	if c.nodesLock != nil {
 		_ = c.nodesLock.Close()
 	}
+}
+
+// startAPIProxy lets pods reach the API server: the kubernetes Service's
+// endpoint is node 0's address (--advertise-address) at the API server's
+// port, and this forwards it to the API server on loopback.
+func (c *Cluster) startAPIProxy() error {
+	u, err := url.Parse(c.Config.Host)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(RealNodeIP(0), u.Port()))
+	if err != nil {
+		return fmt.Errorf("the API server's address for pods: %w", err)
+	}
+	c.apiProxy = ln
+	target := u.Host
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				up, err := net.DialTimeout("tcp", target, 10*time.Second)
+				if err != nil {
+					return
+				}
+				defer up.Close()
+				done := make(chan struct{}, 2)
+				go func() { _, _ = io.Copy(up, conn); done <- struct{}{} }()
+				go func() { _, _ = io.Copy(conn, up); done <- struct{}{} }()
+				<-done
+			}()
+		}
+	}()
+	return nil
+}
+
+// startKubeProxy runs one kube-proxy (iptables) for the real nodes: they
+// share this machine's network, so one set of rules serves them all.
+func (c *Cluster) startKubeProxy(bin string) error {
+	dir := filepath.Join(c.Dir, "nodes", "kube-proxy")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	u, err := c.Env.ControlPlane.AddUser(envtest.User{Name: "system:kube-proxy", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return err
+	}
+	kc, err := u.KubeConfig()
+	if err != nil {
+		return err
+	}
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
+		return err
+	}
+	healthz, err := freePort()
+	if err != nil {
+		return err
+	}
+	metrics, err := freePort()
+	if err != nil {
+		return err
+	}
+	config := fmt.Sprintf(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection: {kubeconfig: %[1]s}
+mode: iptables
+clusterCIDR: 198.18.0.0/16
+hostnameOverride: %[2]s
+bindAddress: %[3]s
+healthzBindAddress: 127.0.0.1:%[4]d
+metricsBindAddress: 127.0.0.1:%[5]d
+nodePortAddresses: [%[6]s]
+conntrack: {maxPerCore: 0, min: 0}
+iptables: {localhostNodePorts: false}
+`, kubeconfig, RealNodeName(0), RealNodeIP(0), healthz, metrics, realNodesRange)
+	cfgPath := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(cfgPath, []byte(config), 0o644); err != nil {
+		return err
+	}
+	p, err := startProcess("kube-proxy", filepath.Join(bin, "kube-proxy"), []string{"--config=" + cfgPath, "--v=1"}, c.LogDir)
+	if err != nil {
+		return err
+	}
+	c.addProc(p)
+	return wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		if done, err := p.exited(); done {
+			return false, fmt.Errorf("kube-proxy exited (%v):\n%s", err, tailFile(p.logPath, 15))
+		}
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", healthz))
+		if err != nil {
+			return false, nil
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
 }
 
 // checkFiles reports the binaries missing from binDir.
@@ -405,5 +539,41 @@ func checkFiles(binDir string, names []string) error {
 	if len(missing) > 0 {
 		return fmt.Errorf("real nodes' binaries missing from %s (%s): run make tools", binDir, strings.Join(missing, ", "))
 	}
+	return nil
+}
+
+// Exec runs command in container of pod ns/pod through the API server and
+// the node's kubelet (the pinned kubectl's exec), returning its output.
+func (c *Cluster) Exec(ctx context.Context, ns, pod, container string, command ...string) (string, error) {
+	args := append([]string{"--kubeconfig", c.KubeconfigPath, "-n", ns, "exec", pod, "-c", container, "--"}, command...)
+	cmd := exec.CommandContext(ctx, filepath.Join(c.opts.BinDir, "kubectl"), args...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return string(out), fmt.Errorf("kubectl exec %s/%s: %w: %s", ns, pod, err, stderr.String())
+	}
+	return string(out), nil
+}
+
+// realNodesAPIServer configures the API server for pods that run: a
+// serving certificate for the kubernetes Service's address and names
+// (pods dial those), that Service's endpoint on node 0's address (the API
+// proxy), ServiceAccount admission (pods get their tokens), and logs, exec
+// and the node proxy to the kubelets' node IPs.
+func (c *Cluster) realNodesAPIServer(api *envtest.APIServer) error {
+	dir := filepath.Join(c.Dir, "apiserver")
+	ips := []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP(kubernetesServiceIP), net.ParseIP(RealNodeIP(0))}
+	names := []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}
+	ca, err := apiServerCerts(dir, ips, names)
+	if err != nil {
+		return fmt.Errorf("the API server's certificates: %w", err)
+	}
+	api.CertDir = dir
+	api.SecureServing.CA = ca
+	c.caFile = filepath.Join(dir, "ca.crt")
+	api.Configure().Set("advertise-address", RealNodeIP(0))
+	api.Configure().Disable("disable-admission-plugins")
+	api.Configure().Set("kubelet-preferred-address-types", "InternalIP")
 	return nil
 }

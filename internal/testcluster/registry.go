@@ -125,3 +125,17 @@ func (r *Registry) Push(ref string, img v1.Image) (string, error) {
 }
 
 var errNotRoot = errors.New("real nodes need root (network interfaces, mounts and cgroups): run the tests as root")
+
+// PushIndex pushes a multi-platform image as ref ("repo:tag") and returns
+// its full reference.
+func (r *Registry) PushIndex(ref string, idx v1.ImageIndex) (string, error) {
+	full := r.Host + "/" + ref
+	tag, err := name.ParseReference(full, name.Insecure)
+	if err != nil {
+		return "", err
+	}
+	if err := remote.WriteIndex(tag, idx); err != nil {
+		return "", fmt.Errorf("pushing %s: %w", full, err)
+	}
+	return full, nil
+}

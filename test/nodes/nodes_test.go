@@ -33,20 +33,14 @@ func onRealNode(spec *corev1.PodSpec) {
 	spec.Tolerations = append(spec.Tolerations, corev1.Toleration{Key: testcluster.RealNodeTaint, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule})
 }
 
-// TestPodAnswersAtItsIP: a pod on the real node runs its container as UID
-// 65532 with a read-only root filesystem, pulled from the cluster's
-// registry, and answers HTTP at its pod IP with its own host name: only a
-// running container can (a simulated pod has an IP nothing listens on).
-func TestPodAnswersAtItsIP(t *testing.T) {
+// servePod runs podutil's server in pod name on the real node, as UID 65532
+// on a read-only root filesystem, and returns its IP once it is Ready.
+func servePod(t *testing.T, cs kubernetes.Interface, ns, name string, labels map[string]string) string {
+	t.Helper()
 	ctx := context.Background()
-	ns := cluster.Namespace(t)
-	cs, err := kubernetes.NewForConfig(cluster.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
 	uid, yes, no := int64(65532), true, false
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels},
 		Spec: corev1.PodSpec{
 			AutomountServiceAccountToken: &no,
 			Containers: []corev1.Container{{
@@ -59,12 +53,20 @@ func TestPodAnswersAtItsIP(t *testing.T) {
 		},
 	}
 	onRealNode(&pod.Spec)
-	if _, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	// ServiceAccount admission needs the namespace's default ServiceAccount,
+	// which the controller manager makes a moment after the namespace.
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+		last = fmt.Sprint(err)
+		return err == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("creating pod %s: %s", name, last)
 	}
-	var ip, last string
+	var ip string
 	err = wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		p, err := cs.CoreV1().Pods(ns).Get(ctx, "web", metav1.GetOptions{})
+		p, err := cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}
@@ -78,19 +80,85 @@ func TestPodAnswersAtItsIP(t *testing.T) {
 		return false, nil
 	})
 	if err != nil {
-		t.Fatalf("pod not Ready: %s: %v", last, err)
+		t.Fatalf("pod %s not Ready: %s: %v", name, last, err)
 	}
 	if !strings.HasPrefix(ip, "198.18.") {
 		t.Fatalf("pod IP %s is outside 198.18.0.0/15", ip)
 	}
+	return ip
+}
+
+// get returns what url answers, trimmed.
+func get(t *testing.T, url string) string {
+	t.Helper()
 	client := &http.Client{Timeout: 10 * time.Second}
-	resp, err := client.Get("http://" + ip + ":8080/")
+	resp, err := client.Get(url)
 	if err != nil {
-		t.Fatalf("GET the pod at %s: %v", ip, err)
+		t.Fatalf("GET %s: %v", url, err)
 	}
+	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
-	_ = resp.Body.Close()
-	if got := strings.TrimSpace(string(body)); got != "hello from web" {
+	return strings.TrimSpace(string(body))
+}
+
+// TestPodAnswersAtItsIP: a pod on the real node runs its container as UID
+// 65532 with a read-only root filesystem, pulled from the cluster's
+// registry, and answers HTTP at its pod IP with its own host name: only a
+// running container can (a simulated pod has an IP nothing listens on).
+func TestPodAnswersAtItsIP(t *testing.T) {
+	ns := cluster.Namespace(t)
+	cs, err := kubernetes.NewForConfig(cluster.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ip := servePod(t, cs, ns, "web", nil)
+	if got := get(t, "http://"+ip+":8080/"); got != "hello from web" {
 		t.Errorf("the pod at %s answered %q, want %q", ip, got, "hello from web")
+	}
+}
+
+// TestServiceReachesItsPods: a Service's address (198.19.0.0/16, routed by
+// kube-proxy) answers from this machine and, through exec, from inside
+// another pod; the pod's process list shows what runs in it.
+func TestServiceReachesItsPods(t *testing.T) {
+	ctx := context.Background()
+	ns := cluster.Namespace(t)
+	cs, err := kubernetes.NewForConfig(cluster.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	servePod(t, cs, ns, "backend", map[string]string{"app": "backend"})
+	svc, err := cs.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "backend"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "backend"},
+			Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(svc.Spec.ClusterIP, "198.19.") {
+		t.Fatalf("Service address %s is outside 198.19.0.0/16", svc.Spec.ClusterIP)
+	}
+	url := "http://" + svc.Spec.ClusterIP + "/"
+	var got string
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(context.Context) (bool, error) {
+		c := &http.Client{Timeout: 3 * time.Second}
+		resp, err := c.Get(url)
+		if err != nil {
+			got = err.Error()
+			return false, nil
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		got = strings.TrimSpace(string(b))
+		return got == "hello from backend", nil
+	})
+	if err != nil {
+		t.Fatalf("the Service at %s from this machine: %s", url, got)
+	}
+	servePod(t, cs, ns, "client", nil)
+	out, err := cluster.Exec(ctx, ns, "client", "web", "/usr/local/bin/podutil", "get", url)
+	if err != nil || strings.TrimSpace(out) != "hello from backend" {
+		t.Errorf("the Service from inside pod client: %q, %v", out, err)
 	}
 }

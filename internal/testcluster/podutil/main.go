@@ -7,10 +7,12 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 )
 
 func main() {
@@ -22,8 +24,18 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	if len(os.Args) == 3 && os.Args[1] == "get" {
+		c := &http.Client{Timeout: 10 * time.Second}
+		resp, err := c.Get(os.Args[2])
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		_, _ = io.Copy(os.Stdout, resp.Body)
+		os.Exit(0)
+	}
 	if len(os.Args) != 1 {
-		fmt.Fprintln(os.Stderr, "usage: podutil | podutil serve ADDR")
+		fmt.Fprintln(os.Stderr, "usage: podutil | podutil serve ADDR | podutil get URL")
 		os.Exit(2)
 	}
 	// Ignoring SIGCHLD makes the kernel reap exited children at once.

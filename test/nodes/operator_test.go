@@ -1,0 +1,207 @@
+package nodes
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/chartpilot/chartpilot/internal/helm"
+	"github.com/chartpilot/chartpilot/internal/image"
+	"github.com/chartpilot/chartpilot/internal/testcluster"
+)
+
+// operatorImage builds chartpilot's image as `make image` does (linux/amd64
+// only) and pushes it to the cluster's registry; it returns the repository.
+func operatorImage(t *testing.T) string {
+	t.Helper()
+	root, err := testcluster.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	build := func(out string, tags ...string) {
+		args := []string{"build", "-trimpath", "-ldflags=-s -w -X main.version=test", "-o", out}
+		if len(tags) > 0 {
+			args = append(args, "-tags", strings.Join(tags, ","))
+		}
+		cmd := exec.Command("go", append(args, "./cmd/chartpilot")...)
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("building chartpilot: %v\n%s", err, out)
+		}
+	}
+	bin, mgr := filepath.Join(dir, "chartpilot"), filepath.Join(dir, "chartpilot-manager")
+	build(bin)
+	build(mgr, "manager")
+	idx, err := image.Build(image.Options{Binaries: map[string]string{"linux/amd64": bin}, Managers: map[string]string{"linux/amd64": mgr}, Root: root, Version: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cluster.Registry.PushIndex("chartpilot:test", idx); err != nil {
+		t.Fatal(err)
+	}
+	return cluster.Registry.Host + "/chartpilot"
+}
+
+// TestOperatorAsInstalled: charts/chartpilot, installed with the image
+// `make image` builds, runs on the real node as users run it: two replicas
+// whose probes answer, one of them leading; the API server calls the
+// webhook the pods serve; killing the leader's container hands the lead
+// to the other replica.
+func TestOperatorAsInstalled(t *testing.T) {
+	ctx := context.Background()
+	repo := operatorImage(t)
+	ops := cluster.Namespace(t)
+	cs, err := kubernetes.NewForConfig(cluster.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, err := helm.LoadChart(filepath.Join("..", "..", "charts", "chartpilot"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc, err := helm.NewClient(cluster.Config, logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	clusterKinds := []string{"ClusterRole.rbac.authorization.k8s.io", "ClusterRoleBinding.rbac.authorization.k8s.io",
+		"ValidatingWebhookConfiguration.admissionregistration.k8s.io", "CustomResourceDefinition.apiextensions.k8s.io"}
+	vals := map[string]any{
+		"image":        map[string]any{"repository": repo, "tag": "test"},
+		"nodeSelector": map[string]any{testcluster.RealNodeLabel: "true"},
+		"tolerations":  []any{map[string]any{"key": testcluster.RealNodeTaint, "operator": "Exists", "effect": "NoSchedule"}},
+	}
+	const release = "chartpilot"
+	start := time.Now()
+	if _, err := hc.Install(ctx, ch, helm.ActionOptions{Namespace: ops, Name: release, Values: vals, Timeout: 2 * time.Minute, ClusterKinds: clusterKinds}); err != nil {
+		t.Fatalf("installing charts/chartpilot: %v", err)
+	}
+	t.Cleanup(func() { _ = hc.Uninstall(helm.Scope{Namespace: ops, ClusterKinds: clusterKinds}, release, time.Minute) })
+	var last string
+	err = wait.PollUntilContextTimeout(ctx, 2*time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		d, err := cs.AppsV1().Deployments(ops).Get(ctx, release, metav1.GetOptions{})
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		last = fmt.Sprintf("%d of 2 replicas ready", d.Status.ReadyReplicas)
+		return d.Status.ReadyReplicas == 2, nil
+	})
+	if err != nil {
+		pods, _ := cs.CoreV1().Pods(ops).List(ctx, metav1.ListOptions{})
+		for _, p := range pods.Items {
+			t.Logf("pod %s: %s %v", p.Name, p.Status.Phase, p.Status.ContainerStatuses)
+		}
+		t.Fatalf("the operator's Deployment: %s", last)
+	}
+	t.Logf("two replicas ready %s after install", time.Since(start).Round(time.Second))
+
+	// The webhook: the API server calls the pods through their Service.
+	dyn, err := dynamic.NewForConfig(cluster.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenant := cluster.Namespace(t)
+	pg := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "chartpilot.dev/v1alpha1", "kind": "Postgres",
+		"metadata": map[string]any{"name": "db", "annotations": map[string]any{"chartpilot.dev/chart-version": "not a constraint"}},
+		"spec":     map[string]any{"version": "17", "storage": map[string]any{"size": "1Gi"}},
+	}}
+	gvr := schema.GroupVersionResource{Group: "chartpilot.dev", Version: "v1alpha1", Resource: "postgres"}
+	err = wait.PollUntilContextTimeout(ctx, 2*time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := dyn.Resource(gvr).Namespace(tenant).Create(ctx, pg, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		last = fmt.Sprint(err)
+		return err != nil && strings.Contains(last, "denied the request") && strings.Contains(last, "not a semver constraint"), nil
+	})
+	if err != nil {
+		t.Fatalf("the webhook served by the pods: %s", last)
+	}
+
+	// Leader election: kill the leader's container; the other replica leads.
+	leader := func() (string, *coordinationv1.Lease) {
+		leases, err := cs.CoordinationV1().Leases(ops).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return "", nil
+		}
+		pods, _ := cs.CoreV1().Pods(ops).List(ctx, metav1.ListOptions{})
+		for i := range leases.Items {
+			l := &leases.Items[i]
+			if l.Spec.HolderIdentity == nil {
+				continue
+			}
+			for _, p := range pods.Items {
+				if strings.HasPrefix(*l.Spec.HolderIdentity, p.Name) {
+					return p.Name, l
+				}
+			}
+		}
+		return "", nil
+	}
+	var first string
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(context.Context) (bool, error) {
+		first, _ = leader()
+		return first != "", nil
+	})
+	if err != nil {
+		t.Fatal("no replica leads")
+	}
+	p, err := cs.CoreV1().Pods(ops).Get(ctx, first, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	killed := killContainer(t, string(p.UID), "chartpilot-manager")
+	t.Logf("leader %s: killed its process %d", first, killed)
+	handover := time.Now()
+	var next string
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(context.Context) (bool, error) {
+		next, _ = leader()
+		return next != "" && next != first, nil
+	})
+	if err != nil {
+		t.Fatalf("after the leader's container was killed, the lead stayed with %q", next)
+	}
+	t.Logf("%s leads %s after the kill", next, time.Since(handover).Round(time.Second))
+}
+
+// killContainer SIGKILLs the process of pod uid whose command line starts
+// with name (found on this machine: the real node's containers are its
+// processes) and returns its PID.
+func killContainer(t *testing.T, uid, name string) int {
+	t.Helper()
+	procs, _ := filepath.Glob("/proc/[0-9]*/cgroup")
+	want := strings.ReplaceAll(uid, "-", "_")
+	for _, f := range procs {
+		cg, err := os.ReadFile(f)
+		if err != nil || (!strings.Contains(string(cg), uid) && !strings.Contains(string(cg), want)) {
+			continue
+		}
+		pid, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(f, "/proc/"), "/cgroup"))
+		cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if !strings.Contains(filepath.Base(strings.SplitN(string(cmd), "\x00", 2)[0]), name) {
+			continue
+		}
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		return pid
+	}
+	t.Fatalf("no process %s of pod %s on this machine", name, uid)
+	return 0
+}

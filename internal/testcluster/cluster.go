@@ -124,6 +124,11 @@ type Cluster struct {
 	apiProxy      net.Listener
 	// caFile is the API server's serving CA (real nodes: pods verify it).
 	caFile string
+	// The kubelet statistics' address (statsAddress).
+	statsMu     sync.Mutex
+	statsIP     net.IP
+	statsLock   *os.File
+	statsScript string
 }
 
 // Binaries returns the binaries a tier needs.
@@ -550,6 +555,7 @@ func (c *Cluster) Stop() error {
 			c.procs[i].stop(15 * time.Second)
 		}
 		c.stopRealNodes()
+		c.releaseStatsAddress()
 		if c.Env != nil {
 			if err := c.Env.Stop(); err != nil && c.Config != nil {
 				c.stopError = err

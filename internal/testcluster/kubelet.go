@@ -8,7 +8,11 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,7 +29,8 @@ import (
 // with the volume statistics a test sets for the pods on that node.
 //
 // The API server refuses to proxy to loopback addresses, so the servers
-// listen on the first non-loopback IPv4 address of this machine.
+// listen on an address of 198.18.0.0/15 the cluster puts on the loopback
+// interface (statsAddress).
 type KubeletStats struct {
 	cs      kubernetes.Interface
 	servers []*httptest.Server
@@ -37,7 +42,7 @@ type KubeletStats struct {
 // ServeKubeletStats starts the kubelet statistics of every node (full tier).
 // Stop ends them.
 func (c *Cluster) ServeKubeletStats(ctx context.Context) (*KubeletStats, error) {
-	ip, err := hostAddress()
+	ip, err := c.statsAddress()
 	if err != nil {
 		return nil, err
 	}
@@ -75,27 +80,59 @@ func (c *Cluster) ServeKubeletStats(ctx context.Context) (*KubeletStats, error) 
 	return k, nil
 }
 
-// hostAddress is the first non-loopback IPv4 address of an interface that is up.
-func hostAddress() (net.IP, error) {
-	ifaces, err := net.Interfaces()
-	if err != nil {
+// statsAddress is this cluster's address for the kubelet statistics: the
+// API server proxies to no loopback address, and tests send traffic to no
+// address outside 198.18.0.0/15, so each cluster takes one of
+// 198.18.255.1-250 (a lock file per address) and puts it on the loopback
+// interface until Stop (or the watchdog, if this process dies).
+func (c *Cluster) statsAddress() (net.IP, error) {
+	c.statsMu.Lock()
+	defer c.statsMu.Unlock()
+	if c.statsIP != nil {
+		return c.statsIP, nil
+	}
+	if os.Geteuid() != 0 {
+		return nil, errors.New("kubelet statistics are served at an address of 198.18.0.0/15 put on this machine's loopback interface: run as root")
+	}
+	if err := os.MkdirAll(filepath.Dir(realNodesLock), 0o755); err != nil {
 		return nil, err
 	}
-	for _, i := range ifaces {
-		if i.Flags&net.FlagUp == 0 || i.Flags&net.FlagLoopback != 0 {
-			continue
-		}
-		addrs, err := i.Addrs()
+	for n := 1; n <= 250; n++ {
+		f, err := os.OpenFile(filepath.Join(filepath.Dir(realNodesLock), fmt.Sprintf("chartpilot-stats-%d.lock", n)), os.O_CREATE|os.O_RDWR, 0o644)
 		if err != nil {
+			return nil, err
+		}
+		if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
+			_ = f.Close()
 			continue
 		}
-		for _, a := range addrs {
-			if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() && !n.IP.IsLinkLocalUnicast() {
-				return n.IP, nil
-			}
+		ip := fmt.Sprintf("198.18.255.%d", n)
+		script := filepath.Join(c.Dir, "stats-address.sh")
+		if err := os.WriteFile(script, []byte("#!/bin/sh\nip addr del "+ip+"/32 dev lo 2>/dev/null\nexit 0\n"), 0o755); err != nil {
+			_ = f.Close()
+			return nil, err
 		}
+		_ = exec.Command("/bin/sh", script).Run() // left by a run that died
+		if out, err := exec.Command("ip", "addr", "add", ip+"/32", "dev", "lo").CombinedOutput(); err != nil {
+			_ = f.Close()
+			return nil, fmt.Errorf("ip addr add %s/32 dev lo: %v: %s", ip, err, out)
+		}
+		c.watchdog.cleanup(script)
+		c.statsIP, c.statsLock, c.statsScript = net.ParseIP(ip), f, script
+		return c.statsIP, nil
 	}
-	return nil, errors.New("no non-loopback IPv4 address on this machine: the API server proxies to none other, so kubelet statistics cannot be served")
+	return nil, errors.New("all of 198.18.255.1-250 are taken by other clusters of this machine")
+}
+
+// releaseStatsAddress takes the statistics address off the loopback interface.
+func (c *Cluster) releaseStatsAddress() {
+	c.statsMu.Lock()
+	defer c.statsMu.Unlock()
+	if c.statsScript != "" {
+		_ = exec.Command("/bin/sh", c.statsScript).Run()
+		_ = c.statsLock.Close()
+		c.statsIP, c.statsScript = nil, ""
+	}
 }
 
 func (k *KubeletStats) serve(node string, w http.ResponseWriter, r *http.Request) {

@@ -14,11 +14,13 @@ command -v psql >/dev/null || need+=(postgresql-client-15)
 command -v redis-server >/dev/null || need+=(redis-server)
 command -v curl >/dev/null || need+=(curl)
 # Real nodes: runc links libseccomp (built with cgo), kube-proxy and the CNI
-# portmap plugin program iptables.
+# portmap plugin program iptables, hack/images.sh builds images with
+# mmdebstrap.
 [[ -f /usr/include/seccomp.h ]] || need+=(libseccomp-dev)
 command -v pkg-config >/dev/null || need+=(pkg-config)
 command -v gcc >/dev/null || need+=(gcc)
 command -v iptables >/dev/null || need+=(iptables)
+command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
 [[ ${#need[@]} -eq 0 ]] && exit 0
 
 echo "hack/debian-packages.sh: installing ${need[*]}"

@@ -206,6 +206,15 @@ done
 ip link del %[5]s 2>/dev/null
 `, n.name, n.cgroupRoot, sock, n.dir, n.bridge)
 	}
+	// The kubelets' own chains (KUBE-FIREWALL, the canaries).
+	b.WriteString(`for ipt in iptables ip6tables; do
+	for t in filter nat mangle; do
+		$ipt -t $t -D INPUT -j KUBE-FIREWALL 2>/dev/null
+		$ipt -t $t -D OUTPUT -j KUBE-FIREWALL 2>/dev/null
+		for c in KUBE-FIREWALL KUBE-KUBELET-CANARY KUBE-IPTABLES-HINT; do $ipt -t $t -F $c 2>/dev/null; $ipt -t $t -X $c 2>/dev/null; done
+	done
+done
+`)
 	fmt.Fprintf(&b, "ip route del %s 2>/dev/null\nip route del blackhole %s 2>/dev/null\nexit 0\n", RealNodesServiceRange, realNodesRange)
 	return b.String()
 }

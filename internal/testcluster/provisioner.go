@@ -36,6 +36,11 @@ func (p *hostPathProvisioner) Provision(_ context.Context, opts controller.Provi
 	if err := os.MkdirAll(path, 0o755); err != nil {
 		return nil, controller.ProvisioningFinished, fmt.Errorf("creating volume directory: %w", err)
 	}
+	// Writable by any user, as local-path provisioners make them: a
+	// hostPath volume gets no fsGroup, and real nodes' pods run as non-root.
+	if err := os.Chmod(path, 0o777); err != nil {
+		return nil, controller.ProvisioningFinished, fmt.Errorf("creating volume directory: %w", err)
+	}
 	reclaim := corev1.PersistentVolumeReclaimDelete
 	if opts.StorageClass.ReclaimPolicy != nil {
 		reclaim = *opts.StorageClass.ReclaimPolicy

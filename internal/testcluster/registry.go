@@ -139,3 +139,28 @@ func (r *Registry) PushIndex(ref string, idx v1.ImageIndex) (string, error) {
 	}
 	return full, nil
 }
+
+// PushRootFS pushes image ref ("repo:tag") made of one layer, the root
+// filesystem tarPath (hack/images.sh), for linux/amd64 with env, and
+// returns its full reference.
+func (r *Registry) PushRootFS(ref, tarPath string, env []string) (string, error) {
+	layer, err := tarball.LayerFromFile(tarPath)
+	if err != nil {
+		return "", err
+	}
+	img, err := mutate.AppendLayers(empty.Image, layer)
+	if err != nil {
+		return "", err
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return "", err
+	}
+	cf = cf.DeepCopy()
+	cf.OS, cf.Architecture = "linux", "amd64"
+	cf.Config = v1.Config{Env: env}
+	if img, err = mutate.ConfigFile(img, cf); err != nil {
+		return "", err
+	}
+	return r.Push(ref, img)
+}

@@ -12,11 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/chartpilot/chartpilot/internal/testcluster"
 )
@@ -24,6 +26,7 @@ import (
 var cluster *testcluster.Cluster
 
 func TestMain(m *testing.M) {
+	ctrl.SetLogger(logr.Discard()) // the in-process operator's (startOperator)
 	os.Exit(testcluster.RunMain(m, testcluster.Options{Tier: testcluster.TierFull, Nodes: 1, RealNodes: 1}, &cluster))
 }
 

@@ -93,7 +93,17 @@ func TestOperatorAsInstalled(t *testing.T) {
 	if _, err := hc.Install(ctx, ch, helm.ActionOptions{Namespace: ops, Name: release, Values: vals, Timeout: 2 * time.Minute, ClusterKinds: clusterKinds}); err != nil {
 		t.Fatalf("installing charts/chartpilot: %v", err)
 	}
-	t.Cleanup(func() { _ = hc.Uninstall(helm.Scope{Namespace: ops, ClusterKinds: clusterKinds}, release, time.Minute) })
+	t.Cleanup(func() {
+		// Uninstalled, and its pods gone at once (not after their grace
+		// period): the package's other tests run an operator of their own.
+		_ = hc.Uninstall(helm.Scope{Namespace: ops, ClusterKinds: clusterKinds}, release, time.Minute)
+		zero := int64(0)
+		_ = cs.CoreV1().Pods(ops).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{})
+		_ = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			pods, err := cs.CoreV1().Pods(ops).List(ctx, metav1.ListOptions{})
+			return err == nil && len(pods.Items) == 0, nil
+		})
+	})
 	var last string
 	err = wait.PollUntilContextTimeout(ctx, 2*time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
 		d, err := cs.AppsV1().Deployments(ops).Get(ctx, release, metav1.GetOptions{})

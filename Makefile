@@ -42,10 +42,10 @@ BUNDLE_VERSION ?= 0.1.0
 bundle:
 	$(GO) run ./hack/bundle -version $(BUNDLE_VERSION) -created $(SOURCE_DATE_EPOCH) -out bundle
 
-## tools: Debian's PostgreSQL 15 and redis-server when missing, control-plane binaries (kube-apiserver, controller manager, scheduler, kubectl, etcd, kwok), real nodes' binaries (containerd, runc, kubelet, kube-proxy, CNI plugins) and images (Debian's packages, mmdebstrap), the S3 server of the backup tests (versitygw), promtool, Azurite (npm), PostgreSQL 17 server binaries (npm)
+## tools: Debian's PostgreSQL 15 and redis-server when missing, control-plane binaries (kube-apiserver, controller manager, scheduler, kubectl, etcd, kwok), real nodes' binaries (containerd, runc, kubelet, kube-proxy, CNI plugins, CoreDNS) and images (Debian's packages, mmdebstrap), the S3 server of the backup tests (versitygw), promtool, Azurite (npm), PostgreSQL 17 server binaries (npm)
 tools:
 	hack/debian-packages.sh
-	hack/tools/build.sh kubernetes etcd kwok versitygw prometheus containerd runc kubelet cni
+	hack/tools/build.sh kubernetes etcd kwok versitygw prometheus containerd runc kubelet cni coredns
 	hack/azurite.sh
 	hack/embedded-postgres.sh
 	hack/images.sh

@@ -38,6 +38,7 @@ declare -A targets=(
 	[containerd]="github.com/containerd/containerd/v2/cmd/containerd=containerd github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2=containerd-shim-runc-v2 github.com/containerd/containerd/v2/cmd/ctr=ctr"
 	[runc]="github.com/opencontainers/runc=runc"
 	[kubelet]="k8s.io/kubernetes/cmd/kubelet=kubelet k8s.io/kubernetes/cmd/kube-proxy=kube-proxy"
+	[coredns]="github.com/coredns/coredns=coredns"
 	[cni]="github.com/containernetworking/plugins/plugins/main/bridge=cni/bridge github.com/containernetworking/plugins/plugins/ipam/host-local=cni/host-local github.com/containernetworking/plugins/plugins/main/loopback=cni/loopback github.com/containernetworking/plugins/plugins/meta/portmap=cni/portmap"
 )
 declare -A ldflags=(
@@ -52,6 +53,7 @@ declare -A ldflags=(
 	[runc]="-s -w"
 	[kubelet]="${k8s_ldflags}"
 	[cni]="-s -w"
+	[coredns]="-s -w"
 )
 # Build tags, and the modules built with cgo (runc links libseccomp:
 # Debian's libseccomp-dev, installed by hack/debian-packages.sh).

@@ -121,7 +121,7 @@ type Cluster struct {
 	realNodes     []*realNode
 	nodesLock     *os.File
 	nodesTeardown string
-	apiProxy      net.Listener
+	apiProxy      *apiProxy
 	// caFile is the API server's serving CA (real nodes: pods verify it).
 	caFile string
 	// The kubelet statistics' address (statsAddress).

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -59,7 +60,7 @@ type realNode struct {
 }
 
 // realNodeBinaries are the binaries the real nodes need.
-var realNodeBinaries = []string{"containerd", "containerd-shim-runc-v2", "ctr", "runc", "kubelet", "kube-proxy",
+var realNodeBinaries = []string{"containerd", "containerd-shim-runc-v2", "ctr", "runc", "kubelet", "kube-proxy", "coredns",
 	"cni/bridge", "cni/host-local", "cni/loopback", "cni/portmap"}
 
 // startRealNodes starts opts.RealNodes real nodes and waits for them to be
@@ -119,6 +120,9 @@ func (c *Cluster) startRealNodes(ctx context.Context, opts Options) error {
 		return err
 	}
 	if err := c.startKubeProxy(opts.BinDir); err != nil {
+		return err
+	}
+	if err := c.startCoreDNS(opts.BinDir); err != nil {
 		return err
 	}
 	cs, err := kubernetes.NewForConfig(c.Config)
@@ -366,6 +370,7 @@ containerRuntimeEndpoint: unix://%[5]s
 podLogsDir: %[6]s
 resolvConf: %[7]s
 clusterDomain: cluster.local
+clusterDNS: [%[2]s]
 authentication:
   anonymous: {enabled: true}
   webhook: {enabled: false}
@@ -450,29 +455,74 @@ func (c *Cluster) startAPIProxy() error {
 	if err != nil {
 		return fmt.Errorf("the API server's address for pods: %w", err)
 	}
-	c.apiProxy = ln
-	target := u.Host
-	go func() {
-		for {
-			conn, err := ln.Accept()
+	c.apiProxy = &apiProxy{ln: ln, conns: map[net.Conn]bool{}}
+	go c.apiProxy.serve(u.Host)
+	return nil
+}
+
+// apiProxy forwards pods' connections to the API server; closing it ends
+// them all, so that the API server is not left waiting on a dead pod's
+// watch when it stops.
+type apiProxy struct {
+	ln    net.Listener
+	mu    sync.Mutex
+	conns map[net.Conn]bool
+}
+
+func (p *apiProxy) track(c net.Conn, on bool) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.conns == nil {
+		_ = c.Close()
+		return false
+	}
+	if on {
+		p.conns[c] = true
+	} else {
+		delete(p.conns, c)
+	}
+	return true
+}
+
+func (p *apiProxy) serve(target string) {
+	for {
+		conn, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			if !p.track(conn, true) {
+				return
+			}
+			defer p.track(conn, false)
+			defer conn.Close()
+			up, err := net.DialTimeout("tcp", target, 10*time.Second)
 			if err != nil {
 				return
 			}
-			go func() {
-				defer conn.Close()
-				up, err := net.DialTimeout("tcp", target, 10*time.Second)
-				if err != nil {
-					return
-				}
-				defer up.Close()
-				done := make(chan struct{}, 2)
-				go func() { _, _ = io.Copy(up, conn); done <- struct{}{} }()
-				go func() { _, _ = io.Copy(conn, up); done <- struct{}{} }()
-				<-done
-			}()
-		}
-	}()
-	return nil
+			if !p.track(up, true) {
+				return
+			}
+			defer p.track(up, false)
+			defer up.Close()
+			done := make(chan struct{}, 2)
+			go func() { _, _ = io.Copy(up, conn); done <- struct{}{} }()
+			go func() { _, _ = io.Copy(conn, up); done <- struct{}{} }()
+			<-done
+		}()
+	}
+}
+
+// Close stops accepting and ends every forwarded connection.
+func (p *apiProxy) Close() error {
+	err := p.ln.Close()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.conns {
+		_ = c.Close()
+	}
+	p.conns = nil
+	return err
 }
 
 // startKubeProxy runs one kube-proxy (iptables) for the real nodes: they
@@ -585,4 +635,60 @@ func (c *Cluster) realNodesAPIServer(api *envtest.APIServer) error {
 	api.Configure().Disable("disable-admission-plugins")
 	api.Configure().Set("kubelet-preferred-address-types", "InternalIP")
 	return nil
+}
+
+// startCoreDNS serves cluster.local (CoreDNS's kubernetes plugin) at the
+// first node's address, port 53: the kubelets' clusterDNS. Nothing else
+// is resolved: no query leaves the machine.
+func (c *Cluster) startCoreDNS(bin string) error {
+	dir := filepath.Join(c.Dir, "nodes", "coredns")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	u, err := c.Env.ControlPlane.AddUser(envtest.User{Name: "system:coredns", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return err
+	}
+	kc, err := u.KubeConfig()
+	if err != nil {
+		return err
+	}
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
+		return err
+	}
+	ready, err := freePort()
+	if err != nil {
+		return err
+	}
+	corefile := fmt.Sprintf(`.:53 {
+	bind %[1]s
+	errors
+	ready 127.0.0.1:%[2]d
+	kubernetes cluster.local in-addr.arpa ip6.arpa {
+		kubeconfig %[3]s
+		pods insecure
+	}
+}
+`, RealNodeIP(0), ready, kubeconfig)
+	path := filepath.Join(dir, "Corefile")
+	if err := os.WriteFile(path, []byte(corefile), 0o644); err != nil {
+		return err
+	}
+	p, err := startProcess("coredns", filepath.Join(bin, "coredns"), []string{"-conf", path}, c.LogDir)
+	if err != nil {
+		return err
+	}
+	c.addProc(p)
+	return wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		if done, err := p.exited(); done {
+			return false, fmt.Errorf("coredns exited (%v):\n%s", err, tailFile(p.logPath, 15))
+		}
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/ready", ready))
+		if err != nil {
+			return false, nil
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
 }

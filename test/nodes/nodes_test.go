@@ -122,7 +122,7 @@ func TestPodAnswersAtItsIP(t *testing.T) {
 
 // TestServiceReachesItsPods: a Service's address (198.19.0.0/16, routed by
 // kube-proxy) answers from this machine and, through exec, from inside
-// another pod; the pod's process list shows what runs in it.
+// another pod, also by its names (CoreDNS serving cluster.local).
 func TestServiceReachesItsPods(t *testing.T) {
 	ctx := context.Background()
 	ns := cluster.Namespace(t)
@@ -160,8 +160,12 @@ func TestServiceReachesItsPods(t *testing.T) {
 		t.Fatalf("the Service at %s from this machine: %s", url, got)
 	}
 	servePod(t, cs, ns, "client", nil)
-	out, err := cluster.Exec(ctx, ns, "client", "web", "/usr/local/bin/podutil", "get", url)
-	if err != nil || strings.TrimSpace(out) != "hello from backend" {
-		t.Errorf("the Service from inside pod client: %q, %v", out, err)
+	// By address, by the Service's full name and by its short name (the
+	// cluster DNS and the pod's search path).
+	for _, u := range []string{url, "http://backend." + ns + ".svc.cluster.local/", "http://backend/"} {
+		out, err := cluster.Exec(ctx, ns, "client", "web", "/usr/local/bin/podutil", "get", u)
+		if err != nil || strings.TrimSpace(out) != "hello from backend" {
+			t.Errorf("%s from inside pod client: %q, %v", u, out, err)
+		}
 	}
 }

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -63,8 +62,8 @@ func operatorImage(t *testing.T) string {
 // TestOperatorAsInstalled: charts/chartpilot, installed with the image
 // `make image` builds, runs on the real node as users run it: two replicas
 // whose probes answer, one of them leading; the API server calls the
-// webhook the pods serve; killing the leader's container hands the lead
-// to the other replica.
+// webhook the pods serve; once the leader's container is killed, a new
+// process takes the Lease and the killed container is back.
 func TestOperatorAsInstalled(t *testing.T) {
 	ctx := context.Background()
 	repo := operatorImage(t)
@@ -144,29 +143,30 @@ func TestOperatorAsInstalled(t *testing.T) {
 		t.Fatalf("the webhook served by the pods: %s", last)
 	}
 
-	// Leader election: kill the leader's container; the other replica leads.
-	leader := func() (string, *coordinationv1.Lease) {
+	// Leader election: the leader's container killed, a new process leads
+	// (the other replica, or the killed one's restart: whichever takes the
+	// Lease once it expires), and the killed container was restarted.
+	leader := func() (pod, identity string) {
 		leases, err := cs.CoordinationV1().Leases(ops).List(ctx, metav1.ListOptions{})
 		if err != nil {
-			return "", nil
+			return "", ""
 		}
 		pods, _ := cs.CoreV1().Pods(ops).List(ctx, metav1.ListOptions{})
-		for i := range leases.Items {
-			l := &leases.Items[i]
+		for _, l := range leases.Items {
 			if l.Spec.HolderIdentity == nil {
 				continue
 			}
 			for _, p := range pods.Items {
 				if strings.HasPrefix(*l.Spec.HolderIdentity, p.Name) {
-					return p.Name, l
+					return p.Name, *l.Spec.HolderIdentity
 				}
 			}
 		}
-		return "", nil
+		return "", ""
 	}
-	var first string
+	var first, firstID string
 	err = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(context.Context) (bool, error) {
-		first, _ = leader()
+		first, firstID = leader()
 		return first != "", nil
 	})
 	if err != nil {
@@ -179,15 +179,22 @@ func TestOperatorAsInstalled(t *testing.T) {
 	killed := killContainer(t, string(p.UID), "chartpilot-manager")
 	t.Logf("leader %s: killed its process %d", first, killed)
 	handover := time.Now()
-	var next string
+	var next, nextID string
 	err = wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(context.Context) (bool, error) {
-		next, _ = leader()
-		return next != "" && next != first, nil
+		next, nextID = leader()
+		return nextID != "" && nextID != firstID, nil
 	})
 	if err != nil {
-		t.Fatalf("after the leader's container was killed, the lead stayed with %q", next)
+		t.Fatalf("after the leader's container was killed, the Lease stayed with %q", firstID)
 	}
-	t.Logf("%s leads %s after the kill", next, time.Since(handover).Round(time.Second))
+	t.Logf("%s (a new process) leads %s after the kill", next, time.Since(handover).Round(time.Second))
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		p, err = cs.CoreV1().Pods(ops).Get(ctx, first, metav1.GetOptions{})
+		return err == nil && len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].RestartCount >= 1 && podReady(p), nil
+	})
+	if err != nil {
+		t.Errorf("the killed container of %s was not restarted and ready: %v", first, p.Status.ContainerStatuses)
+	}
 }
 
 // killContainer SIGKILLs the process of pod uid whose command line starts

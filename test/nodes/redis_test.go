@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -46,23 +45,22 @@ func debianImage(t *testing.T, name string) (repo, tag string) {
 	return cluster.Registry.Host + "/debian/" + name, "bookworm"
 }
 
-var operatorOnce sync.Once
-
 // startOperator runs the operator in this process with the repository's
-// watches.yaml, once for the package.
+// watches.yaml until the test ends.
 func startOperator(t *testing.T) {
 	t.Helper()
-	operatorOnce.Do(func() {
-		ws, err := watches.Load(filepath.Join("..", "..", "watches.yaml"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		mgr, err := operator.New(operator.Options{Config: cluster.Config, Watches: ws, MetricsAddr: "0", ProbeAddr: "0", SeveralInProcess: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		go func() { _ = mgr.Start(context.Background()) }()
-	})
+	ws, err := watches.Load(filepath.Join("..", "..", "watches.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mgr, err := operator.New(operator.Options{Config: cluster.Config, Watches: ws, MetricsAddr: "0", ProbeAddr: "0", SeveralInProcess: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = mgr.Start(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
 }
 
 // condition returns the status and message of condition typ of u.

@@ -529,19 +529,8 @@ func (p *apiProxy) Close() error {
 // share this machine's network, so one set of rules serves them all.
 func (c *Cluster) startKubeProxy(bin string) error {
 	dir := filepath.Join(c.Dir, "nodes", "kube-proxy")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	u, err := c.Env.ControlPlane.AddUser(envtest.User{Name: "system:kube-proxy", Groups: []string{"system:masters"}}, nil)
+	kubeconfig, err := c.componentKubeconfig(dir, "system:kube-proxy")
 	if err != nil {
-		return err
-	}
-	kc, err := u.KubeConfig()
-	if err != nil {
-		return err
-	}
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
 		return err
 	}
 	healthz, err := freePort()
@@ -574,17 +563,7 @@ iptables: {localhostNodePorts: false}
 		return err
 	}
 	c.addProc(p)
-	return wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		if done, err := p.exited(); done {
-			return false, fmt.Errorf("kube-proxy exited (%v):\n%s", err, tailFile(p.logPath, 15))
-		}
-		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", healthz))
-		if err != nil {
-			return false, nil
-		}
-		_ = resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, nil
-	})
+	return waitAnswers(p, fmt.Sprintf("http://127.0.0.1:%d/healthz", healthz))
 }
 
 // checkFiles reports the binaries missing from binDir.
@@ -642,19 +621,8 @@ func (c *Cluster) realNodesAPIServer(api *envtest.APIServer) error {
 // is resolved: no query leaves the machine.
 func (c *Cluster) startCoreDNS(bin string) error {
 	dir := filepath.Join(c.Dir, "nodes", "coredns")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	u, err := c.Env.ControlPlane.AddUser(envtest.User{Name: "system:coredns", Groups: []string{"system:masters"}}, nil)
+	kubeconfig, err := c.componentKubeconfig(dir, "system:coredns")
 	if err != nil {
-		return err
-	}
-	kc, err := u.KubeConfig()
-	if err != nil {
-		return err
-	}
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
 		return err
 	}
 	ready, err := freePort()
@@ -680,11 +648,35 @@ func (c *Cluster) startCoreDNS(bin string) error {
 		return err
 	}
 	c.addProc(p)
+	return waitAnswers(p, fmt.Sprintf("http://127.0.0.1:%d/ready", ready))
+}
+
+// componentKubeconfig writes dir/kubeconfig for a node component (an
+// admin of the test cluster, known to the audit log as user).
+func (c *Cluster) componentKubeconfig(dir, user string) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	u, err := c.Env.ControlPlane.AddUser(envtest.User{Name: user, Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return "", err
+	}
+	kc, err := u.KubeConfig()
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "kubeconfig")
+	return path, os.WriteFile(path, kc, 0o600)
+}
+
+// waitAnswers waits up to a minute for url to answer 200 OK, failing as
+// soon as p exits.
+func waitAnswers(p *process, url string) error {
 	return wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		if done, err := p.exited(); done {
-			return false, fmt.Errorf("coredns exited (%v):\n%s", err, tailFile(p.logPath, 15))
+			return false, fmt.Errorf("%s exited (%v):\n%s", p.name, err, tailFile(p.logPath, 15))
 		}
-		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/ready", ready))
+		resp, err := http.Get(url)
 		if err != nil {
 			return false, nil
 		}

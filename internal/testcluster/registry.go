@@ -93,21 +93,7 @@ func (r *Registry) PushFiles(repo, tag string, files []File, user string, entryp
 	if err != nil {
 		return "", err
 	}
-	img, err := mutate.AppendLayers(empty.Image, layer)
-	if err != nil {
-		return "", err
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		return "", err
-	}
-	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture = "linux", "amd64"
-	cf.Config = v1.Config{User: user, Entrypoint: entrypoint, Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin"}}
-	if img, err = mutate.ConfigFile(img, cf); err != nil {
-		return "", err
-	}
-	return r.Push(repo+":"+tag, img)
+	return r.pushLayer(repo+":"+tag, layer, v1.Config{User: user, Entrypoint: entrypoint, Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin"}})
 }
 
 // Push pushes img as ref (relative to the registry: "repo:tag") and
@@ -148,6 +134,11 @@ func (r *Registry) PushRootFS(ref, tarPath string, env []string) (string, error)
 	if err != nil {
 		return "", err
 	}
+	return r.pushLayer(ref, layer, v1.Config{Env: env})
+}
+
+// pushLayer pushes ref, an image of layer alone for linux/amd64 with config.
+func (r *Registry) pushLayer(ref string, layer v1.Layer, config v1.Config) (string, error) {
 	img, err := mutate.AppendLayers(empty.Image, layer)
 	if err != nil {
 		return "", err
@@ -158,7 +149,7 @@ func (r *Registry) PushRootFS(ref, tarPath string, env []string) (string, error)
 	}
 	cf = cf.DeepCopy()
 	cf.OS, cf.Architecture = "linux", "amd64"
-	cf.Config = v1.Config{Env: env}
+	cf.Config = config
 	if img, err = mutate.ConfigFile(img, cf); err != nil {
 		return "", err
 	}

@@ -16,7 +16,19 @@ cache="${CHARTPILOT_TOOLS_CACHE:-${XDG_CACHE_HOME:-${HOME}/.cache}/chartpilot/to
 # name=packages (comma-separated)
 images=(
 	"redis=redis-server"
+	"postgresql=postgresql-15,postgresql-client-15,prometheus-postgres-exporter"
 )
+# Commands run in an image's new root filesystem before it is packed.
+declare -A customize=(
+	# The chart runs PostgreSQL as UID and GID 999 (the official image's
+	# postgres user; initdb needs the user in /etc/passwd). The cluster
+	# Debian's package makes at install time is not needed.
+	[postgresql]='if getent passwd 999 >/dev/null; then echo "UID 999 is taken: $(getent passwd 999)" >&2; exit 1; fi
+usermod -u 999 postgres && groupmod -g 999 postgres
+rm -rf /var/lib/postgresql/15/main /etc/postgresql/15/main'
+)
+# Documentation, manual pages and translations are left out of every image.
+excludes=(--dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/info/*' --dpkgopt='path-exclude=/usr/share/locale/*')
 
 for entry in "${images[@]}"; do
 	name="${entry%%=*}"
@@ -38,7 +50,11 @@ for entry in "${images[@]}"; do
 	fi
 	echo "building image ${name} (${packages}) from Debian's packages" >&2
 	start=${SECONDS}
-	mmdebstrap --quiet --variant=essential --include="${packages}" --format=tar bookworm "${out}/${name}.tar.tmp"
+	hook=()
+	if [[ -n "${customize[${name}]:-}" ]]; then
+		hook=(--customize-hook="chroot \"\$1\" sh -euc '${customize[${name}]}'")
+	fi
+	mmdebstrap --quiet --variant=essential "${excludes[@]}" "${hook[@]}" --include="${packages}" --format=tar bookworm "${out}/${name}.tar.tmp"
 	mv "${out}/${name}.tar.tmp" "${out}/${name}.tar"
 	echo "${stamp}" >"${out}/${name}.stamp"
 	if [[ "${CHARTPILOT_TOOLS_CACHE:-}" != off ]] && mkdir -p "${cache}" 2>/dev/null; then

@@ -51,6 +51,7 @@ type runOptions struct {
 	chartCacheDir           string
 	backupStoreEndpoints    []string
 	backupImage             string
+	postgresImage           string
 	storeHelper             string
 	gcPercent               int
 	defaultServiceAccount   string
@@ -102,6 +103,7 @@ func parseRunFlags(args []string) (*runOptions, error) {
 	fs.StringVar(&o.webhookCerts, "webhook-certs", "self-signed", "self-signed: chartpilot makes, shares (Secret <service>-certs) and rotates a CA and certificate; files: use --webhook-cert-dir as mounted (e.g. from cert-manager)")
 	fs.StringVar(&o.webhookService, "webhook-service", "chartpilot-system/chartpilot-webhook", "namespace/name of the webhook's Service (names in the self-signed certificate)")
 	fs.StringVar(&o.backupImage, "backup-image", "ghcr.io/chartpilot/chartpilot:"+version, "chartpilot's image, which backup, restore, drill and major upgrade Jobs copy the agent from (their containers run the database's own image, e.g. postgres:<version>); this operator's own image")
+	fs.StringVar(&o.postgresImage, "postgres-image", "postgres", "repository of the PostgreSQL images that the Jobs of a Postgres run (backups, restores, drills, major upgrades) at its spec.version: the images its pods run, e.g. a mirror of postgres")
 	fs.StringVar(&o.storeHelper, "store-helper", "", "the binary run (as STORE_HELPER store) to check a remote backup store and read a backup's manifest: a chartpilot with the object stores' clients (default: chartpilot beside this executable, else on $PATH)")
 	fs.IntVar(&o.gcPercent, "gc-percent", defaultGCPercent, "the Go collector's target heap growth between collections, in percent of the live heap (GOGC; Go's default is 100): lower holds less memory and spends more CPU collecting; the GOGC environment variable, when set, wins")
 	fs.Func("backup-store-endpoints", "comma-separated URLs a namespaced BackupStore's endpoint (and a GCS key's token_uri) must lie within, compared as parsed scheme, host, port and path (a port of * allows any port of the host); the operator connects to them; empty: namespaced stores may use the clouds' own endpoints only", func(v string) error {
@@ -250,6 +252,7 @@ func run(ctx context.Context, args []string) error {
 		ChartCacheDir:           o.chartCacheDir,
 		BackupStoreEndpoints:    o.backupStoreEndpoints,
 		BackupImage:             o.backupImage,
+		PostgresImage:           o.postgresImage,
 		StoreHelper:             o.storeHelper,
 		DefaultServiceAccount:   o.defaultServiceAccount,
 		RecordKeySecret:         recordKeySecret(o.recordKeySecret),

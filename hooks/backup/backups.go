@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"path"
 	"slices"
@@ -100,6 +101,9 @@ type BackupReconciler struct {
 	// it into the Job's pod, whose container is the database's own image
 	// (postgres:<version> for a Postgres: client tools of its major).
 	Image string
+	// PostgresImage is the repository of the PostgreSQL images the Jobs
+	// of a Postgres run, REPOSITORY:<spec.version> ("postgres" when empty).
+	PostgresImage string
 	// Deadline bounds a Job's run; DefaultDeadline when zero.
 	Deadline time.Duration
 	// Stores runs the store helper, which reads a backup's manifest from
@@ -416,9 +420,22 @@ func withAgent(job *batchv1.Job, agentImage string, subcommand ...string) *batch
 	return job
 }
 
+// placedLike gives job's pod the node selector and tolerations of pg's
+// pods (spec.nodeSelector, spec.tolerations, which admission checked
+// against the Tenant's limits): a Job runs on the nodes its database may
+// use, also where those are tainted for databases alone.
+func placedLike(pg *v1alpha1.Postgres, job *batchv1.Job) *batchv1.Job {
+	spec := &job.Spec.Template.Spec
+	if len(pg.Spec.NodeSelector) > 0 {
+		spec.NodeSelector = maps.Clone(pg.Spec.NodeSelector)
+	}
+	spec.Tolerations = append(spec.Tolerations, pg.Spec.Tolerations...)
+	return job
+}
+
 // postgresImage is the image of pg's PostgreSQL (repository "postgres",
-// the chart's default, or the given one): its client tools are those of
-// the server's major.
+// the chart's default, or the given one) at pg's version: its client tools
+// are those of the server's major.
 func postgresImage(repository string, pg *v1alpha1.Postgres) string {
 	if repository == "" {
 		repository = "postgres"
@@ -476,7 +493,7 @@ func (r *BackupReconciler) job(b *v1alpha1.Backup, pg *v1alpha1.Postgres, st *re
 	sargs, senv, volumes, mounts := storeFlags(st)
 	args = append(append(args, sargs...), "--", "pg_dump", "-Fc")
 	lbl := map[string]string{LabelBackup: b.Name, LabelComponent: "backup", "app.kubernetes.io/managed-by": "chartpilot"}
-	return withAgent(agentJob(b.Namespace, JobName(b), lbl, postgresImage("", pg), r.Deadline, args, append(env, senv...), volumes, mounts), r.Image, "backup")
+	return placedLike(pg, withAgent(agentJob(b.Namespace, JobName(b), lbl, postgresImage(r.PostgresImage, pg), r.Deadline, args, append(env, senv...), volumes, mounts), r.Image, "backup"))
 }
 
 func secretKey(name, key string) *corev1.EnvVarSource {

@@ -336,7 +336,7 @@ func (m *Major) job(pg *v1alpha1.Postgres, ch *majorChange, claim string) *batch
 		{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 	}
 	mounts := []corev1.VolumeMount{{Name: "data", MountPath: "/var/lib/postgresql/data"}, {Name: "tmp", MountPath: "/tmp"}}
-	job := agentJob(pg.Namespace, ch.job, lbl, postgresImage(m.PostgresImage, pg), deadline, args, env, volumes, mounts)
+	job := placedLike(pg, agentJob(pg.Namespace, ch.job, lbl, postgresImage(m.PostgresImage, pg), deadline, args, env, volumes, mounts))
 	pod := &job.Spec.Template.Spec
 	// The official image's postgres user owns the data, as in the chart.
 	pod.SecurityContext.RunAsUser, pod.SecurityContext.RunAsGroup, pod.SecurityContext.FSGroup = ptr.To[int64](999), ptr.To[int64](999), ptr.To[int64](999)

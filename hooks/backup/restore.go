@@ -107,6 +107,8 @@ type RestoreReconciler struct {
 	Recorder record.EventRecorder
 	// Image is the agent's image (see BackupReconciler).
 	Image string
+	// PostgresImage: see BackupReconciler.
+	PostgresImage string
 	// Identity creates the Jobs as the resource's identity (nil: as the
 	// manager).
 	Identity *Identity
@@ -236,7 +238,7 @@ func (r *RestoreReconciler) step(ctx context.Context, pg *v1alpha1.Postgres) (ct
 	args = append(args, expectFlags(sum, size)...)
 	args = append(args, "--", "pg_restore", "--exit-on-error", "--no-owner", "--dbname", "postgres")
 	lbl := map[string]string{LabelComponent: "restore", "app.kubernetes.io/managed-by": "chartpilot", "chartpilot.dev/restore": pg.Name}
-	job := withAgent(agentJob(pg.Namespace, RestoreJobName(pg), lbl, postgresImage("", pg), r.Deadline, args, append(env, senv...), volumes, mounts), r.Image, "backup")
+	job := placedLike(pg, withAgent(agentJob(pg.Namespace, RestoreJobName(pg), lbl, postgresImage(r.PostgresImage, pg), r.Deadline, args, append(env, senv...), volumes, mounts), r.Image, "backup"))
 	if err := controllerutil.SetControllerReference(pg, job, r.Client.Scheme()); err != nil {
 		return ctrl.Result{}, err
 	}

@@ -45,6 +45,8 @@ type ScheduleReconciler struct {
 	Recorder record.EventRecorder
 	// Image is the agent's image, for restore drills (see BackupReconciler).
 	Image string
+	// PostgresImage: see BackupReconciler.
+	PostgresImage string
 	// Identity creates the drills' Jobs as the resource's identity (nil:
 	// as the manager).
 	Identity *Identity
@@ -342,7 +344,7 @@ func (r *ScheduleReconciler) drill(ctx context.Context, pg *v1alpha1.Postgres, n
 	args = append(args, expectFlags(b.Status.SHA256, b.Status.Size)...)
 	lbl := map[string]string{LabelComponent: "verify", "app.kubernetes.io/managed-by": "chartpilot", LabelBackup: b.Name}
 	name := fmt.Sprintf("verify-%s-%s", truncate(pg.Name, 40), due.UTC().Format("200601021504"))
-	job := withAgent(agentJob(pg.Namespace, name, lbl, postgresImage("", pg), DefaultDeadline, args, append(env, senv...), volumes, mounts), r.Image, "backup")
+	job := placedLike(pg, withAgent(agentJob(pg.Namespace, name, lbl, postgresImage(r.PostgresImage, pg), DefaultDeadline, args, append(env, senv...), volumes, mounts), r.Image, "backup"))
 	if err := controllerutil.SetControllerReference(pg, job, r.Client.Scheme()); err != nil {
 		return time.Time{}, err
 	}

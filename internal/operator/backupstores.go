@@ -41,7 +41,7 @@ func addBackupStores(o Options, mgr manager.Manager, identity *backup.Identity) 
 	}
 	b := &backup.BackupReconciler{
 		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("chartpilot-backup"),
-		Image: o.BackupImage, SkipNameValidation: o.SeveralInProcess, Kinds: backup.KindsOf(o.Watches), Identity: identity,
+		Image: o.BackupImage, PostgresImage: o.PostgresImage, SkipNameValidation: o.SeveralInProcess, Kinds: backup.KindsOf(o.Watches), Identity: identity,
 		Stores: stores, Endpoints: o.BackupStoreEndpoints,
 	}
 	if err := b.SetupWithManager(mgr); err != nil {
@@ -51,11 +51,11 @@ func addBackupStores(o Options, mgr manager.Manager, identity *backup.Identity) 
 		return nil
 	}
 	s := &backup.ScheduleReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("chartpilot-backup"),
-		Image: o.BackupImage, SkipNameValidation: o.SeveralInProcess, Identity: identity}
+		Image: o.BackupImage, PostgresImage: o.PostgresImage, SkipNameValidation: o.SeveralInProcess, Identity: identity}
 	if err := s.SetupWithManager(mgr); err != nil {
 		return err
 	}
 	rs := &backup.RestoreReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("chartpilot-backup"),
-		Image: o.BackupImage, SkipNameValidation: o.SeveralInProcess, Identity: identity}
+		Image: o.BackupImage, PostgresImage: o.PostgresImage, SkipNameValidation: o.SeveralInProcess, Identity: identity}
 	return rs.SetupWithManager(mgr)
 }

@@ -82,6 +82,10 @@ type Options struct {
 	// major upgrade Jobs copy the agent from (their containers run the
 	// database's own image).
 	BackupImage string
+	// PostgresImage is the repository of the PostgreSQL images that the
+	// Jobs of a Postgres run (backups, restores, drills, major upgrades),
+	// at the Postgres's spec.version; "postgres" when empty.
+	PostgresImage string
 	// StoreHelper is the binary the manager runs to reach a remote backup
 	// store (checking a store, reading a backup's manifest): a chartpilot
 	// built with the object stores' clients (`STORE_HELPER store`).
@@ -322,7 +326,7 @@ func addReconcilers(o Options, mgr manager.Manager, scheme *runtime.Scheme, sour
 	// the hooks that decide it are selected).
 	majorIdentity := &backup.Identity{Config: o.Config}
 	major := &backup.Major{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("chartpilot-major-upgrade"),
-		Identity: majorIdentity, AgentImage: o.BackupImage}
+		Identity: majorIdentity, AgentImage: o.BackupImage, PostgresImage: o.PostgresImage}
 	restores := &backup.Restores{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Identity: majorIdentity, AgentImage: o.BackupImage, Kinds: backup.KindsOf(o.Watches)}
 	for _, h := range append([]*hooks.Hook{tn.Hook(), mon.Hook(), backup.Hook(mgr.GetClient(), major, restores)}, o.Hooks...) {
 		if err := registry.Register(h); err != nil {

@@ -7,11 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	stdlog "log"
 	"net"
 	"net/http"
 	"os"
 	"path"
+	"path/filepath"
+	"sort"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -54,17 +57,18 @@ func (r *Registry) stop() {
 	}
 }
 
-// File is one file of an image layer.
+// File is one file of an image layer: a regular file (Data) or, when Link
+// is set, a symbolic link to Link.
 type File struct {
 	Path string
 	Mode int64
 	Data []byte
+	Link string
 }
 
-// PushFiles pushes image repo:tag, one layer of files on no base, run as
-// user (e.g. "65532") with entrypoint, for linux/amd64; it returns the
-// reference to give a pod.
-func (r *Registry) PushFiles(repo, tag string, files []File, user string, entrypoint []string) (string, error) {
+// Layer is an image layer of files (absolute paths), with the directories
+// above them.
+func Layer(files []File) (v1.Layer, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	dirs := map[string]bool{}
@@ -73,27 +77,81 @@ func (r *Registry) PushFiles(repo, tag string, files []File, user string, entryp
 			dirs[d] = true
 		}
 	}
+	sorted := make([]string, 0, len(dirs))
 	for d := range dirs {
+		sorted = append(sorted, d)
+	}
+	sort.Strings(sorted) // parents first
+	for _, d := range sorted {
 		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d[1:] + "/", Mode: 0o755}); err != nil {
-			return "", err
+			return nil, err
 		}
 	}
 	for _, f := range files {
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: f.Path[1:], Mode: f.Mode, Size: int64(len(f.Data))}); err != nil {
-			return "", err
+		h := &tar.Header{Typeflag: tar.TypeReg, Name: f.Path[1:], Mode: f.Mode, Size: int64(len(f.Data))}
+		if f.Link != "" {
+			h = &tar.Header{Typeflag: tar.TypeSymlink, Name: f.Path[1:], Mode: 0o777, Linkname: f.Link}
 		}
-		if _, err := tw.Write(f.Data); err != nil {
-			return "", err
+		if err := tw.WriteHeader(h); err != nil {
+			return nil, err
+		}
+		if f.Link == "" {
+			if _, err := tw.Write(f.Data); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if err := tw.Close(); err != nil {
-		return "", err
+		return nil, err
 	}
-	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf.Bytes())), nil })
+	return tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf.Bytes())), nil })
+}
+
+// TreeFiles reads the regular files and symbolic links under dir as the
+// files of a layer under the absolute path under.
+func TreeFiles(dir, under string) ([]File, error) {
+	var files []File
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, err := filepath.Rel(dir, p)
+		if err != nil {
+			return err
+		}
+		f := File{Path: path.Join(under, filepath.ToSlash(rel))}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		switch {
+		case info.Mode()&fs.ModeSymlink != 0:
+			if f.Link, err = os.Readlink(p); err != nil {
+				return err
+			}
+		case info.Mode().IsRegular():
+			f.Mode = int64(info.Mode().Perm())
+			if f.Data, err = os.ReadFile(p); err != nil {
+				return err
+			}
+		default:
+			return nil
+		}
+		files = append(files, f)
+		return nil
+	})
+	return files, err
+}
+
+// PushFiles pushes image repo:tag, one layer of files on no base, run as
+// user (e.g. "65532") with entrypoint, for linux/amd64; it returns the
+// reference to give a pod.
+func (r *Registry) PushFiles(repo, tag string, files []File, user string, entrypoint []string) (string, error) {
+	layer, err := Layer(files)
 	if err != nil {
 		return "", err
 	}
-	return r.pushLayer(repo+":"+tag, layer, v1.Config{User: user, Entrypoint: entrypoint, Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin"}})
+	return r.pushLayers(repo+":"+tag, v1.Config{User: user, Entrypoint: entrypoint, Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin"}}, layer)
 }
 
 // Push pushes img as ref (relative to the registry: "repo:tag") and
@@ -126,20 +184,21 @@ func (r *Registry) PushIndex(ref string, idx v1.ImageIndex) (string, error) {
 	return full, nil
 }
 
-// PushRootFS pushes image ref ("repo:tag") made of one layer, the root
-// filesystem tarPath (hack/images.sh), for linux/amd64 with env, and
-// returns its full reference.
-func (r *Registry) PushRootFS(ref, tarPath string, env []string) (string, error) {
+// PushRootFS pushes image ref ("repo:tag"): the root filesystem tarPath
+// (hack/images.sh) with the layers of extra on top, for linux/amd64 with
+// config, and returns its full reference.
+func (r *Registry) PushRootFS(ref, tarPath string, config v1.Config, extra ...v1.Layer) (string, error) {
 	layer, err := tarball.LayerFromFile(tarPath)
 	if err != nil {
 		return "", err
 	}
-	return r.pushLayer(ref, layer, v1.Config{Env: env})
+	return r.pushLayers(ref, config, append([]v1.Layer{layer}, extra...)...)
 }
 
-// pushLayer pushes ref, an image of layer alone for linux/amd64 with config.
-func (r *Registry) pushLayer(ref string, layer v1.Layer, config v1.Config) (string, error) {
-	img, err := mutate.AppendLayers(empty.Image, layer)
+// pushLayers pushes ref, an image of layers alone for linux/amd64 with
+// config.
+func (r *Registry) pushLayers(ref string, config v1.Config, layers ...v1.Layer) (string, error) {
+	img, err := mutate.AppendLayers(empty.Image, layers...)
 	if err != nil {
 		return "", err
 	}

@@ -17,18 +17,23 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/chartpilot/chartpilot/internal/helm"
 	"github.com/chartpilot/chartpilot/internal/image"
 	"github.com/chartpilot/chartpilot/internal/testcluster"
 )
 
+// builtImage is the repository operatorImage pushed, once per run.
+var builtImage string
+
 // operatorImage builds chartpilot's image as `make image` does (linux/amd64
-// only) and pushes it to the cluster's registry; it returns the repository.
+// only) and pushes it to the cluster's registry (once); it returns the
+// repository (tag "test").
 func operatorImage(t *testing.T) string {
 	t.Helper()
+	if builtImage != "" {
+		return builtImage
+	}
 	root, err := testcluster.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -56,22 +61,18 @@ func operatorImage(t *testing.T) string {
 	if _, err := cluster.Registry.PushIndex("chartpilot:test", idx); err != nil {
 		t.Fatal(err)
 	}
-	return cluster.Registry.Host + "/chartpilot"
+	builtImage = cluster.Registry.Host + "/chartpilot"
+	return builtImage
 }
 
-// TestOperatorAsInstalled: charts/chartpilot, installed with the image
-// `make image` builds, runs on the real node as users run it: two replicas
-// whose probes answer, one of them leading; the API server calls the
-// webhook the pods serve; once the leader's container is killed, a new
-// process takes the Lease and the killed container is back.
-func TestOperatorAsInstalled(t *testing.T) {
+// installOperator installs charts/chartpilot as release "chartpilot" in
+// namespace ops with the image operatorImage built, on the real node, with
+// extra values merged over that, and waits until its replicas are ready.
+// At the end of the test it is uninstalled and its pods removed at once.
+func installOperator(t *testing.T, ops string, replicas int, extra map[string]any) {
+	t.Helper()
 	ctx := context.Background()
-	repo := operatorImage(t)
-	ops := cluster.Namespace(t)
-	cs, err := kubernetes.NewForConfig(cluster.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs, _ := clients(t)
 	ch, err := helm.LoadChart(filepath.Join("..", "..", "charts", "chartpilot"))
 	if err != nil {
 		t.Fatal(err)
@@ -83,9 +84,13 @@ func TestOperatorAsInstalled(t *testing.T) {
 	clusterKinds := []string{"ClusterRole.rbac.authorization.k8s.io", "ClusterRoleBinding.rbac.authorization.k8s.io",
 		"ValidatingWebhookConfiguration.admissionregistration.k8s.io", "CustomResourceDefinition.apiextensions.k8s.io"}
 	vals := map[string]any{
-		"image":        map[string]any{"repository": repo, "tag": "test"},
+		"replicas":     int64(replicas),
+		"image":        map[string]any{"repository": operatorImage(t), "tag": "test"},
 		"nodeSelector": map[string]any{testcluster.RealNodeLabel: "true"},
 		"tolerations":  []any{map[string]any{"key": testcluster.RealNodeTaint, "operator": "Exists", "effect": "NoSchedule"}},
+	}
+	for k, v := range extra {
+		vals[k] = v
 	}
 	const release = "chartpilot"
 	start := time.Now()
@@ -110,8 +115,8 @@ func TestOperatorAsInstalled(t *testing.T) {
 			last = err.Error()
 			return false, nil
 		}
-		last = fmt.Sprintf("%d of 2 replicas ready", d.Status.ReadyReplicas)
-		return d.Status.ReadyReplicas == 2, nil
+		last = fmt.Sprintf("%d of %d replicas ready", d.Status.ReadyReplicas, replicas)
+		return int(d.Status.ReadyReplicas) == replicas, nil
 	})
 	if err != nil {
 		pods, _ := cs.CoreV1().Pods(ops).List(ctx, metav1.ListOptions{})
@@ -120,13 +125,21 @@ func TestOperatorAsInstalled(t *testing.T) {
 		}
 		t.Fatalf("the operator's Deployment: %s", last)
 	}
-	t.Logf("two replicas ready %s after install", time.Since(start).Round(time.Second))
+	t.Logf("%d replicas ready %s after install", replicas, time.Since(start).Round(time.Second))
+}
 
+// TestOperatorAsInstalled: charts/chartpilot, installed with the image
+// `make image` builds, runs on the real node as users run it: two replicas
+// whose probes answer, one of them leading; the API server calls the
+// webhook the pods serve; once the leader's container is killed, a new
+// process takes the Lease and the killed container is back.
+func TestOperatorAsInstalled(t *testing.T) {
+	ctx := context.Background()
+	ops := cluster.Namespace(t)
+	installOperator(t, ops, 2, nil)
+	cs, dyn := clients(t)
+	var last string
 	// The webhook: the API server calls the pods through their Service.
-	dyn, err := dynamic.NewForConfig(cluster.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
 	tenant := cluster.Namespace(t)
 	pg := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "chartpilot.dev/v1alpha1", "kind": "Postgres",
@@ -134,7 +147,7 @@ func TestOperatorAsInstalled(t *testing.T) {
 		"spec":     map[string]any{"version": "17", "storage": map[string]any{"size": "1Gi"}},
 	}}
 	gvr := schema.GroupVersionResource{Group: "chartpilot.dev", Version: "v1alpha1", Resource: "postgres"}
-	err = wait.PollUntilContextTimeout(ctx, 2*time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 2*time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		_, err := dyn.Resource(gvr).Namespace(tenant).Create(ctx, pg, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		last = fmt.Sprint(err)
 		return err != nil && strings.Contains(last, "denied the request") && strings.Contains(last, "not a semver constraint"), nil
@@ -197,13 +210,15 @@ func TestOperatorAsInstalled(t *testing.T) {
 	}
 }
 
-// killContainer SIGKILLs the process of pod uid whose command line starts
-// with name (found on this machine: the real node's containers are its
-// processes) and returns its PID.
-func killContainer(t *testing.T, uid, name string) int {
+// killContainer SIGKILLs a container's main process in pod uid: the
+// oldest process of the pod (found on this machine: the real node's
+// containers are its processes) whose program's name starts with prog. It
+// returns the PID.
+func killContainer(t *testing.T, uid, prog string) int {
 	t.Helper()
 	procs, _ := filepath.Glob("/proc/[0-9]*/cgroup")
 	want := strings.ReplaceAll(uid, "-", "_")
+	found := 0
 	for _, f := range procs {
 		cg, err := os.ReadFile(f)
 		if err != nil || (!strings.Contains(string(cg), uid) && !strings.Contains(string(cg), want)) {
@@ -211,14 +226,18 @@ func killContainer(t *testing.T, uid, name string) int {
 		}
 		pid, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(f, "/proc/"), "/cgroup"))
 		cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if !strings.Contains(filepath.Base(strings.SplitN(string(cmd), "\x00", 2)[0]), name) {
+		if !strings.HasPrefix(filepath.Base(strings.SplitN(string(cmd), "\x00", 2)[0]), prog) {
 			continue
 		}
-		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-			t.Fatal(err)
+		if found == 0 || pid < found {
+			found = pid // a server's own children (PostgreSQL's) come after it
 		}
-		return pid
 	}
-	t.Fatalf("no process %s of pod %s on this machine", name, uid)
-	return 0
+	if found == 0 {
+		t.Fatalf("no process %s of pod %s on this machine", prog, uid)
+	}
+	if err := syscall.Kill(found, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	return found
 }

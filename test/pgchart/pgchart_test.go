@@ -13,9 +13,9 @@
 //     and in its probes' commands);
 //   - the socket directory compiled into Debian's server (/var/run/postgresql,
 //     which the chart mounts) is given with -c unix_socket_directories;
-//   - the image's entrypoint, on an empty data directory, runs initdb with
-//     POSTGRES_USER and POSTGRES_PASSWORD and then postgres with the
-//     container's args: the test does the same;
+//   - the image is this machine: image.binDir names the directory of
+//     Debian's server binaries, and the container's command (the chart's
+//     own bootstrap: initdb on an empty volume, then postgres) runs as is;
 //   - a client in another pod connects from a non-loopback address: the
 //     test connects to this machine's own non-loopback address, so the
 //     connection comes from it (not from 127.0.0.1, which the chart trusts
@@ -191,25 +191,16 @@ func (p *pod) sh(script string, extraEnv map[string]string) (string, error) {
 	return string(out), err
 }
 
-// start runs the server as the image would: initdb on an empty data
-// directory (the entrypoint's first start), then postgres with the
-// container's args.
+// start runs the container as the kubelet would: its command (sh -c, the
+// chart's bootstrap) with its args, then the stand-ins' socket directory
+// and port.
 func (p *pod) start(rd rendered) {
 	t := p.t
 	c := rd.sts.Spec.Template.Spec.Containers[0]
-	pgdata := p.env["PGDATA"]
-	if _, err := os.Stat(filepath.Join(pgdata, "PG_VERSION")); err != nil {
-		p.r.Mkdir(t, pgdata)
-		pw := filepath.Join(p.dir, "pwfile")
-		must(t, os.WriteFile(pw, []byte(p.env["POSTGRES_PASSWORD"]+"\n"), 0o600))
-		must(t, os.Chown(pw, p.r.UID, p.r.GID))
-		out, err := p.r.Command(p.env, "initdb", "-D", pgdata, "--username="+p.env["POSTGRES_USER"], "--pwfile="+pw).CombinedOutput()
-		if err != nil {
-			t.Fatalf("pod %d: initdb: %v\n%s", p.ordinal, err, out)
-		}
-		must(t, os.Remove(pw))
+	if len(c.Command) != 4 || c.Command[0] != "sh" || c.Command[1] != "-c" {
+		t.Fatalf("the postgresql container's command is not sh -c SCRIPT NAME: %q", c.Command)
 	}
-	args := make([]string, 0, len(c.Args)+4)
+	args := []string{"-c", p.apply(c.Command[2]), c.Command[3]}
 	for _, a := range c.Args {
 		args = append(args, p.apply(a))
 	}
@@ -217,7 +208,7 @@ func (p *pod) start(rd rendered) {
 	p.logPath = filepath.Join(p.dir, "server.log")
 	logFile, err := os.Create(p.logPath)
 	must(t, err)
-	p.server = p.r.Command(p.env, "postgres", args...)
+	p.server = p.r.Command(p.env, "sh", args...)
 	p.server.Stdout, p.server.Stderr = logFile, logFile
 	if err := p.server.Start(); err != nil {
 		t.Fatalf("pod %d: starting postgres: %v", p.ordinal, err)
@@ -316,6 +307,7 @@ func TestChartRunsRealPostgreSQL(t *testing.T) {
 	}
 	chartPort := ports[0]
 	rd := render(t, map[string]any{
+		"image":      map[string]any{"binDir": testpg.Bin(t)},
 		"replicas":   2,
 		"service":    map[string]any{"port": chartPort},
 		"parameters": map[string]any{"shared_buffers": "48MB", "max_connections": "40", "work_mem": "8MB"},

@@ -21,3 +21,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{ include "postgresql.fullname" . }}-auth
 {{- end -}}
 {{- end -}}
+
+{{/* Directory of the PostgreSQL binaries in the image: image.binDir, or
+Debian's layout for the tag's major (/usr/lib/postgresql/MAJOR/bin), which
+the official image and Debian's packages share. */}}
+{{- define "postgresql.binDir" -}}
+{{- $major := index (splitList "." (toString .Values.image.tag | splitList "-" | first)) 0 -}}
+{{- .Values.image.binDir | default (printf "/usr/lib/postgresql/%s/bin" $major) -}}
+{{- end -}}

@@ -34,7 +34,7 @@ declare -A targets=(
 	[controller-gen]="sigs.k8s.io/controller-tools/cmd/controller-gen=controller-gen"
 	[golangci-lint]="github.com/golangci/golangci-lint/v2/cmd/golangci-lint=golangci-lint"
 	[versitygw]="github.com/versity/versitygw/cmd/versitygw=versitygw"
-	[prometheus]="github.com/prometheus/prometheus/cmd/promtool=promtool"
+	[prometheus]="github.com/prometheus/prometheus/cmd/promtool=promtool github.com/prometheus/prometheus/cmd/prometheus=prometheus"
 	[containerd]="github.com/containerd/containerd/v2/cmd/containerd=containerd github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2=containerd-shim-runc-v2 github.com/containerd/containerd/v2/cmd/ctr=ctr"
 	[runc]="github.com/opencontainers/runc=runc"
 	[kubelet]="k8s.io/kubernetes/cmd/kubelet=kubelet k8s.io/kubernetes/cmd/kube-proxy=kube-proxy"
@@ -58,6 +58,8 @@ declare -A ldflags=(
 # Build tags, and the modules built with cgo (runc links libseccomp:
 # Debian's libseccomp-dev, installed by hack/debian-packages.sh).
 declare -A tags=(
+	# Kubernetes service discovery only (the tests' ServiceMonitors); no web UI assets.
+	[prometheus]="remove_all_sd enable_kubernetes_sd"
 	[containerd]="no_btrfs no_devmapper no_zfs"
 	[runc]="seccomp"
 )

@@ -343,12 +343,19 @@ func TestMonitoringScrapedForReal(t *testing.T) {
 		t.Helper()
 		u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "chartpilot.dev/v1alpha1", "kind": kind,
 			"metadata": map[string]any{"name": name, "namespace": tenant}, "spec": spec}}
-		if _, err := dyn.Resource(gvr).Namespace(tenant).Create(ctx, u, metav1.CreateOptions{}); err != nil {
+		// kube-proxy follows the webhook Service's endpoints a moment
+		// after the operator's pod is ready.
+		var err error
+		_ = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			_, err = dyn.Resource(gvr).Namespace(tenant).Create(ctx, u, metav1.CreateOptions{})
+			return err == nil || !strings.Contains(err.Error(), "failed calling webhook"), nil
+		})
+		if err != nil {
 			t.Fatalf("creating %s %s: %v", kind, name, err)
 		}
 	}
 	create(backupStoreGVR, "BackupStore", "local", map[string]any{"volume": map[string]any{"claimName": "backups"}})
-	const maxAge = 150 // backupMaxAgeSeconds
+	const maxAge = 90 // backupMaxAgeSeconds
 	create(postgresGVR, "Postgres", "db", map[string]any{
 		"version": "15", "storage": map[string]any{"size": "1Gi"},
 		"monitoring":   map[string]any{"enabled": true},
@@ -429,6 +436,18 @@ func TestMonitoringScrapedForReal(t *testing.T) {
 	last := prom.waitQuery(t, `chartpilot_backup_last_success_timestamp_seconds{namespace="`+tenant+`", name="db", kind="Postgres"}`, 2*time.Minute)
 	if _, ok := last[0].Metric["exported_namespace"]; ok {
 		t.Errorf("the backup series has exported_namespace: %v", last[0].Metric)
+	}
+
+	// Rules are evaluated from Prometheus's start, before the first
+	// scrape: ChartpilotDown's absent() holds until then. Once evaluated
+	// on the series, it is quiet.
+	err = wait.PollUntilContextTimeout(ctx, 2*time.Second, time.Minute, true, func(context.Context) (bool, error) {
+		state, _ := prom.alertState(t, "ChartpilotDown")
+		return state == "", nil
+	})
+	if err != nil {
+		state, labels := prom.alertState(t, "ChartpilotDown")
+		t.Fatalf("ChartpilotDown is %s while the operator runs and is scraped: %v", state, labels)
 	}
 
 	// PostgresBackupTooOld: quiet while the backup is young, then firing.

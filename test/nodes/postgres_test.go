@@ -191,13 +191,7 @@ func TestPostgresSampleOnRealPods(t *testing.T) {
 	}
 
 	// A killed server: reported, naming the workload, then back with its data.
-	before := eventCounts(t, cs, ns, name, "WorkloadsUnavailable")
-	killContainer(t, string(pod.UID), "postgres")
-	unavailable := waitNewEvent(t, cs, ns, name, "WorkloadsUnavailable", before, 2*time.Minute)
-	if !strings.Contains(unavailable, "StatefulSet") || !strings.Contains(unavailable, name) {
-		t.Errorf("WorkloadsUnavailable %q does not name the workload", unavailable)
-	}
-	waitReady(t, dyn, postgresGVR, ns, name, "True", 4*time.Minute)
+	killReportedAndBack(t, postgresGVR, pod, "postgres")
 	if v := query(host, "select note from kept"); v != "written before the kill" {
 		t.Errorf("after the restart: %q", v)
 	}

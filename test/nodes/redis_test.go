@@ -107,14 +107,8 @@ func TestRedisSampleOnRealPods(t *testing.T) {
 		t.Errorf("redis-server without the password: %q, %v", r, err)
 	}
 
-	// A killed container: not Ready, naming the workload; then Ready again.
-	before := eventCounts(t, cs, ns, name, "WorkloadsUnavailable")
-	killContainer(t, string(pod.UID), "redis-server")
-	unavailable := waitNewEvent(t, cs, ns, name, "WorkloadsUnavailable", before, 2*time.Minute)
-	if !strings.Contains(unavailable, "StatefulSet") || !strings.Contains(unavailable, name) {
-		t.Errorf("WorkloadsUnavailable %q does not name the workload", unavailable)
-	}
-	waitReady(t, dyn, redisGVR, ns, name, "True", 3*time.Minute)
+	// A killed container: reported, naming the workload; then Ready again.
+	killReportedAndBack(t, redisGVR, pod, "redis-server")
 	var r []string
 	err = wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(context.Context) (bool, error) {
 		r, err = redisCommands(addr, []string{"AUTH", string(secret.Data["password"])}, []string{"PING"})

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -195,4 +196,21 @@ func onlyPod(t *testing.T, cs kubernetes.Interface, ns, name string) corev1.Pod 
 		t.Fatalf("pod %s on %s, ready %v", pod.Name, pod.Spec.NodeName, podReady(&pod))
 	}
 	return pod
+}
+
+// killReportedAndBack SIGKILLs the main process prog of pod, the one pod
+// of resource gvr named after its release, and waits for a new
+// WorkloadsUnavailable event of the resource naming its StatefulSet, then
+// for the resource to be Ready again.
+func killReportedAndBack(t *testing.T, gvr schema.GroupVersionResource, pod corev1.Pod, prog string) {
+	t.Helper()
+	cs, dyn := clients(t)
+	name := pod.Labels["app.kubernetes.io/instance"]
+	before := eventCounts(t, cs, pod.Namespace, name, "WorkloadsUnavailable")
+	killContainer(t, string(pod.UID), prog)
+	unavailable := waitNewEvent(t, cs, pod.Namespace, name, "WorkloadsUnavailable", before, 2*time.Minute)
+	if !strings.Contains(unavailable, "StatefulSet") || !strings.Contains(unavailable, name) {
+		t.Errorf("WorkloadsUnavailable %q does not name the workload", unavailable)
+	}
+	waitReady(t, dyn, gvr, pod.Namespace, name, "True", 4*time.Minute)
 }

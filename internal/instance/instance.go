@@ -650,7 +650,7 @@ func (m *Manager) restartWithoutPrimary(ctx context.Context, lease *coordination
 	if moved {
 		m.cfg.Log.Info("Taking the primary's lease: this member holds the data moved from the primary (a major upgrade)", "previous", previous)
 		// The data was made elsewhere: this member's own settings.
-		if err := m.pg.configure(); err != nil {
+		if err := m.pg.configure(m.cfg.DataDir); err != nil {
 			return err
 		}
 	} else {

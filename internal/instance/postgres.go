@@ -59,9 +59,59 @@ func lastLines(s string, n int) string {
 }
 
 // initialized reports whether the data directory holds a cluster.
+// A rewind interrupted halfway (its marker left) leaves a data directory
+// that only a new clone repairs: it does not count as one.
 func (s *server) initialized() bool {
+	if _, err := os.Stat(s.rewindMarker()); err == nil {
+		return false
+	}
 	_, err := os.Stat(filepath.Join(s.cfg.DataDir, "PG_VERSION"))
 	return err == nil
+}
+
+// rewindMarker exists, beside the data directory, while pg_rewind changes it.
+func (s *server) rewindMarker() string { return s.cfg.DataDir + ".rewinding" }
+
+// made builds a new data directory: fill (initdb or pg_basebackup) writes
+// it beside the data directory, it is configured and synced to disk, and
+// only then renamed into place. A member killed halfway leaves no
+// PG_VERSION in the data directory and starts over; no server starts on
+// files that a node crash could still take away.
+func (s *server) made(fill func(dir string) error) error {
+	dir := s.cfg.DataDir + ".new"
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	if err := mkdirAs(s.cfg, dir); err != nil {
+		return err
+	}
+	if err := fill(dir); err != nil {
+		_ = os.RemoveAll(dir)
+		return err
+	}
+	if err := s.configure(dir); err != nil {
+		return err
+	}
+	if _, err := s.run("initdb", "--sync-only", "-D", dir); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(s.cfg.DataDir); err != nil {
+		return err
+	}
+	if err := os.Rename(dir, s.cfg.DataDir); err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(s.cfg.DataDir))
+}
+
+// syncDir makes the entries of dir (a rename, a removal) durable.
+func syncDir(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
 }
 
 // isStandby reports whether the data directory starts as a standby.
@@ -119,29 +169,30 @@ wal_keep_size = '256MB'
 // initdb makes a new cluster (the first primary), with the superuser's
 // password when there is one.
 func (s *server) initdb() error {
-	args := []string{"-D", s.cfg.DataDir, "-U", s.cfg.User, "--auth-local=trust", "--auth-host=" + s.cfg.HostAuth, "--no-sync"}
-	if s.cfg.Password != "" {
-		pw := filepath.Join(s.cfg.SocketDir, ".initdb-password")
-		if err := writeAs(s.cfg, pw, []byte(s.cfg.Password+"\n")); err != nil {
-			return err
+	return s.made(func(dir string) error {
+		// --no-sync: made syncs the directory once it is configured.
+		args := []string{"-D", dir, "-U", s.cfg.User, "--auth-local=trust", "--auth-host=" + s.cfg.HostAuth, "--no-sync"}
+		if s.cfg.Password != "" {
+			pw := filepath.Join(s.cfg.SocketDir, ".initdb-password")
+			if err := writeAs(s.cfg, pw, []byte(s.cfg.Password+"\n")); err != nil {
+				return err
+			}
+			defer os.Remove(pw)
+			args = append(args, "--pwfile="+pw)
 		}
-		defer os.Remove(pw)
-		args = append(args, "--pwfile="+pw)
-	}
-	if _, err := s.run("initdb", args...); err != nil {
+		_, err := s.run("initdb", args...)
 		return err
-	}
-	return s.configure()
+	})
 }
 
-// configure writes chartpilot.conf, includes it and admits replication
-// from the members' network.
-func (s *server) configure() error {
-	conf := filepath.Join(s.cfg.DataDir, "chartpilot.conf")
+// configure writes chartpilot.conf into data directory dir, includes it
+// and admits replication from the members' network.
+func (s *server) configure(dir string) error {
+	conf := filepath.Join(dir, "chartpilot.conf")
 	if err := writeAs(s.cfg, conf, []byte(s.settings())); err != nil {
 		return err
 	}
-	main := filepath.Join(s.cfg.DataDir, "postgresql.conf")
+	main := filepath.Join(dir, "postgresql.conf")
 	b, err := os.ReadFile(main)
 	if err != nil {
 		return err
@@ -155,7 +206,7 @@ func (s *server) configure() error {
 	if s.cfg.HBAFile != "" {
 		return nil // the given pg_hba.conf admits replication
 	}
-	hba := filepath.Join(s.cfg.DataDir, "pg_hba.conf")
+	hba := filepath.Join(dir, "pg_hba.conf")
 	b, err = os.ReadFile(hba)
 	if err != nil {
 		return err
@@ -179,20 +230,22 @@ func writeAs(cfg *Config, path string, b []byte) error {
 }
 
 // basebackup clones a new standby from the primary at address.
+// The old data directory, judged unusable, goes first: a volume need not
+// hold two copies.
 func (s *server) basebackup(address string) error {
 	host, port, _ := strings.Cut(address, ":")
 	if err := os.RemoveAll(s.cfg.DataDir); err != nil {
 		return err
 	}
-	if err := mkdirAs(s.cfg, s.cfg.DataDir); err != nil {
+	if err := os.Remove(s.rewindMarker()); err != nil && !os.IsNotExist(err) {
 		return err
 	}
-	if _, err := s.run("pg_basebackup", "-h", host, "-p", port, "-U", s.cfg.User, "-D", s.cfg.DataDir, "-X", "stream", "-R", "--no-sync",
-		"-d", "application_name="+s.cfg.Member); err != nil {
-		_ = os.RemoveAll(s.cfg.DataDir)
+	return s.made(func(dir string) error {
+		// --no-sync: made syncs the directory once it is configured.
+		_, err := s.run("pg_basebackup", "-h", host, "-p", port, "-U", s.cfg.User, "-D", dir, "-X", "stream", "-R", "--no-sync",
+			"-d", "application_name="+s.cfg.Member)
 		return err
-	}
-	return s.configure()
+	})
 }
 
 func mkdirAs(cfg *Config, dir string) error {
@@ -308,10 +361,28 @@ func (s *server) rewind(address string) error {
 	if err := s.recoverCleanly(); err != nil {
 		return err
 	}
-	if _, err := s.run("pg_rewind", "-D", s.cfg.DataDir, "--source-server="+s.conninfo(address)+" dbname=postgres", "-R", "--no-sync"); err != nil {
+	// pg_rewind changes the data directory in place: until it and the
+	// configuration are on disk, a marker says the directory needs a new
+	// clone.
+	if err := writeAs(s.cfg, s.rewindMarker(), nil); err != nil {
 		return err
 	}
-	return s.configure()
+	if err := syncDir(filepath.Dir(s.cfg.DataDir)); err != nil {
+		return err
+	}
+	if _, err := s.run("pg_rewind", "-D", s.cfg.DataDir, "--source-server="+s.conninfo(address)+" dbname=postgres", "-R"); err != nil {
+		return err
+	}
+	if err := s.configure(s.cfg.DataDir); err != nil {
+		return err
+	}
+	if _, err := s.run("initdb", "--sync-only", "-D", s.cfg.DataDir); err != nil {
+		return err
+	}
+	if err := os.Remove(s.rewindMarker()); err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(s.cfg.DataDir))
 }
 
 // follow points this standby at the primary at address (written for the

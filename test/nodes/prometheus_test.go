@@ -372,23 +372,72 @@ func TestMonitoringScrapedForReal(t *testing.T) {
 	})
 	waitReady(t, dyn, postgresGVR, tenant, "db", "True", 6*time.Minute)
 	create(backupGVR, "Backup", "first", map[string]any{"target": map[string]any{"kind": "Postgres", "name": "db"}, "store": map[string]any{"name": "local"}})
-	var phase, message string
-	err := wait.PollUntilContextTimeout(ctx, 2*time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
-		b, err := dyn.Resource(backupGVR).Namespace(tenant).Get(ctx, "first", metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		phase, _, _ = unstructured.NestedString(b.Object, "status", "phase")
-		message, _, _ = unstructured.NestedString(b.Object, "status", "message")
-		return phase == "Completed" || phase == "Failed", nil
-	})
-	if err != nil || phase != "Completed" {
-		t.Fatalf("Backup first: phase %q: %s", phase, message)
-	}
+	waitBackupCompleted(t, tenant, "first")
 	backedUp := time.Now()
 
-	// Prometheus: its own ServiceAccount, allowed to discover and to read
-	// the operator's /metrics.
+	prom := prometheusOf(t, ops, tenant)
+
+	// The series, with the labels the rules and dashboards select on.
+	up := prom.waitQuery(t, `up{job="chartpilot", namespace="`+ops+`"} == 1`, 2*time.Minute)
+	if !strings.HasPrefix(up[0].Metric["pod"], "chartpilot-") {
+		t.Errorf("the operator's target: %v, want its pod", up[0].Metric)
+	}
+	pgUp := prom.waitQuery(t, `pg_up{namespace="`+tenant+`", pod="db-0", release="db"} == 1`, 2*time.Minute)
+	t.Logf("exporter series: %v", pgUp[0].Metric)
+	last := prom.waitQuery(t, `chartpilot_backup_last_success_timestamp_seconds{namespace="`+tenant+`", name="db", kind="Postgres"}`, 2*time.Minute)
+	if _, ok := last[0].Metric["exported_namespace"]; ok {
+		t.Errorf("the backup series has exported_namespace: %v", last[0].Metric)
+	}
+
+	// Rules are evaluated from Prometheus's start, before the first
+	// scrape: ChartpilotDown's absent() holds until then. Once evaluated
+	// on the series, it is quiet.
+	err := wait.PollUntilContextTimeout(ctx, 2*time.Second, time.Minute, true, func(context.Context) (bool, error) {
+		state, _ := prom.alertState(t, "ChartpilotDown")
+		return state == "", nil
+	})
+	if err != nil {
+		state, labels := prom.alertState(t, "ChartpilotDown")
+		t.Fatalf("ChartpilotDown is %s while the operator runs and is scraped: %v", state, labels)
+	}
+
+	// PostgresBackupTooOld: quiet while the backup is young, then firing.
+	quietUntil := backedUp.Add(maxAge * time.Second)
+	for time.Now().Before(quietUntil.Add(-30 * time.Second)) {
+		if state, _ := prom.alertState(t, "PostgresBackupTooOld"); state != "" {
+			t.Fatalf("PostgresBackupTooOld is %s %s after a successful backup (threshold %d s)", state, time.Since(backedUp).Round(time.Second), maxAge)
+		}
+		if state, _ := prom.alertState(t, "ChartpilotDown"); state != "" {
+			t.Fatalf("ChartpilotDown is %s while the operator runs", state)
+		}
+		time.Sleep(5 * time.Second)
+	}
+	waitAlert(t, prom, "PostgresBackupTooOld", map[string]string{"namespace": tenant, "name": "db"}, 3*time.Minute)
+	t.Logf("PostgresBackupTooOld fired %s after the backup", time.Since(backedUp).Round(time.Second))
+
+	// ChartpilotDown: the operator scaled to zero.
+	scale, err := cs.AppsV1().Deployments(ops).GetScale(ctx, "chartpilot", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	scale.Spec.Replicas = 0
+	if _, err := cs.AppsV1().Deployments(ops).UpdateScale(ctx, "chartpilot", scale, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	waitAlert(t, prom, "ChartpilotDown", nil, 3*time.Minute)
+	t.Logf("ChartpilotDown fired %s after the operator was scaled to zero", time.Since(stopped).Round(time.Second))
+}
+
+// prometheusOf starts Prometheus with the ServiceMonitors of namespaces
+// ops (the operator's) and tenant (the Postgres's) as scrape jobs, the
+// operator's shipped rules and the Postgres's PrometheusRule, each for:
+// shortened to 20 s. It runs as ServiceAccount prometheus of tenant,
+// allowed to discover and to read the operator's /metrics.
+func prometheusOf(t *testing.T, ops, tenant string) *promServer {
+	t.Helper()
+	ctx := context.Background()
+	_, dyn := clients(t)
 	access := prometheusAccess(t, tenant)
 	var sms []unstructured.Unstructured
 	for _, ns := range []string{ops, tenant} {
@@ -424,58 +473,27 @@ func TestMonitoringScrapedForReal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prom := startPrometheus(t, config, rules)
+	return startPrometheus(t, config, rules)
+}
 
-	// The series, with the labels the rules and dashboards select on.
-	up := prom.waitQuery(t, `up{job="chartpilot", namespace="`+ops+`"} == 1`, 2*time.Minute)
-	if !strings.HasPrefix(up[0].Metric["pod"], "chartpilot-") {
-		t.Errorf("the operator's target: %v, want its pod", up[0].Metric)
-	}
-	pgUp := prom.waitQuery(t, `pg_up{namespace="`+tenant+`", pod="db-0", release="db"} == 1`, 2*time.Minute)
-	t.Logf("exporter series: %v", pgUp[0].Metric)
-	last := prom.waitQuery(t, `chartpilot_backup_last_success_timestamp_seconds{namespace="`+tenant+`", name="db", kind="Postgres"}`, 2*time.Minute)
-	if _, ok := last[0].Metric["exported_namespace"]; ok {
-		t.Errorf("the backup series has exported_namespace: %v", last[0].Metric)
-	}
-
-	// Rules are evaluated from Prometheus's start, before the first
-	// scrape: ChartpilotDown's absent() holds until then. Once evaluated
-	// on the series, it is quiet.
-	err = wait.PollUntilContextTimeout(ctx, 2*time.Second, time.Minute, true, func(context.Context) (bool, error) {
-		state, _ := prom.alertState(t, "ChartpilotDown")
-		return state == "", nil
+// waitBackupCompleted waits for Backup ns/name to complete; it fails the
+// test when the Backup fails.
+func waitBackupCompleted(t *testing.T, ns, name string) {
+	t.Helper()
+	_, dyn := clients(t)
+	var phase, message string
+	err := wait.PollUntilContextTimeout(context.Background(), 2*time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		b, err := dyn.Resource(backupGVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		phase, _, _ = unstructured.NestedString(b.Object, "status", "phase")
+		message, _, _ = unstructured.NestedString(b.Object, "status", "message")
+		return phase == "Completed" || phase == "Failed", nil
 	})
-	if err != nil {
-		state, labels := prom.alertState(t, "ChartpilotDown")
-		t.Fatalf("ChartpilotDown is %s while the operator runs and is scraped: %v", state, labels)
+	if err != nil || phase != "Completed" {
+		t.Fatalf("Backup %s: phase %q: %s", name, phase, message)
 	}
-
-	// PostgresBackupTooOld: quiet while the backup is young, then firing.
-	quietUntil := backedUp.Add(maxAge * time.Second)
-	for time.Now().Before(quietUntil.Add(-30 * time.Second)) {
-		if state, _ := prom.alertState(t, "PostgresBackupTooOld"); state != "" {
-			t.Fatalf("PostgresBackupTooOld is %s %s after a successful backup (threshold %d s)", state, time.Since(backedUp).Round(time.Second), maxAge)
-		}
-		if state, _ := prom.alertState(t, "ChartpilotDown"); state != "" {
-			t.Fatalf("ChartpilotDown is %s while the operator runs", state)
-		}
-		time.Sleep(5 * time.Second)
-	}
-	waitAlert(t, prom, "PostgresBackupTooOld", map[string]string{"namespace": tenant, "name": "db"}, 3*time.Minute)
-	t.Logf("PostgresBackupTooOld fired %s after the backup", time.Since(backedUp).Round(time.Second))
-
-	// ChartpilotDown: the operator scaled to zero.
-	scale, err := cs.AppsV1().Deployments(ops).GetScale(ctx, "chartpilot", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	scale.Spec.Replicas = 0
-	if _, err := cs.AppsV1().Deployments(ops).UpdateScale(ctx, "chartpilot", scale, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	stopped := time.Now()
-	waitAlert(t, prom, "ChartpilotDown", nil, 3*time.Minute)
-	t.Logf("ChartpilotDown fired %s after the operator was scaled to zero", time.Since(stopped).Round(time.Second))
 }
 
 // waitAlert waits until alert name fires with labels among its own.

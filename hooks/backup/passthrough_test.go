@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -351,6 +352,19 @@ func TestBackupJobRunsAsIdentity(t *testing.T) {
 	} {
 		if err := c.Create(ctx, o); err != nil {
 			t.Fatal(err)
+		}
+	}
+	// The API server's authorizer follows new bindings a moment later
+	// (longer on a loaded machine): the Backup is created once it allows.
+	sar := func() bool {
+		r := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{User: user,
+			Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:" + ns},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: ns, Verb: "create", Group: "batch", Resource: "jobs"}}}
+		return c.Create(ctx, r) == nil && r.Status.Allowed
+	}
+	for deadline := time.Now().Add(time.Minute); !sar(); time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s may not create Jobs a minute after its RoleBinding", user)
 		}
 	}
 	newBackup("allowed")

@@ -70,7 +70,7 @@ type runOptions struct {
 // defaultGCPercent is the manager's GOGC: Go's default (100) lets the heap
 // grow to twice what is live between collections. The live heap of the
 // manager is mostly its caches, kept compact, so collecting more often
-// costs little; see the README's Performance.
+// costs little; see docs/benchmarks.md.
 const defaultGCPercent = 30
 
 func parseRunFlags(args []string) (*runOptions, error) {

@@ -9,7 +9,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 TEST_TIMEOUT ?= 30m
 TEST_FLAGS ?=
 
-.PHONY: image bundle all build test test-unit tools tools-dev generate manifests monitoring-crds lint verify demo bench fuzz fmt vet clean
+.PHONY: image bundle all build test test-unit tools tools-demo tools-dev generate manifests monitoring-crds lint verify demo bench fuzz fmt vet clean
 
 all: build
 
@@ -49,6 +49,10 @@ tools:
 	hack/azurite.sh
 	hack/embedded-postgres.sh
 	hack/images.sh
+
+## tools-demo: only what make demo runs: kube-apiserver, controller manager, scheduler, kubectl, etcd, kwok
+tools-demo:
+	hack/tools/build.sh kubernetes etcd kwok
 
 ## tools-dev: controller-gen and golangci-lint (not needed by the tests)
 tools-dev:
@@ -111,7 +115,7 @@ verify: generate manifests
 	@test -z "$$(git status --porcelain -- config internal)" || { echo "untracked generated files:"; git status --porcelain -- config internal; exit 1; }
 
 ## demo: local cluster + operator, shown healthy (no cluster needed)
-demo: tools build
+demo: tools-demo build
 	hack/demo.sh
 
 ## bench: benchmark table (see test/bench)

@@ -50,7 +50,7 @@ wait_for() {
 
 step "starting the local cluster (etcd, kube-apiserver, controller manager, scheduler, 3 kwok nodes, provisioner)"
 rm -f "${dir}/devcluster.out"
-"${bin}/devcluster" --dir "${dir}" --webhooks "${root}/config/webhook/manifests.yaml" >"${dir}/devcluster.out" 2>"${dir}/devcluster.err" &
+"${bin}/devcluster" --dir "${dir}" --crds=false --webhooks "${root}/config/webhook/manifests.yaml" >"${dir}/devcluster.out" 2>"${dir}/devcluster.err" &
 pids+=($!)
 wait_for 600 "${pids[0]}" "${dir}/devcluster.err" grep -q '^ready kubeconfig=' "${dir}/devcluster.out"
 grep '^ready kubeconfig=' "${dir}/devcluster.out"

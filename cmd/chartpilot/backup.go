@@ -49,6 +49,9 @@ Flags:
 
 // backupCommand is `chartpilot backup run|restore`.
 func backupCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if helpRequested(args) {
+		return printHelp(stdout, backupUsage)
+	}
 	if len(args) == 0 || (args[0] != "run" && args[0] != "restore" && args[0] != "verify") {
 		fmt.Fprint(stderr, backupUsage)
 		return errors.New("a subcommand is required: run, restore or verify")
@@ -325,6 +328,9 @@ func backupVerify(ctx context.Context, b *blob.Bucket, location, identity string
 // container of a backup Job whose main container is another image (a
 // passthrough kind's) runs it, so that the agent is there.
 func installAgent(args []string) error {
+	if helpRequested(args) {
+		return printHelp(os.Stdout, "usage: chartpilot install-agent DIR (copies this binary to DIR/chartpilot)")
+	}
 	if len(args) != 1 {
 		return errors.New("usage: chartpilot install-agent DIR")
 	}
@@ -352,6 +358,9 @@ func installAgent(args []string) error {
 // reach a remote store: one request (JSON, with its credentials) on
 // standard input, one answer on standard output.
 func storeCommand(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
+	if helpRequested(args) {
+		return printHelp(stdout, "usage: chartpilot store < REQUEST (run by the manager, which writes the request)")
+	}
 	if len(args) != 0 {
 		return errors.New("usage: chartpilot store < REQUEST (run by the manager, which writes the request)")
 	}

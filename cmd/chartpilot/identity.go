@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -15,8 +16,12 @@ import (
 // that resources of NS are deployed as, bound there (and only there) to
 // the deployer ClusterRole of the install.
 func identityCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	use := fmt.Sprintf("usage: chartpilot identity create -n NAMESPACE [--service-account %s] [--cluster-role %s]", rbac.DefaultDeployer, rbac.DefaultDeployer)
+	if helpRequested(args) {
+		return printHelp(stdout, use)
+	}
 	if len(args) == 0 || args[0] != "create" {
-		return fmt.Errorf("usage: chartpilot identity create -n NAMESPACE [--service-account %s] [--cluster-role %s]", rbac.DefaultDeployer, rbac.DefaultDeployer)
+		return errors.New(use)
 	}
 	fs := flag.NewFlagSet("chartpilot identity create", flag.ContinueOnError)
 	fs.SetOutput(stderr)

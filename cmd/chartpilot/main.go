@@ -13,8 +13,13 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"os"
+	"strings"
+	"sync"
 	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -42,78 +47,74 @@ Usage:
   chartpilot version         print the version
 `
 
+// signalContext is cancelled on SIGTERM or SIGINT; controller-runtime's
+// handler may be set up only once per process.
+var signalContext = sync.OnceValue(ctrl.SetupSignalHandler)
+
 func main() {
-	if len(os.Args) < 2 {
+	os.Exit(dispatch(os.Args[1:]))
+}
+
+// dispatch runs one command and returns the process's exit code: 0 on
+// success and for --help (of any command, with or without a subcommand),
+// 1 when the command failed, 2 for an unknown command.
+func dispatch(args []string) int {
+	if len(args) == 0 {
 		fmt.Fprint(os.Stderr, usage)
-		os.Exit(2)
+		return 2
 	}
-	switch os.Args[1] {
+	name, rest := args[0], args[1:]
+	var err error
+	switch name {
 	case "run":
-		if err := run(ctrl.SetupSignalHandler(), os.Args[2:]); err != nil {
-			fmt.Fprintf(os.Stderr, "chartpilot run: %v\n", err)
-			os.Exit(1)
-		}
+		err = run(signalContext(), rest)
 	case "rbac":
-		if err := rbacCommand(os.Args[2:], os.Stdout); err != nil {
-			fmt.Fprintf(os.Stderr, "chartpilot rbac: %v\n", err)
-			os.Exit(1)
-		}
+		err = rbacCommand(rest, os.Stdout)
 	case "backup":
-		if err := backupCommand(ctrl.SetupSignalHandler(), os.Args[2:], os.Stdout, os.Stderr); err != nil {
-			fmt.Fprintf(os.Stderr, "chartpilot backup: %v\n", err)
-			os.Exit(1)
-		}
+		err = backupCommand(signalContext(), rest, os.Stdout, os.Stderr)
 	case "instance":
-		if err := instanceCommand(ctrl.SetupSignalHandler(), os.Args[2:]); err != nil {
-			fmt.Fprintf(os.Stderr, "chartpilot instance: %v\n", err)
-			os.Exit(1)
-		}
+		err = instanceCommand(signalContext(), rest)
 	case "major-upgrade":
-		if err := majorUpgradeCommand(ctrl.SetupSignalHandler(), os.Args[2:], os.Stdout); err != nil {
-			fmt.Fprintf(os.Stderr, "chartpilot major-upgrade: %v\n", err)
-			os.Exit(1)
-		}
+		err = majorUpgradeCommand(signalContext(), rest, os.Stdout)
 	case "store":
-		if err := storeCommand(ctrl.SetupSignalHandler(), os.Args[2:], os.Stdin, os.Stdout); err != nil {
-			fmt.Fprintf(os.Stderr, "chartpilot store: %v\n", err)
-			os.Exit(1)
-		}
+		err = storeCommand(signalContext(), rest, os.Stdin, os.Stdout)
 	case "install-agent":
-		if err := installAgent(os.Args[2:]); err != nil {
-			fmt.Fprintf(os.Stderr, "chartpilot install-agent: %v\n", err)
-			os.Exit(1)
-		}
+		err = installAgent(rest)
 	case "get":
-		if err := getCommand(context.Background(), os.Args[2:], os.Stdout, os.Stderr, time.Now()); err != nil {
-			fmt.Fprintf(os.Stderr, "chartpilot get: %v\n", err)
-			os.Exit(1)
-		}
+		err = getCommand(context.Background(), rest, os.Stdout, os.Stderr, time.Now())
 	case "describe":
-		if err := describeCommand(context.Background(), os.Args[2:], terminalSafe(os.Stdout), os.Stderr, time.Now()); err != nil {
-			fmt.Fprintf(os.Stderr, "chartpilot describe: %v\n", err)
-			os.Exit(1)
-		}
+		err = describeCommand(context.Background(), rest, terminalSafe(os.Stdout), os.Stderr, time.Now())
 	case "rollout":
-		if err := rolloutCommand(ctrl.SetupSignalHandler(), os.Args[2:], terminalSafe(os.Stdout), os.Stderr); err != nil {
-			fmt.Fprintf(os.Stderr, "chartpilot rollout: %v\n", err)
-			os.Exit(1)
-		}
+		err = rolloutCommand(signalContext(), rest, terminalSafe(os.Stdout), os.Stderr)
 	case "tenants":
-		if err := tenantsCommand(context.Background(), os.Args[2:], terminalSafe(os.Stdout), os.Stderr); err != nil {
-			fmt.Fprintf(os.Stderr, "chartpilot tenants: %v\n", err)
-			os.Exit(1)
-		}
+		err = tenantsCommand(context.Background(), rest, terminalSafe(os.Stdout), os.Stderr)
 	case "identity":
-		if err := identityCommand(context.Background(), os.Args[2:], os.Stdout, os.Stderr); err != nil {
-			fmt.Fprintf(os.Stderr, "chartpilot identity: %v\n", err)
-			os.Exit(1)
-		}
+		err = identityCommand(context.Background(), rest, os.Stdout, os.Stderr)
 	case "version", "--version":
 		fmt.Println(version)
 	case "help", "-h", "--help":
 		fmt.Print(usage)
 	default:
-		fmt.Fprintf(os.Stderr, "chartpilot: unknown command %q\n\n%s", os.Args[1], usage)
-		os.Exit(2)
+		fmt.Fprintf(os.Stderr, "chartpilot: unknown command %q\n\n%s", name, usage)
+		return 2
 	}
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	fmt.Fprintf(os.Stderr, "chartpilot %s: %v\n", name, err)
+	return 1
+}
+
+// helpRequested reports whether args asks for a command's help before any
+// subcommand, so that commands with subcommands answer --help with their
+// usage and success, as flag sets do.
+func helpRequested(args []string) bool {
+	return len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help")
+}
+
+// printHelp writes a command's usage to w and returns flag.ErrHelp, which
+// dispatch turns into exit code 0.
+func printHelp(w io.Writer, text string) error {
+	fmt.Fprintln(w, strings.TrimRight(text, "\n"))
+	return flag.ErrHelp
 }

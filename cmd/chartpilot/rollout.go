@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -36,8 +37,12 @@ const (
 
 // rolloutCommand is `chartpilot rollout status KIND [--version V] [--watch]`.
 func rolloutCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	const use = "usage: chartpilot rollout status KIND [--version V] [-n NS | -A] [--watch]"
+	if helpRequested(args) || (len(args) == 2 && args[0] == "status" && helpRequested(args[1:])) {
+		return printHelp(stdout, use)
+	}
 	if len(args) < 2 || args[0] != "status" || strings.HasPrefix(args[1], "-") {
-		return errors.New("usage: chartpilot rollout status KIND [--version V] [-n NS | -A] [--watch]")
+		return errors.New(use)
 	}
 	kind := args[1]
 	fs := flag.NewFlagSet("chartpilot rollout status", flag.ContinueOnError)
@@ -54,6 +59,7 @@ func rolloutCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return err
 	}
+	out := &changedFrames{w: stdout}
 	for {
 		rows, err := listReleases(ctx, cfg, kind, *namespace)
 		if err != nil {
@@ -68,7 +74,9 @@ func rolloutCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 		if len(rows) > 0 {
 			label = rows[0].Kind
 		}
-		printRollout(stdout, label, target, s)
+		var frame bytes.Buffer
+		printRollout(&frame, label, target, s)
+		out.print(frame.Bytes())
 		switch {
 		case len(s.states[stateHalted]) > 0 && *watch:
 			return errors.New("the rollout is halted")
@@ -82,8 +90,29 @@ func rolloutCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 			return ctx.Err()
 		case <-time.After(2 * time.Second):
 		}
-		fmt.Fprintln(stdout)
 	}
+}
+
+// changedFrames prints a frame of --watch only when it differs from the
+// one printed before, so that a watch into a pipe or a log is a list of
+// changes, not the same frame every 2 s. Frames after the first are set
+// off by a blank line.
+type changedFrames struct {
+	w     io.Writer
+	last  []byte
+	count int
+}
+
+func (c *changedFrames) print(frame []byte) {
+	if c.count > 0 && bytes.Equal(frame, c.last) {
+		return
+	}
+	if c.count > 0 {
+		fmt.Fprintln(c.w)
+	}
+	c.w.Write(frame)
+	c.last = append(c.last[:0], frame...)
+	c.count++
 }
 
 // newestWanted is the highest desired (else deployed) version among rows,

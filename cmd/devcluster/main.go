@@ -44,6 +44,7 @@ func run() error {
 	binDir := flag.String("bin-dir", "", "directory of the control-plane binaries (default: bin/ of this repository, or $CHARTPILOT_BIN_DIR)")
 	verbose := flag.Bool("v", false, "print start-up steps")
 	webhooks := flag.String("webhooks", "", "a file of webhook configurations (config/webhook/manifests.yaml) installed pointing at 127.0.0.1, with certificates made for it: the line \"webhook port=... cert-dir=...\" says where to serve them")
+	crds := flag.Bool("crds", true, "install the chartpilot CRDs (config/crd) at start; false leaves them to kubectl apply, with no warning about a missing last-applied-configuration")
 	flag.Parse()
 
 	if *port != 0 {
@@ -62,6 +63,9 @@ func run() error {
 		Nodes:         *nodes,
 		RealNodes:     *realNodes,
 		APIServerPort: *port,
+	}
+	if !*crds {
+		opts.CRDDirs = []string{} // not nil: no default directories either
 	}
 	if *verbose {
 		opts.Log = os.Stderr

@@ -455,85 +455,105 @@ func (m *Manager) follow(ctx context.Context, holder string) error {
 
 // elect takes an expired (or never held) Lease when this member should:
 // the first member of a new cluster, or the most advanced healthy standby.
+// The rule is decideElection's; elect gathers what it reads and carries
+// out its step.
 func (m *Manager) elect(ctx context.Context, lease *coordinationv1.Lease, previous string, now time.Time) error {
 	m.labelPod(ctx, false)
-	if m.role == RolePrimary {
-		// Our own Lease ran out: we could not renew in time. Fence.
-		m.fence()
-		return errors.New("the primary's lease expired under this member: stopped its server")
+	v := electionView{
+		self: m.cfg.Member, role: m.role, previous: previous,
+		transitions: ptr.Deref(lease.Spec.LeaseTransitions, 0),
+		reported:    m.reported, synchronous: m.cfg.Synchronous,
+		lastPrimaryLSN: m.lastPrimaryLSN, maxLagBytes: m.cfg.MaxLagBytes,
 	}
-	members, err := m.members(ctx)
-	if err != nil {
+	if v.role == RolePrimary {
+		return m.fenceExpired() // before any request, which could fail
+	}
+	if lease.Spec.RenewTime != nil {
+		v.expiredAt = lease.Spec.RenewTime.Add(time.Duration(ptr.Deref(lease.Spec.LeaseDurationSeconds, 0)) * time.Second)
+	}
+	var err error
+	if v.members, err = m.members(ctx); err != nil {
 		return err
 	}
-	// Only a cluster whose Lease was never held is bootstrapped: once a
-	// primary existed its data is somewhere (a member restarting on an
-	// empty volume, with the Lease released, waits for it), and a second
-	// cluster beside it would split the data.
-	if previous == "" && !m.pg.initialized() && ptr.Deref(lease.Spec.LeaseTransitions, 0) == 0 {
-		for _, o := range members {
-			if o.name != m.cfg.Member && o.fresh && o.role != RoleStopped {
-				return nil // another member has data: it leads
-			}
-		}
-		if err := m.take(ctx, lease, now); err != nil {
+	v.initialized = m.pg.initialized()
+	v.running = m.pg.running()
+	if v.role == RoleStandby && v.running && (previous != "" || v.initialized || v.transitions != 0) {
+		if v.lsn, err = m.pg.lsn(false); err != nil {
 			return err
 		}
-		m.cfg.Log.Info("Bootstrapping a new cluster")
-		// initdb and the first start can take longer than a step on a busy
-		// machine: they are not cut off at its deadline, which would leave
-		// a server started under no role and a Lease no one renews.
-		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
-		defer cancel()
-		if err := m.pg.initdb(); err != nil {
+		if v.timeline, err = m.pg.timeline(false); err != nil {
 			return err
 		}
-		if err := m.pg.start(bctx); err != nil {
-			return err
-		}
-		m.setRole(RolePrimary)
-		if err := m.renewOwn(bctx); err != nil {
-			return err
-		}
-		return m.synchronous()
 	}
-	if m.role != RoleStandby || !m.pg.running() {
-		return m.restartWithoutPrimary(ctx, lease, previous, now) // only a running standby promotes
-	}
-	mine, err := m.pg.lsn(false)
-	if err != nil {
-		return err
-	}
-	tli, err := m.pg.timeline(false)
-	if err != nil {
-		return err
-	}
-	if !m.mayPromote(lease, members, previous, tli, mine) {
+	step := decideElection(v)
+	m.lastPrimaryLSN = max(m.lastPrimaryLSN, step.lastPrimaryLSN)
+	switch step.action {
+	case electNothing:
 		return nil
-	}
-	if p, ok := find(members, previous); ok {
-		m.lastPrimaryLSN = max(m.lastPrimaryLSN, p.lsn)
-	}
-	if lag := int64(m.lastPrimaryLSN) - int64(mine); m.cfg.MaxLagBytes > 0 && lag > m.cfg.MaxLagBytes {
-		m.cfg.Log.Info("Not promoting: this standby is further behind the last primary than maxLagBytes", "lagBytes", lag)
+	case electWait:
+		m.waiting(step.reason, step.kv...)
 		return nil
+	case electFence:
+		return m.fenceExpired()
+	case electBootstrap:
+		return m.bootstrap(ctx, lease, now)
+	case electRestart:
+		return m.restartWithoutPrimary(ctx, lease, previous, now)
 	}
-	lag := max(int64(m.lastPrimaryLSN)-int64(mine), 0)
+	m.waitingFor = ""
+	return m.promote(ctx, lease, v, step, now)
+}
+
+// fenceExpired stops this primary's server: its own Lease ran out, it
+// could not renew in time.
+func (m *Manager) fenceExpired() error {
+	m.fence()
+	return errors.New("the primary's lease expired under this member: stopped its server")
+}
+
+// bootstrap takes the Lease and initialises a new cluster here.
+func (m *Manager) bootstrap(ctx context.Context, lease *coordinationv1.Lease, now time.Time) error {
+	if err := m.take(ctx, lease, now); err != nil {
+		return err
+	}
+	m.cfg.Log.Info("Bootstrapping a new cluster")
+	// initdb and the first start can take longer than a step on a busy
+	// machine: they are not cut off at its deadline, which would leave
+	// a server started under no role and a Lease no one renews.
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancel()
+	if err := m.pg.initdb(); err != nil {
+		return err
+	}
+	if err := m.pg.start(bctx); err != nil {
+		return err
+	}
+	m.setRole(RolePrimary)
+	if err := m.renewOwn(bctx); err != nil {
+		return err
+	}
+	return m.synchronous()
+}
+
+// promote takes the Lease, naming the last primary and the lag, and
+// promotes this standby.
+func (m *Manager) promote(ctx context.Context, lease *coordinationv1.Lease, v electionView, step electionStep, now time.Time) error {
+	previous := v.previous
 	if lease.Annotations == nil {
 		lease.Annotations = map[string]string{}
 	}
 	lease.Annotations[AnnotationPrevious] = previous
-	lease.Annotations[AnnotationLagBytes] = strconv.FormatInt(lag, 10)
+	lease.Annotations[AnnotationLagBytes] = strconv.FormatInt(step.lag, 10)
 	if err := m.take(ctx, lease, now); err != nil {
 		return err
 	}
 	var compared []string
-	for _, o := range members {
+	for _, o := range v.members {
 		if o.name != m.cfg.Member && o.fresh && o.role == RoleStandby {
 			compared = append(compared, fmt.Sprintf("%s at %d/%s", o.name, o.timeline, formatLSN(o.lsn)))
 		}
 	}
-	m.cfg.Log.Info("Promoting: the primary's lease expired", "previous", previous, "timeline", tli, "lsn", formatLSN(mine), "lagBytes", lag, "standbys", compared)
+	m.cfg.Log.Info("Promoting: the primary's lease expired", "previous", previous, "timeline", v.timeline, "lsn", formatLSN(v.lsn), "lagBytes", step.lag, "standbys", compared)
 	if _, err := m.pg.query("SELECT pg_promote(true, 60)"); err != nil {
 		return fmt.Errorf("promoting: %w", err)
 	}
@@ -550,64 +570,8 @@ func (m *Manager) elect(ctx context.Context, lease *coordinationv1.Lease, previo
 		m.unlabel = previous
 	}
 	m.labelPod(ctx, true)
-	m.event(ctx, "Promoted", fmt.Sprintf("%s is the primary: the lease of %s expired; %d bytes behind it at promotion", m.cfg.Member, previous, lag))
+	m.event(ctx, "Promoted", fmt.Sprintf("%s is the primary: the lease of %s expired; %d bytes behind it at promotion", m.cfg.Member, previous, step.lag))
 	return m.synchronous()
-}
-
-// mayPromote decides whether this standby, at position (tli, mine), is the
-// one to promote after the primary's Lease expired. Positions compare only
-// once they are final: every other live standby must have reported after
-// the expiry (the old primary fenced itself before it, so no WAL came
-// later) a position that had stopped moving (a standby started without a
-// primary replays its own WAL first), and so must this one; a newer
-// timeline wins over any position on an older one, then
-// the higher position, then the lower name. With a synchronous standby,
-// the one the last primary named must be among those reporting (or be
-// this one): a commit acknowledged to a client may exist only on it, so
-// without it no one promotes (writes wait; nothing acknowledged is lost).
-func (m *Manager) mayPromote(lease *coordinationv1.Lease, members []member, previous string, tli, mine uint64) bool {
-	var expiredAt time.Time
-	if lease.Spec.RenewTime != nil {
-		expiredAt = lease.Spec.RenewTime.Add(time.Duration(ptr.Deref(lease.Spec.LeaseDurationSeconds, 0)) * time.Second)
-	}
-	after := func(o member) bool { return o.fresh && o.role == RoleStandby && !o.at.Before(expiredAt) }
-	final := func(o member) bool { return after(o) && o.positioned && o.settled }
-	if mine != m.reported {
-		m.waiting("this standby's position is still moving", "lsn", formatLSN(mine))
-		return false
-	}
-	if p, ok := find(members, previous); ok && m.cfg.Synchronous > 0 && len(p.synchronous) > 0 {
-		var missing []string
-		for _, name := range p.synchronous {
-			if name == m.cfg.Member {
-				continue
-			}
-			if o, ok := find(members, name); !ok || !final(o) {
-				missing = append(missing, name)
-			}
-		}
-		if len(missing) > 0 {
-			m.waiting("the last primary's synchronous standby has not reported since it stopped: commits acknowledged by it alone would be lost", "synchronous", missing)
-			return false
-		}
-	}
-	for _, o := range members {
-		if o.name == m.cfg.Member || !o.fresh || o.role != RoleStandby {
-			continue
-		}
-		if after(o) && !o.positioned {
-			continue // it reports no position (its server does not answer): it cannot promote, and is not waited for
-		}
-		if !final(o) {
-			m.waiting("waiting for every live standby's position after the primary's lease expired", "member", o.name)
-			return false
-		}
-		if ahead(o.timeline, o.lsn, tli, mine) || (o.timeline == tli && o.lsn == mine && o.name < m.cfg.Member) {
-			return false // a more advanced standby promotes
-		}
-	}
-	m.waitingFor = ""
-	return true
 }
 
 // waiting logs why this standby does not promote yet, once per reason.

@@ -76,6 +76,13 @@ func TestDemoScript(t *testing.T) {
 			t.Errorf("the demo's output lacks %q", want)
 		}
 	}
+	// What a newcomer should not see: warnings of kubectl apply over objects
+	// it did not create, or a frame of --watch printed again unchanged.
+	for _, unwanted := range []string{"last-applied-configuration", "Warning:"} {
+		if strings.Contains(text, unwanted) {
+			t.Errorf("the demo's output has %q", unwanted)
+		}
+	}
 	if t.Failed() {
 		t.Logf("output:\n%s", text)
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/backup/backuptest"
 	"github.com/chartpilot/chartpilot/internal/testpg"
+	"github.com/chartpilot/chartpilot/internal/testwait"
 )
 
 // buildAgent builds the chartpilot command the backup Jobs run.
@@ -111,12 +112,11 @@ func jobEnv(t *testing.T, ctx context.Context, c client.Client, job *batchv1.Job
 func waitBackup(t *testing.T, ctx context.Context, c client.Client, ns, name, phase, msg string) *v1alpha1.Backup {
 	t.Helper()
 	b := &v1alpha1.Backup{}
-	deadline := time.Now().Add(3 * time.Minute)
-	for time.Now().Before(deadline) {
-		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, b); err == nil && b.Status.Phase == phase && strings.Contains(b.Status.Message, msg) {
-			return b
-		}
-		time.Sleep(200 * time.Millisecond)
+	if testwait.Until(3*time.Minute, 200*time.Millisecond, func() bool {
+		err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, b)
+		return err == nil && b.Status.Phase == phase && strings.Contains(b.Status.Message, msg)
+	}) {
+		return b
 	}
 	t.Fatalf("Backup %s never %s with %q; last status %+v", name, phase, msg, b.Status)
 	return nil
@@ -134,15 +134,15 @@ func finishPod(t *testing.T, ctx context.Context, c client.Client, job *batchv1.
 func endPod(t *testing.T, ctx context.Context, c client.Client, job *batchv1.Job, message string, exitCode int32) {
 	t.Helper()
 	pods := &corev1.PodList{}
-	deadline := time.Now().Add(2 * time.Minute)
-	for len(pods.Items) == 0 {
-		if err := c.List(ctx, pods, client.InNamespace(job.Namespace), client.MatchingLabels{"batch.kubernetes.io/job-name": job.Name}); err != nil {
-			t.Fatal(err)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Job %s made no pod", job.Name)
-		}
-		time.Sleep(200 * time.Millisecond)
+	var listErr error
+	if !testwait.Until(2*time.Minute, 200*time.Millisecond, func() bool {
+		listErr = c.List(ctx, pods, client.InNamespace(job.Namespace), client.MatchingLabels{"batch.kubernetes.io/job-name": job.Name})
+		return listErr != nil || len(pods.Items) > 0
+	}) {
+		t.Fatalf("Job %s made no pod", job.Name)
+	}
+	if listErr != nil {
+		t.Fatal(listErr)
 	}
 	p := &pods.Items[0]
 	now := metav1.Now()
@@ -317,12 +317,11 @@ func TestBackupRunsAsJob(t *testing.T) {
 	restoreIs := func(phase, message string) *v1alpha1.Postgres {
 		t.Helper()
 		got := &v1alpha1.Postgres{}
-		deadline := time.Now().Add(3 * time.Minute)
-		for time.Now().Before(deadline) {
-			if err := c.Get(ctx, client.ObjectKeyFromObject(copyDB), got); err == nil && got.Status.Restore != nil && got.Status.Restore.Phase == phase && strings.Contains(got.Status.Restore.Message, message) {
-				return got
-			}
-			time.Sleep(200 * time.Millisecond)
+		if testwait.Until(3*time.Minute, 200*time.Millisecond, func() bool {
+			err := c.Get(ctx, client.ObjectKeyFromObject(copyDB), got)
+			return err == nil && got.Status.Restore != nil && got.Status.Restore.Phase == phase && strings.Contains(got.Status.Restore.Message, message)
+		}) {
+			return got
 		}
 		t.Fatalf("status.restore never %s with %q; last %+v", phase, message, got.Status.Restore)
 		return nil
@@ -366,12 +365,11 @@ func TestBackupRunsAsJob(t *testing.T) {
 	drillStatus := func(want string) *v1alpha1.PostgresBackupStatus {
 		t.Helper()
 		got := &v1alpha1.Postgres{}
-		deadline := time.Now().Add(3 * time.Minute)
-		for time.Now().Before(deadline) {
-			if err := c.Get(ctx, client.ObjectKeyFromObject(db), got); err == nil && got.Status.Backup != nil && strings.Contains(got.Status.Backup.LastVerifyResult, want) {
-				return got.Status.Backup
-			}
-			time.Sleep(200 * time.Millisecond)
+		if testwait.Until(3*time.Minute, 200*time.Millisecond, func() bool {
+			err := c.Get(ctx, client.ObjectKeyFromObject(db), got)
+			return err == nil && got.Status.Backup != nil && strings.Contains(got.Status.Backup.LastVerifyResult, want)
+		}) {
+			return got.Status.Backup
 		}
 		t.Fatalf("status.backup never says %q; last %+v", want, got.Status.Backup)
 		return nil
@@ -413,8 +411,7 @@ func TestBackupRunsAsJob(t *testing.T) {
 	// there (3 minutes at most), then look at all of them.
 	wantEvents := []string{"BackupStarted", "BackupCompleted", "BackupFailed", "BackupWaiting"}
 	var all string
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
+	testwait.Until(3*time.Minute, 200*time.Millisecond, func() bool {
 		evs := &corev1.EventList{}
 		if err := c.List(ctx, evs, client.InNamespace(ns)); err != nil {
 			t.Fatal(err)
@@ -434,11 +431,8 @@ func TestBackupRunsAsJob(t *testing.T) {
 		for _, want := range wantEvents {
 			missing = missing || !strings.Contains(all, want+": ")
 		}
-		if !missing || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return !missing
+	})
 	for _, secret := range []string{s3.SecretAccessKey, "db-password-never-shown", key.String()} {
 		if strings.Contains(all, secret) {
 			t.Errorf("a secret reached a Backup's status or events")

@@ -24,6 +24,7 @@ import (
 	"github.com/chartpilot/chartpilot/internal/instance"
 	"github.com/chartpilot/chartpilot/internal/majorupgrade"
 	"github.com/chartpilot/chartpilot/internal/testpg"
+	"github.com/chartpilot/chartpilot/internal/testwait"
 )
 
 // runMajorJob plays the kubelet for a major upgrade Job: it runs the
@@ -174,23 +175,23 @@ func TestMajorUpgradeCarriedOut(t *testing.T) {
 	waitJob := func(cond batchv1.JobConditionType) *batchv1.Job {
 		t.Helper()
 		job := &batchv1.Job{}
-		deadline := time.Now().Add(2 * time.Minute)
-		for {
-			if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "db-major-17"}, job); err == nil {
-				if cond == "" {
-					return job
-				}
-				for _, jc := range job.Status.Conditions {
-					if jc.Type == cond && jc.Status == corev1.ConditionTrue {
-						return job
-					}
+		if !testwait.Until(2*time.Minute, 200*time.Millisecond, func() bool {
+			if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "db-major-17"}, job); err != nil {
+				return false
+			}
+			if cond == "" {
+				return true
+			}
+			for _, jc := range job.Status.Conditions {
+				if jc.Type == cond && jc.Status == corev1.ConditionTrue {
+					return true
 				}
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("Job db-major-17 never %q: %+v", cond, job.Status)
-			}
-			time.Sleep(200 * time.Millisecond)
+			return false
+		}) {
+			t.Fatalf("Job db-major-17 never %q: %+v", cond, job.Status)
 		}
+		return job
 	}
 
 	// The refusal that names the field: no backup.
@@ -253,11 +254,8 @@ func TestMajorUpgradeCarriedOut(t *testing.T) {
 	if err := c.Delete(ctx, job, &client.DeleteOptions{PropagationPolicy: &bg}); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(time.Minute); c.Get(ctx, client.ObjectKeyFromObject(job), &batchv1.Job{}) == nil; {
-		if time.Now().After(deadline) {
-			t.Fatal("the failed Job was not deleted")
-		}
-		time.Sleep(100 * time.Millisecond)
+	if !testwait.Until(time.Minute, 100*time.Millisecond, func() bool { return c.Get(ctx, client.ObjectKeyFromObject(job), &batchv1.Job{}) != nil }) {
+		t.Fatal("the failed Job was not deleted")
 	}
 	_, err = pass(fresh())
 	expect(err, "MajorUpgradeRunning", "started")
@@ -328,15 +326,13 @@ func countOn17(t *testing.T, r *testpg.Server, bin, data string) string {
 	}
 	defer testpg.StopServer(srv)
 	env := map[string]string{"PGHOST": sock, "PGPORT": strconv.Itoa(port), "PGUSER": "postgres", "PGDATABASE": "postgres"}
-	deadline := time.Now().Add(time.Minute)
-	for {
-		out, err := r.Command(env, "psql", "-XAtq", "-c", "select count(*) from items").CombinedOutput()
-		if err == nil {
-			return strings.TrimSpace(string(out))
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("PostgreSQL 17 on %s: %v %s", data, err, out)
-		}
-		time.Sleep(200 * time.Millisecond)
+	var out []byte
+	var err error
+	if !testwait.Until(time.Minute, 200*time.Millisecond, func() bool {
+		out, err = r.Command(env, "psql", "-XAtq", "-c", "select count(*) from items").CombinedOutput()
+		return err == nil
+	}) {
+		t.Fatalf("PostgreSQL 17 on %s: %v %s", data, err, out)
 	}
+	return strings.TrimSpace(string(out))
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/backup/backuptest"
 	"github.com/chartpilot/chartpilot/internal/testpg"
+	"github.com/chartpilot/chartpilot/internal/testwait"
 	"github.com/chartpilot/chartpilot/internal/watches"
 )
 
@@ -41,12 +42,10 @@ func startRedis(t *testing.T, dir, password string, extra ...string) int {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	deadline := time.Now().Add(30 * time.Second)
-	for exec.Command("redis-cli", "-p", strconv.Itoa(port), "-a", password, "--no-auth-warning", "ping").Run() != nil {
-		if time.Now().After(deadline) {
-			t.Fatal("redis-server did not answer within 30 s")
-		}
-		time.Sleep(100 * time.Millisecond)
+	if !testwait.Until(30*time.Second, 100*time.Millisecond, func() bool {
+		return exec.Command("redis-cli", "-p", strconv.Itoa(port), "-a", password, "--no-auth-warning", "ping").Run() == nil
+	}) {
+		t.Fatal("redis-server did not answer within 30 s")
 	}
 	return port
 }
@@ -232,16 +231,12 @@ func TestPassthroughBackup(t *testing.T) {
 		return args
 	}
 	finishPod(t, ctx, c, rjob, runJobWith(t, ctx, c, rjob, agent, "", 0, toFolder))
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		err := hook.PreInstall.PreInstall(ctx, fresh)
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("PreInstall after the restore Job completed: %v", err)
-		}
-		time.Sleep(200 * time.Millisecond)
+	var preErr error
+	if !testwait.Until(2*time.Minute, 200*time.Millisecond, func() bool {
+		preErr = hook.PreInstall.PreInstall(ctx, fresh)
+		return preErr == nil
+	}) {
+		t.Fatalf("PreInstall after the restore Job completed: %v", preErr)
 	}
 	if cond := hook.Report(ctx, fresh); cond == nil || cond.Status != metav1.ConditionTrue || cond.Reason != "RestoreCompleted" {
 		t.Errorf("Restored after the Job: %+v", cond)
@@ -276,16 +271,12 @@ func TestPassthroughBackup(t *testing.T) {
 		t.Fatal(err)
 	}
 	late := newRedis("late", map[string]any{"persistence": map[string]any{"enabled": true}})
-	deadline = time.Now().Add(time.Minute)
-	for {
-		rej, _ := hooks.AsRejection(hook.PreInstall.PreInstall(ctx, late))
-		if rej != nil && rej.Reason == "Restoring" && strings.Contains(rej.Message, "waits for its store") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("PreInstall with the store gone: %+v", rej)
-		}
-		time.Sleep(200 * time.Millisecond) // the cache sees the deletion
+	var rej *hooks.Rejection
+	if !testwait.Until(time.Minute, 200*time.Millisecond, func() bool { // until the cache sees the deletion
+		rej, _ = hooks.AsRejection(hook.PreInstall.PreInstall(ctx, late))
+		return rej != nil && rej.Reason == "Restoring" && strings.Contains(rej.Message, "waits for its store")
+	}) {
+		t.Fatalf("PreInstall with the store gone: %+v", rej)
 	}
 	late.Resource.SetCreationTimestamp(metav1.NewTime(time.Now().Add(-backup.StartGrace - time.Minute)))
 	held(late, "RestoreFailed", "waited 10m0s")
@@ -362,10 +353,8 @@ func TestBackupJobRunsAsIdentity(t *testing.T) {
 			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: ns, Verb: "create", Group: "batch", Resource: "jobs"}}}
 		return c.Create(ctx, r) == nil && r.Status.Allowed
 	}
-	for deadline := time.Now().Add(time.Minute); !sar(); time.Sleep(200 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s may not create Jobs a minute after its RoleBinding", user)
-		}
+	if !testwait.Until(time.Minute, 200*time.Millisecond, sar) {
+		t.Fatalf("%s may not create Jobs a minute after its RoleBinding", user)
 	}
 	newBackup("allowed")
 	running := waitBackup(t, ctx, c, ns, "allowed", v1alpha1.BackupRunning, "")

@@ -20,6 +20,7 @@ import (
 	"github.com/chartpilot/chartpilot/hooks"
 	"github.com/chartpilot/chartpilot/hooks/backup"
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
+	"github.com/chartpilot/chartpilot/internal/testwait"
 )
 
 // clock is a test clock the schedule reads.
@@ -76,12 +77,8 @@ func TestScheduledBackups(t *testing.T) {
 	}
 	eventually := func(what string, ok func() bool) {
 		t.Helper()
-		deadline := time.Now().Add(2 * time.Minute)
-		for !ok() {
-			if time.Now().After(deadline) {
-				t.Fatalf("never: %s; Backups %v", what, names(backups()))
-			}
-			time.Sleep(200 * time.Millisecond)
+		if !testwait.Until(2*time.Minute, 200*time.Millisecond, ok) {
+			t.Fatalf("never: %s; Backups %v", what, names(backups()))
 		}
 	}
 	cond := func(status metav1.ConditionStatus, reason, msg string) {
@@ -127,8 +124,8 @@ func TestScheduledBackups(t *testing.T) {
 	// Another hour while it is unfinished: still one.
 	clk.add(time.Hour)
 	poke()
-	time.Sleep(2 * time.Second)
-	if n := len(backups()); n != 1 {
+	n := 1
+	if !testwait.Holds(2*time.Second, 200*time.Millisecond, func() bool { n = len(backups()); return n == 1 }) {
 		t.Fatalf("%d Backups while the first is unfinished, want 1", n)
 	}
 	finish(first.Name, v1alpha1.BackupCompleted)
@@ -262,10 +259,7 @@ func TestBackupBeforeMajorUpgrade(t *testing.T) {
 	if err := c.Delete(ctx, b); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(time.Minute)
-	for c.Get(ctx, key, &v1alpha1.Backup{}) == nil && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
-	}
+	testwait.Until(time.Minute, 100*time.Millisecond, func() bool { return c.Get(ctx, key, &v1alpha1.Backup{}) != nil })
 	expect(pre(pg), "BackupBeforeMajorUpgrade", "started now")
 	if err := c.Get(ctx, key, b); err != nil {
 		t.Fatal(err)

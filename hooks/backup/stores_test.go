@@ -30,6 +30,7 @@ import (
 	data "github.com/chartpilot/chartpilot/internal/backup"
 	"github.com/chartpilot/chartpilot/internal/backup/backuptest"
 	"github.com/chartpilot/chartpilot/internal/testcluster"
+	"github.com/chartpilot/chartpilot/internal/testwait"
 )
 
 var cluster *testcluster.Cluster
@@ -175,15 +176,15 @@ func TestStoresChecked(t *testing.T) {
 
 	wait := func(obj client.Object, conds func() []metav1.Condition, status metav1.ConditionStatus, reason string) string {
 		t.Helper()
-		deadline := time.Now().Add(2 * time.Minute)
 		var last *metav1.Condition
-		for time.Now().Before(deadline) {
-			if err := c.Get(ctx, client.ObjectKeyFromObject(obj), obj); err == nil {
-				if last = apimeta.FindStatusCondition(conds(), v1alpha1.ConditionReady); last != nil && last.Status == status && last.Reason == reason {
-					return last.Message
-				}
+		if testwait.Until(2*time.Minute, 200*time.Millisecond, func() bool {
+			if err := c.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+				return false
 			}
-			time.Sleep(200 * time.Millisecond)
+			last = apimeta.FindStatusCondition(conds(), v1alpha1.ConditionReady)
+			return last != nil && last.Status == status && last.Reason == reason
+		}) {
+			return last.Message
 		}
 		t.Fatalf("%s: Ready never %s/%s; last %+v", obj.GetName(), status, reason, last)
 		return ""
@@ -301,15 +302,12 @@ func TestHostileGCSKeyReachesNothing(t *testing.T) {
 	for name := range keys {
 		s := &v1alpha1.BackupStore{}
 		var last *metav1.Condition
-		deadline := time.Now().Add(2 * time.Minute)
-		for time.Now().Before(deadline) {
+		testwait.Until(2*time.Minute, 200*time.Millisecond, func() bool {
 			if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, s); err == nil {
-				if last = apimeta.FindStatusCondition(s.Status.Conditions, v1alpha1.ConditionReady); last != nil {
-					break
-				}
+				last = apimeta.FindStatusCondition(s.Status.Conditions, v1alpha1.ConditionReady)
 			}
-			time.Sleep(200 * time.Millisecond)
-		}
+			return last != nil
+		})
 		if last == nil || last.Status != metav1.ConditionFalse || last.Reason != "InvalidCredentials" || !strings.Contains(last.Message, want[name]) ||
 			!strings.Contains(last.Message, "spec.gcs.credentialsSecretRef") {
 			t.Errorf("%s: Ready %+v, want False InvalidCredentials saying %q", name, last, want[name])

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/chartpilot/chartpilot/internal/testwait"
 )
 
 // script is an executable shell script standing in for the helper.
@@ -89,13 +91,8 @@ rm `+running+`/$$; printf '{"done":true}'`))
 		first <- err
 	}()
 	// Wait until tenant-a's first request holds its slot.
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
-		if entries, _ := os.ReadDir(running); len(entries) == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the first helper never started")
-		}
+	if !testwait.Until(time.Minute, 20*time.Millisecond, func() bool { entries, _ := os.ReadDir(running); return len(entries) == 1 }) {
+		t.Fatal("the first helper never started")
 	}
 	for range 3 {
 		if _, err := h.Do(context.Background(), "tenant-a", slow); !errors.Is(err, ErrBusy) {

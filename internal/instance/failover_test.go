@@ -21,6 +21,7 @@ import (
 	"github.com/chartpilot/chartpilot/internal/instance"
 	"github.com/chartpilot/chartpilot/internal/instance/instancetest"
 	"github.com/chartpilot/chartpilot/internal/testcluster"
+	"github.com/chartpilot/chartpilot/internal/testwait"
 )
 
 // memberEnv makes the test binary run one member (a JSON MemberSpec)
@@ -340,8 +341,7 @@ func TestNoSecondBootstrap(t *testing.T) {
 		c.RemoveData(m)
 		c.Start(m)
 	}
-	deadline := time.Now().Add(3 * instancetest.LeaseDuration)
-	for time.Now().Before(deadline) {
+	testwait.Holds(3*instancetest.LeaseDuration, 200*time.Millisecond, func() bool {
 		for m, role := range c.Roles() {
 			if role == instance.RolePrimary {
 				if _, err := os.Stat(filepath.Join(c.Dir, m, "data", "PG_VERSION")); err == nil {
@@ -349,8 +349,8 @@ func TestNoSecondBootstrap(t *testing.T) {
 				}
 			}
 		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return true
+	})
 	if err := c.CS.CoordinationV1().Leases(c.NS).Delete(context.Background(), instancetest.ClusterName+"-primary", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -391,13 +391,9 @@ func TestSynchronousStandbyTakesPart(t *testing.T) {
 	c.Kill(old)
 	c.Kill(sync)
 	c.Start(other)
-	deadline := time.Now().Add(4 * instancetest.LeaseDuration)
-	for time.Now().Before(deadline) {
-		if role := c.Roles()[other]; role == instance.RolePrimary {
-			n, _ := c.Psql(c.Ports[other], 5*time.Second, "SELECT count(*) FROM sync_rows")
-			t.Fatalf("%s promoted without the synchronous standby %s: it has %q of the 300 acknowledged rows", other, sync, n)
-		}
-		time.Sleep(200 * time.Millisecond)
+	if !testwait.Holds(4*instancetest.LeaseDuration, 200*time.Millisecond, func() bool { return c.Roles()[other] != instance.RolePrimary }) {
+		n, _ := c.Psql(c.Ports[other], 5*time.Second, "SELECT count(*) FROM sync_rows")
+		t.Fatalf("%s promoted without the synchronous standby %s: it has %q of the 300 acknowledged rows", other, sync, n)
 	}
 	c.Start(sync)
 	c.WaitSettled(sync, other)

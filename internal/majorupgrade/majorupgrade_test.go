@@ -14,6 +14,7 @@ import (
 
 	"github.com/chartpilot/chartpilot/internal/majorupgrade"
 	"github.com/chartpilot/chartpilot/internal/testpg"
+	"github.com/chartpilot/chartpilot/internal/testwait"
 )
 
 const seed = `
@@ -100,12 +101,10 @@ func TestMajorUpgrade15To17(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { testpg.StopServer(srv) })
-	deadline := time.Now().Add(time.Minute)
-	for old.Command(nil, "pg_isready", "-h", "127.0.0.1", "-p", strconv.Itoa(port)).Run() != nil {
-		if time.Now().After(deadline) {
-			t.Fatal("the new server did not start")
-		}
-		time.Sleep(200 * time.Millisecond)
+	if !testwait.Until(time.Minute, 200*time.Millisecond, func() bool {
+		return old.Command(nil, "pg_isready", "-h", "127.0.0.1", "-p", strconv.Itoa(port)).Run() == nil
+	}) {
+		t.Fatal("the new server did not start")
 	}
 	after := checksums(t, old, p.WorkDir, port) // its socket: host connections need the password, and there is none here
 	if fmt.Sprint(after) != fmt.Sprint(before) || len(after) != 3 {

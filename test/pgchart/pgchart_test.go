@@ -43,6 +43,7 @@ import (
 
 	"github.com/chartpilot/chartpilot/internal/helm"
 	"github.com/chartpilot/chartpilot/internal/testpg"
+	"github.com/chartpilot/chartpilot/internal/testwait"
 )
 
 // rendered is what the test reads from the chart's manifest.
@@ -354,16 +355,13 @@ func TestChartRunsRealPostgreSQL(t *testing.T) {
 		t.Fatalf("pod 1 is not a standby: pg_is_in_recovery() = %s", got)
 	}
 	q(primary, "create table probe (id int primary key, note text); insert into probe values (1, 'written on the primary')")
-	deadline := time.Now().Add(time.Minute)
-	for {
-		out, err := psql(r, outside, replica.port, rd.username, rd.password, "select note from probe where id = 1")
-		if err == nil && out == "written on the primary" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the row written on the primary is not on the replica after a minute: %q %v", out, err)
-		}
-		time.Sleep(200 * time.Millisecond)
+	var note string
+	var qerr error
+	if !testwait.Until(time.Minute, 200*time.Millisecond, func() bool {
+		note, qerr = psql(r, outside, replica.port, rd.username, rd.password, "select note from probe where id = 1")
+		return qerr == nil && note == "written on the primary"
+	}) {
+		t.Fatalf("the row written on the primary is not on the replica after a minute: %q %v", note, qerr)
 	}
 	for _, p := range []*pod{primary, replica} {
 		for name, want := range map[string]string{"shared_buffers": "48MB", "max_connections": "40", "work_mem": "8MB"} {

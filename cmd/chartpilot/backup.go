@@ -328,11 +328,12 @@ func backupVerify(ctx context.Context, b *blob.Bucket, location, identity string
 // container of a backup Job whose main container is another image (a
 // passthrough kind's) runs it, so that the agent is there.
 func installAgent(args []string) error {
+	const use = "usage: chartpilot install-agent DIR (copies this binary to DIR/chartpilot)"
 	if helpRequested(args) {
-		return printHelp(os.Stdout, "usage: chartpilot install-agent DIR (copies this binary to DIR/chartpilot)")
+		return printHelp(os.Stdout, use)
 	}
 	if len(args) != 1 {
-		return errors.New("usage: chartpilot install-agent DIR")
+		return errors.New(use)
 	}
 	self, err := os.Executable()
 	if err != nil {
@@ -358,11 +359,12 @@ func installAgent(args []string) error {
 // reach a remote store: one request (JSON, with its credentials) on
 // standard input, one answer on standard output.
 func storeCommand(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
+	const use = "usage: chartpilot store < REQUEST (run by the manager, which writes the request)"
 	if helpRequested(args) {
-		return printHelp(stdout, "usage: chartpilot store < REQUEST (run by the manager, which writes the request)")
+		return printHelp(stdout, use)
 	}
 	if len(args) != 0 {
-		return errors.New("usage: chartpilot store < REQUEST (run by the manager, which writes the request)")
+		return errors.New(use)
 	}
 	if _, err := sandboxStoreHelper(); err != nil {
 		return fmt.Errorf("limiting the store helper's file access: %w", err)

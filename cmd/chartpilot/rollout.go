@@ -98,21 +98,21 @@ func rolloutCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 // changes, not the same frame every 2 s. Frames after the first are set
 // off by a blank line.
 type changedFrames struct {
-	w     io.Writer
-	last  []byte
-	count int
+	w       io.Writer
+	last    []byte
+	printed bool
 }
 
 func (c *changedFrames) print(frame []byte) {
-	if c.count > 0 && bytes.Equal(frame, c.last) {
-		return
-	}
-	if c.count > 0 {
+	if c.printed {
+		if bytes.Equal(frame, c.last) {
+			return
+		}
 		fmt.Fprintln(c.w)
 	}
 	c.w.Write(frame)
 	c.last = append(c.last[:0], frame...)
-	c.count++
+	c.printed = true
 }
 
 // newestWanted is the highest desired (else deployed) version among rows,

@@ -80,8 +80,6 @@ declare -A cold=(
 	[kubelet]="about a minute"
 	[cni]="a few seconds"
 	[coredns]="about 2 minutes"
-	[controller-gen]="about a minute"
-	[golangci-lint]="a few minutes"
 )
 
 stamp_of() {

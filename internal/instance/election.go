@@ -30,6 +30,12 @@ type electionView struct {
 	maxLagBytes    int64
 }
 
+// newCluster reports whether the Lease was never held and this member has
+// no data: the one case in which a cluster may be bootstrapped.
+func (v electionView) newCluster() bool {
+	return v.previous == "" && !v.initialized && v.transitions == 0
+}
+
 // electionAction is what a member does with an expired Lease.
 type electionAction int
 
@@ -82,7 +88,7 @@ func decideElection(v electionView) electionStep {
 	// primary existed its data is somewhere (a member restarting on an
 	// empty volume, with the Lease released, waits for it), and a second
 	// cluster beside it would split the data.
-	if v.previous == "" && !v.initialized && v.transitions == 0 {
+	if v.newCluster() {
 		for _, o := range v.members {
 			if o.name != v.self && o.fresh && o.role != RoleStopped {
 				return electionStep{action: electNothing} // another member has data: it leads

@@ -477,7 +477,7 @@ func (m *Manager) elect(ctx context.Context, lease *coordinationv1.Lease, previo
 	}
 	v.initialized = m.pg.initialized()
 	v.running = m.pg.running()
-	if v.role == RoleStandby && v.running && (previous != "" || v.initialized || v.transitions != 0) {
+	if v.role == RoleStandby && v.running && !v.newCluster() { // the rule compares positions
 		if v.lsn, err = m.pg.lsn(false); err != nil {
 			return err
 		}

@@ -261,36 +261,6 @@ func newestRecord(records []map[string]string) (int, map[string]string) {
 	return best, latest
 }
 
-// upgradeFromCache reports whether the records, as the cache sees them,
-// show the release deployed by this owner from other inputs: an upgrade
-// is what the full pass would do.
-func (r *Reconciler) upgradeFromCache(ctx context.Context, p *pass, d *desired) bool {
-	records, ok := r.releaseRecords(ctx, p)
-	if !ok || d.digest == "" {
-		return false
-	}
-	_, latest := newestRecord(records)
-	return latest != nil && latest[helm.StorageLabelStatus] == string(helm.StatusDeployed) &&
-		latest[LabelDigest] != d.digest && latest[LabelOwnerUID] == string(p.obj.GetUID())
-}
-
-// inSyncFromCache reports whether the newest release record, as the
-// metadata cache sees it, is deployed from the desired digest by this owner,
-// and its revision.
-func (r *Reconciler) inSyncFromCache(ctx context.Context, p *pass, d *desired) (int, bool) {
-	records, ok := r.releaseRecords(ctx, p)
-	if !ok {
-		return 0, false
-	}
-	best, latest := newestRecord(records)
-	if latest == nil || p.status.Release == nil || best < p.status.Release.Revision {
-		return 0, false // absent, or the cache lags behind what this operator did
-	}
-	return best, latest[helm.StorageLabelStatus] == string(helm.StatusDeployed) &&
-		latest[LabelDigest] == d.digest &&
-		latest[LabelOwnerUID] == string(p.obj.GetUID())
-}
-
 // releaseRecords returns the labels of the resource's release records from
 // the metadata cache, read once per pass (the version policy and the fast
 // path both need them).

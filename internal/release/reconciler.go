@@ -16,7 +16,6 @@ import (
 
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
@@ -187,8 +186,9 @@ func (r *Reconciler) preflight(ctx context.Context, p *pass) (ctrl.Result, bool,
 	return ctrl.Result{}, false, nil
 }
 
-// reconcileRelease is the release's pipeline: desired → (caches: in sync,
-// or held) → fresh read and history → observe → gates → nextAction → run.
+// reconcileRelease is the release's pipeline: desired → (caches: records
+// → observeRecords → gates → nextAction, for what ends on the caches) →
+// fresh read and history → observe → gates → nextAction → run.
 func (r *Reconciler) reconcileRelease(ctx context.Context, p *pass) (ctrl.Result, error) {
 	d := r.desire(ctx, p, r.deployedFromCache(ctx, p))
 	if d.stopped() {
@@ -224,153 +224,51 @@ func (r *Reconciler) reconcileRelease(ctx context.Context, p *pass) (ctrl.Result
 	return r.run(ctx, p, d, o, history, c)
 }
 
-// fromCaches ends a pass from the informer caches alone when it can: the
-// release records show the release deployed from exactly these inputs and
-// healthy (settling, or checked for drift and found unchanged: see
-// settledFromCaches), or a rollout gate still holds a chart version change.
-func (r *Reconciler) fromCaches(ctx context.Context, p *pass, d *desired, driftDue bool) (ctrl.Result, bool) {
-	if c := apimeta.FindStatusCondition(p.status.Conditions, v1alpha1.ConditionStalled); c != nil && c.Status == metav1.ConditionTrue {
-		// A stall is lifted only by what the release history says, never
-		// by record labels (which anyone who may write Secrets can set).
-		return ctrl.Result{}, false
-	}
-	m := r.mem.get(p.key)
-	// Health is judged for the revision the records show, not the one the
-	// (possibly older) status names: a fresh upgrade must pass the health
-	// gate, which also gives its upgrade slot back.
-	if rev, ok := r.inSyncFromCache(ctx, p, d); ok && rev > 0 {
-		if m.healthyRev == rev && !driftDue && !r.workloadsToFollow(p) {
-			rendersSkipped.WithLabelValues(r.Watch.GVK.Kind).Inc()
-			r.markInSync(p, d, nil)
-			return ctrl.Result{RequeueAfter: r.Watch.ReconcilePeriod}, true
-		}
-		if res, done := r.settledFromCaches(ctx, p, d, rev, m.healthyRev == rev, driftDue); done {
-			return res, true
-		}
-	}
-	if r.upgradeFromCache(ctx, p, d) && !r.slots.free(p.key) {
-		// An upgrade is next and every slot is taken: it waits its turn
-		// without reading anything (a freed slot wakes it).
-		return r.queued(p), true
-	}
-	if d.isVersionChange() && m.waiting != "" && m.waiting != reasonQueued {
-		if h := r.rolloutHold(ctx, p, d); h != nil {
-			return r.waitRollout(p, *h), true
-		}
-	}
-	return ctrl.Result{}, false
-}
-
-// settledFromCaches handles a revision the records show deployed from
-// these inputs with the caches alone (its body is read at most once):
-// the health gate while its workloads settle within healthTimeout, and a
-// drift check that finds nothing. Drift found, a health timeout, or
-// anything it cannot read is left to the full pass.
-func (r *Reconciler) settledFromCaches(ctx context.Context, p *pass, d *desired, rev int, healthy, driftDue bool) (ctrl.Result, bool) {
-	rel, err := r.Helm.As(d.identity).Revision(p.key.Namespace, p.key.Name, rev)
-	if err != nil || rel.Status != helm.StatusDeployed {
-		return ctrl.Result{}, false
-	}
-	if r.checkScope(p.key.Namespace, rel.Manifest) != nil {
-		return ctrl.Result{}, false
-	}
-	r.watchObjects(ctx, p, rel)
-	if driftDue {
-		drifted, err := r.findDrift(ctx, d.identity, p.key.Namespace, rel.Manifest)
-		if err != nil {
-			return ctrl.Result{}, false
-		}
-		if len(drifted) > 0 {
-			// The cache may show one object of a release's own change before
-			// another: a difference is looked at again in a second, and only
-			// one that stays goes to the full pass (which corrects it).
-			again := false
-			r.mem.with(p.key, func(m *memo) {
-				again = !m.driftRecheck
-				m.driftRecheck, m.driftDue = again, again || m.driftDue
-			})
-			if again {
-				return ctrl.Result{RequeueAfter: time.Second}, true
-			}
-			return ctrl.Result{}, false
-		}
-		r.mem.with(p.key, func(m *memo) { m.driftRecheck = false })
-		driftChecks.WithLabelValues(r.Watch.GVK.Kind, "none").Inc()
-		if c := apimeta.FindStatusCondition(p.status.Conditions, v1alpha1.ConditionDrifted); c != nil && c.Status == metav1.ConditionTrue {
-			setCondition(p.status, p.obj, v1alpha1.ConditionDrifted, metav1.ConditionFalse, "NoDrift", "every object matches the release")
-		}
-	}
-	if healthy {
-		r.followWorkloads(ctx, p, d, rel)
-		r.markInSync(p, d, rel)
-		return ctrl.Result{RequeueAfter: r.Watch.ReconcilePeriod}, true
-	}
-	if r.now().Sub(rel.LastDeployed) >= r.Watch.HealthTimeout {
-		return ctrl.Result{}, false
-	}
-	pending, err := r.notReady(ctx, d.identity, p.key.Namespace, rel.Manifest)
-	if err != nil {
-		return ctrl.Result{}, false
-	}
-	if len(pending) == 0 {
-		r.seenHealthy(p, rel.Revision)
-		r.followWorkloads(ctx, p, d, rel)
-		r.markInSync(p, d, rel)
-		return ctrl.Result{RequeueAfter: r.Watch.ReconcilePeriod}, true
-	}
-	r.mem.with(p.key, func(m *memo) { m.awaiting = true })
-	if rev > 1 {
-		r.slots.hold(p.key) // an upgrade settling holds its slot until healthy
-	}
-	progressing(p, pending)
-	p.settling = true
-	r.setReleaseInfo(p, rel)
-	return ctrl.Result{RequeueAfter: r.mem.healthLookAfter(p.key, rel.Revision)}, true
-}
-
 // run carries out the action nextAction chooses.
 func (r *Reconciler) run(ctx context.Context, p *pass, d *desired, o Observation, history []*helm.Release, c choice) (ctrl.Result, error) {
 	if o.State == StateInSync {
 		r.watchObjects(ctx, p, o.Latest)
 	}
-	switch a := nextAction(o, c.gates); a {
-	case actInstall:
-		return r.install(ctx, p, d)
-	case actUpgrade:
-		if !r.slots.begin(p.key) {
-			return r.queued(p), nil
-		}
-		r.setWaiting(p.key, "")
-		return r.upgrade(ctx, p, d, o)
-	case actRollback:
-		return r.rollback(p, d, o)
-	case actUnlock:
-		return r.unlock(p, d, o)
-	case actCleanup:
-		return r.cleanupFailedInstall(p, d, o)
-	case actDiscard:
-		return r.discard(p, d, o)
-	case actCheckHealth:
-		res, healthy, err := r.checkHealth(ctx, p, d, o, history)
-		if err != nil || !healthy {
-			if c.gates.driftDue {
-				// A change of the release's objects seen while the revision
-				// settles (an object deleted) is checked once it is healthy,
-				// not forgotten.
-				r.mem.with(p.key, func(m *memo) { m.driftDue = true })
+	for {
+		switch a := nextAction(o, c.gates); a {
+		case actInstall:
+			return r.install(ctx, p, d)
+		case actUpgrade:
+			if !r.slots.begin(p.key) {
+				return r.queued(p), nil
 			}
-			return res, err
+			r.setWaiting(p.key, "")
+			return r.upgrade(ctx, p, d, o)
+		case actRollback:
+			return r.rollback(p, d, o)
+		case actUnlock:
+			return r.unlock(p, d, o)
+		case actCleanup:
+			return r.cleanupFailedInstall(p, d, o)
+		case actDiscard:
+			return r.discard(p, d, o)
+		case actCheckHealth:
+			res, healthy, err := r.checkHealth(ctx, p, d, o, history)
+			if err != nil || !healthy {
+				if c.gates.driftDue {
+					// A change of the release's objects seen while the revision
+					// settles (an object deleted) is checked once it is healthy,
+					// not forgotten.
+					r.mem.with(p.key, func(m *memo) { m.driftDue = true })
+				}
+				return res, err
+			}
+			// Healthy: the gate is passed, and the pass chooses again.
+			c.gates.healthy = true
+		case actCorrectDrift:
+			return r.correctDrift(ctx, p, d, o)
+		case actNone:
+			r.followWorkloads(ctx, p, d, o.Latest)
+			r.markInSync(p, d, o.Latest)
+			return ctrl.Result{RequeueAfter: r.Watch.ReconcilePeriod}, nil
+		default:
+			return r.hold(p, a, o, c), nil
 		}
-		c.gates.healthy = true
-		return r.run(ctx, p, d, o, history, c)
-	case actCorrectDrift:
-		return r.correctDrift(ctx, p, d, o)
-	case actNone:
-		r.followWorkloads(ctx, p, d, o.Latest)
-		r.markInSync(p, d, o.Latest)
-		return ctrl.Result{RequeueAfter: r.Watch.ReconcilePeriod}, nil
-	default:
-		return r.hold(p, a, o, c), nil
 	}
 }
 

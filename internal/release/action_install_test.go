@@ -2,6 +2,7 @@ package release_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -28,10 +29,11 @@ func TestInvalidValuesStalled(t *testing.T) {
 	if r := condition(u, v1alpha1.ConditionReady); r.Status != metav1.ConditionFalse || r.Reason != "RenderFailed" {
 		t.Errorf("Ready = %+v", r)
 	}
-	time.Sleep(3 * time.Second)
-	hist := e.history("iv")
-	if len(hist) != 1 || hist[0].Status != helm.StatusDeployed {
-		t.Fatalf("a stalled upgrade touched the release: %d revisions, latest %s", len(hist), hist[len(hist)-1].Status)
+	if ok, seen := e.holds(3*time.Second, func() (bool, string) {
+		hist := e.history("iv")
+		return len(hist) == 1 && hist[0].Status == helm.StatusDeployed, fmt.Sprintf("%d revisions, latest %s", len(hist), hist[len(hist)-1].Status)
+	}); !ok {
+		t.Fatalf("a stalled upgrade touched the release: %s", seen)
 	}
 	if _, err := e.configMap("iv-config"); err != nil {
 		t.Errorf("deployed objects gone: %v", err)

@@ -43,9 +43,8 @@ func TestFailedUpgradeRolledBack(t *testing.T) {
 	e.waitEvent("rb", "UpgradeFailed", "70000")
 	e.waitEvent("rb", "RolledBack", "revision 1")
 	// Not retried in a hot loop: the same inputs back off.
-	time.Sleep(3 * time.Second)
-	if n := len(e.history("rb")); n != 3 {
-		t.Errorf("failed upgrade retried at once: %d revisions", n)
+	if ok, n := e.holds(3*time.Second, func() (bool, string) { n := len(e.history("rb")); return n == 3, fmt.Sprint(n) }); !ok {
+		t.Errorf("failed upgrade retried at once: %s revisions", n)
 	}
 	// A fix rolls forward at once.
 	e.patch("rb", `{"spec":{"message":"fixed","port":8081}}`)

@@ -180,8 +180,7 @@ func TestLiveHoldersPendingRevisionNotUnlocked(t *testing.T) {
 
 	e.patch("held", `{"metadata":{"annotations":{"chartpilot.dev/reconcile-requested-at":"look"}}}`)
 	e.waitCondition("held", v1alpha1.ConditionReconciling, metav1.ConditionTrue, "LockHeld")
-	time.Sleep(3 * time.Second)
-	if ok, state := pending(); !ok {
+	if ok, state := e.holds(3*time.Second, pending); !ok {
 		t.Fatalf("a live replica's pending revision was touched: %s", state)
 	}
 

@@ -10,11 +10,13 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/apiretry"
 	"github.com/chartpilot/chartpilot/internal/helm"
 	"github.com/chartpilot/chartpilot/internal/testcluster"
+	"github.com/chartpilot/chartpilot/internal/testwait"
 	"github.com/chartpilot/chartpilot/internal/watches"
 )
 
@@ -38,15 +40,13 @@ func TestConvergesThroughAPIFaults(t *testing.T) {
 		deadline := time.Now().Add(5 * time.Minute)
 		for i := range n {
 			name := fmt.Sprintf("f-%02d", i)
-			for {
-				u := e.get(name)
-				if c := condition(u, v1alpha1.ConditionReady); c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == u.GetGeneration() {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("%s: %s not Ready within 5 minutes of faults: %v (faults injected %d)", what, name, u.Object["status"], faults.Injected())
-				}
-				time.Sleep(500 * time.Millisecond)
+			var u *unstructured.Unstructured
+			if !testwait.Until(time.Until(deadline), 500*time.Millisecond, func() bool {
+				u = e.get(name)
+				c := condition(u, v1alpha1.ConditionReady)
+				return c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == u.GetGeneration()
+			}) {
+				t.Fatalf("%s: %s not Ready within 5 minutes of faults: %v (faults injected %d)", what, name, u.Object["status"], faults.Injected())
 			}
 		}
 	}

@@ -49,9 +49,8 @@ func TestUnhealthyUpgradeRolledBack(t *testing.T) {
 		t.Fatalf("history after rollback: %d revisions", len(hist))
 	}
 	// Not retried on its own, not even after the back-off would allow it.
-	time.Sleep(20 * time.Second)
-	if n := len(e.history("hg")); n != 3 {
-		t.Errorf("unhealthy inputs retried without a request: %d revisions", n)
+	if ok, n := e.holds(20*time.Second, func() (bool, string) { n := len(e.history("hg")); return n == 3, fmt.Sprint(n) }); !ok {
+		t.Errorf("unhealthy inputs retried without a request: %s revisions", n)
 	}
 	if c := condition(e.get("hg"), v1alpha1.ConditionReconciling); c == nil || !strings.Contains(c.Message, v1alpha1.AnnotationReconcileRequestedAt) {
 		t.Errorf("Reconciling does not say how to retry: %v", c)
@@ -83,16 +82,13 @@ func TestMaxConcurrentUpgrades(t *testing.T) {
 	peak := 0.0
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
-	go func() {
-		for ctx.Err() == nil {
-			if v := gauge("chartpilot_upgrades_in_progress", "Webapp"); v >= 0 {
-				mu.Lock()
-				peak = max(peak, v)
-				mu.Unlock()
-			}
-			time.Sleep(20 * time.Millisecond)
+	sample(ctx, 20*time.Millisecond, func() {
+		if v := gauge("chartpilot_upgrades_in_progress", "Webapp"); v >= 0 {
+			mu.Lock()
+			peak = max(peak, v)
+			mu.Unlock()
 		}
-	}()
+	})
 	audit := &testcluster.AuditLog{Path: cluster.AuditLogPath}
 	if _, err := audit.Take(managerUser); err != nil {
 		t.Fatal(err)
@@ -138,6 +134,23 @@ func TestMaxConcurrentUpgrades(t *testing.T) {
 }
 
 // gauge reads a gauge of the operator's metrics registry by its kind label.
+// sample calls f at once and then every interval until ctx ends, in a
+// goroutine of its own.
+func sample(ctx context.Context, interval time.Duration, f func()) {
+	go func() {
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		for {
+			f()
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+}
+
 func gauge(name, kind string) float64 {
 	families, err := ctrlmetrics.Registry.Gather()
 	if err != nil {

@@ -32,6 +32,7 @@ import (
 	"github.com/chartpilot/chartpilot/internal/operator"
 	"github.com/chartpilot/chartpilot/internal/rbac"
 	"github.com/chartpilot/chartpilot/internal/testcluster"
+	"github.com/chartpilot/chartpilot/internal/testwait"
 	"github.com/chartpilot/chartpilot/internal/watches"
 )
 
@@ -261,6 +262,41 @@ func (e *env) waitFor(what string, cond func() (bool, string)) {
 	if err != nil {
 		e.t.Fatalf("waiting for %s: %v; last seen: %s", what, err, last)
 	}
+}
+
+// holds reports whether cond stays true, looked at every 200 ms for d
+// (the room a wrong action is given to show), and what it saw last: it
+// ends at the first look that finds cond false.
+func (e *env) holds(d time.Duration, cond func() (bool, string)) (bool, string) {
+	e.t.Helper()
+	var last string
+	ok := testwait.Holds(d, 200*time.Millisecond, func() bool {
+		ok, obs := cond()
+		last = obs
+		return ok
+	})
+	return ok, last
+}
+
+// quietFor takes the manager's requests from audit for d, looked at every
+// 250 ms, and reports whether the requests in this test's namespace stayed
+// at most max: it ends at the first look that finds more. The requests
+// returned are everything since audit's previous Take.
+func (e *env) quietFor(audit *testcluster.AuditLog, d time.Duration, max int) testcluster.Requests {
+	e.t.Helper()
+	r, err := audit.Take(managerUser)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	testwait.Holds(d, 250*time.Millisecond, func() bool {
+		more, err := audit.Take(managerUser)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		r.Add(more)
+		return r.ByNamespace[e.ns] <= max
+	})
+	return r
 }
 
 // waitCondition waits until the resource's condition has status and (if

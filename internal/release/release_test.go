@@ -102,9 +102,11 @@ func TestLifecycle(t *testing.T) {
 	if _, err := e.cs.CoreV1().ConfigMaps(e.ns).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2 * time.Second) // give a wrong correction time to happen
-	cm, _ = e.configMap("shop-config")
-	if cm.Labels["team"] != "payments" {
+	// A wrong correction is given time to happen.
+	if ok, _ := e.holds(2*time.Second, func() (bool, string) {
+		cm, err := e.configMap("shop-config")
+		return err == nil && cm.Labels["team"] == "payments", ""
+	}); !ok {
 		t.Errorf("a label the chart does not set was removed")
 	}
 
@@ -161,12 +163,24 @@ func TestSteadyStateDoesNothing(t *testing.T) {
 	e.create("calm", map[string]any{"message": "x"}, nil, nil)
 	u := e.waitCondition("calm", v1alpha1.ConditionReady, metav1.ConditionTrue, "")
 	before, _ := json.Marshal(u.Object["status"])
-	time.Sleep(2 * time.Second) // let the install's own writes and events finish
+	// The install's own writes and events end first.
+	e.waitFor("the install's writes to end", func() (bool, string) {
+		n := writes.Load()
+		ok, _ := e.holds(2*time.Second, func() (bool, string) { return writes.Load() == n, "" })
+		return ok, fmt.Sprint(writes.Load())
+	})
 	base := writes.Load()
 	writeLog.Clear()
 	for i := range 3 {
+		since := driftChecks(t)
 		e.patch("calm", fmt.Sprintf(`{"metadata":{"annotations":{%q:"%d"},"labels":{"touch":"%d"}}}`, v1alpha1.AnnotationReconcileRequestedAt, i, i))
-		time.Sleep(time.Second)
+		// The request's pass is seen by its drift check; a write after it
+		// is given a second to show.
+		e.waitFor("the reconcile request's drift check", func() (bool, string) {
+			d := driftChecks(t) - since
+			return d >= 1, fmt.Sprint(d)
+		})
+		e.holds(time.Second, func() (bool, string) { return writes.Load() == base, "" })
 	}
 	after, _ := json.Marshal(e.get("calm").Object["status"])
 	if len(e.history("calm")) != 1 {
@@ -193,12 +207,16 @@ func TestPause(t *testing.T) {
 	e.waitCondition("nap", v1alpha1.ConditionReady, metav1.ConditionTrue, "")
 	e.patch("nap", fmt.Sprintf(`{"metadata":{"annotations":{%q:"true"}},"spec":{"message":"b"}}`, v1alpha1.AnnotationPause))
 	e.waitCondition("nap", v1alpha1.ConditionReconciling, metav1.ConditionFalse, "Paused")
-	time.Sleep(2 * time.Second)
-	if cm, _ := e.configMap("nap-config"); cm.Data["message"] != "a" {
-		t.Fatalf("paused release changed: %q", cm.Data["message"])
-	}
-	if n := len(e.history("nap")); n != 1 {
-		t.Fatalf("paused release has %d revisions", n)
+	if ok, seen := e.holds(2*time.Second, func() (bool, string) {
+		if cm, _ := e.configMap("nap-config"); cm.Data["message"] != "a" {
+			return false, fmt.Sprintf("paused release changed: %q", cm.Data["message"])
+		}
+		if n := len(e.history("nap")); n != 1 {
+			return false, fmt.Sprintf("paused release has %d revisions", n)
+		}
+		return true, ""
+	}); !ok {
+		t.Fatal(seen)
 	}
 	e.patch("nap", fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, v1alpha1.AnnotationPause))
 	e.waitFor("unpaused upgrade", func() (bool, string) {
@@ -238,15 +256,19 @@ func TestShardsBySelector(t *testing.T) {
 		}
 		return cm.Data["message"] == "a2", cm.Data["message"]
 	})
-	time.Sleep(2 * time.Second)
-	if n := len(e.history("b1")); n != 1 {
-		t.Errorf("shard a touched b1: %d revisions", n)
-	}
-	if n := len(e.history("none")); n != 0 {
-		t.Errorf("an unlabelled resource was installed by a shard")
-	}
-	if u := e.get("none"); len(u.GetFinalizers()) != 0 || u.Object["status"] != nil {
-		t.Errorf("an unlabelled resource was touched: finalizers %v status %v", u.GetFinalizers(), u.Object["status"])
+	if ok, seen := e.holds(2*time.Second, func() (bool, string) {
+		if n := len(e.history("b1")); n != 1 {
+			return false, fmt.Sprintf("shard a touched b1: %d revisions", n)
+		}
+		if n := len(e.history("none")); n != 0 {
+			return false, "an unlabelled resource was installed by a shard"
+		}
+		if u := e.get("none"); len(u.GetFinalizers()) != 0 || u.Object["status"] != nil {
+			return false, fmt.Sprintf("an unlabelled resource was touched: finalizers %v status %v", u.GetFinalizers(), u.Object["status"])
+		}
+		return true, ""
+	}); !ok {
+		t.Error(seen)
 	}
 }
 

@@ -7,9 +7,11 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/helm"
+	"github.com/chartpilot/chartpilot/internal/testwait"
 	"github.com/chartpilot/chartpilot/internal/watches"
 )
 
@@ -28,21 +30,21 @@ func TestConvergesThroughControlPlaneRestarts(t *testing.T) {
 	waitAll := func(what string) {
 		deadline := time.Now().Add(5 * time.Minute)
 		for _, name := range names {
-			for {
-				u, err := e.dyn.Resource(webappGVR).Namespace(e.ns).Get(t.Context(), name, metav1.GetOptions{})
-				if err == nil {
-					if c := condition(u, v1alpha1.ConditionReady); c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == u.GetGeneration() {
-						break
-					}
+			var u *unstructured.Unstructured
+			var err error
+			if !testwait.Until(time.Until(deadline), 500*time.Millisecond, func() bool {
+				u, err = e.dyn.Resource(webappGVR).Namespace(e.ns).Get(t.Context(), name, metav1.GetOptions{})
+				if err != nil {
+					return false
 				}
-				if time.Now().After(deadline) {
-					var st any
-					if u != nil {
-						st = u.Object["status"]
-					}
-					t.Fatalf("%s: %s not Ready within 5 minutes: %v (%v)", what, name, st, err)
+				c := condition(u, v1alpha1.ConditionReady)
+				return c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == u.GetGeneration()
+			}) {
+				var st any
+				if u != nil {
+					st = u.Object["status"]
 				}
-				time.Sleep(500 * time.Millisecond)
+				t.Fatalf("%s: %s not Ready within 5 minutes: %v (%v)", what, name, st, err)
 			}
 		}
 	}

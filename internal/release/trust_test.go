@@ -126,12 +126,16 @@ func TestEditedReleaseRecordCannotReachOutside(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.waitEvent("rec", "UninstallFailed", "refused")
-	time.Sleep(2 * time.Second)
-	if _, err := e.cs.CoreV1().ConfigMaps(other).Get(ctx, "victim", metav1.GetOptions{}); err != nil {
-		t.Fatalf("the other namespace's ConfigMap: %v", err)
-	}
-	if _, err := e.cs.RbacV1().ClusterRoles().Get(ctx, granted, metav1.GetOptions{}); !isNotFound(err) {
-		t.Fatalf("the edited record's ClusterRole exists: %v", err)
+	if ok, seen := e.holds(2*time.Second, func() (bool, string) {
+		if _, err := e.cs.CoreV1().ConfigMaps(other).Get(ctx, "victim", metav1.GetOptions{}); err != nil {
+			return false, fmt.Sprintf("the other namespace's ConfigMap: %v", err)
+		}
+		if _, err := e.cs.RbacV1().ClusterRoles().Get(ctx, granted, metav1.GetOptions{}); !isNotFound(err) {
+			return false, fmt.Sprintf("the edited record's ClusterRole exists: %v", err)
+		}
+		return true, ""
+	}); !ok {
+		t.Fatal(seen)
 	}
 }
 

@@ -157,18 +157,15 @@ func TestFleetRolloutFromRepository(t *testing.T) {
 	queued := atomic.Bool{}
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
-	go func() {
-		for ctx.Err() == nil {
-			v := gauge("chartpilot_upgrades_in_progress", "Webapp")
-			mu.Lock()
-			peak = max(peak, v)
-			mu.Unlock()
-			if gaugeWith("chartpilot_rollout_waiting", map[string]string{"kind": "Webapp", "reason": "UpgradeQueued"}) > 0 {
-				queued.Store(true)
-			}
-			time.Sleep(20 * time.Millisecond)
+	sample(ctx, 20*time.Millisecond, func() {
+		v := gauge("chartpilot_upgrades_in_progress", "Webapp")
+		mu.Lock()
+		peak = max(peak, v)
+		mu.Unlock()
+		if gaugeWith("chartpilot_rollout_waiting", map[string]string{"kind": "Webapp", "reason": "UpgradeQueued"}) > 0 {
+			queued.Store(true)
 		}
-	}()
+	})
 	repo.publish("1.0.1", false)
 	for _, name := range names[1:] {
 		e.waitVersion(name, "1.0.1")

@@ -53,16 +53,13 @@ func TestReadyFollowsWorkloads(t *testing.T) {
 		t.Errorf("%d revisions after the outage, %d before: a Helm action ran", n, revisions)
 	}
 
+	// The recovery's own requests end first; then five idle seconds.
 	audit := &testcluster.AuditLog{Path: cluster.AuditLogPath}
-	time.Sleep(5 * time.Second)
-	if _, err := audit.Take(managerUser); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(5 * time.Second)
-	r, err := audit.Take(managerUser)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e.waitFor("the recovery's requests to end", func() (bool, string) {
+		r := e.quietFor(audit, 2*time.Second, 0)
+		return r.ByNamespace[e.ns] == 0, r.Top(5)
+	})
+	r := e.quietFor(audit, 5*time.Second, 0)
 	// Counted in this test's namespace: the operator also finishes the
 	// uninstalls of earlier tests' resources, whose namespaces are going.
 	if n := r.ByNamespace[e.ns]; n != 0 {

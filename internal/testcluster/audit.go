@@ -31,6 +31,24 @@ type Requests struct {
 	Total       int
 }
 
+// Add counts o's requests into r (the requests of two Takes in a row).
+func (r *Requests) Add(o Requests) {
+	for _, m := range []struct{ to, from map[string]int }{{r.ByVerb, o.ByVerb}, {r.ByResource, o.ByResource}, {r.ByNamespace, o.ByNamespace}} {
+		for k, v := range m.from {
+			m.to[k] += v
+		}
+	}
+	for ns, counts := range o.InNamespace {
+		if r.InNamespace[ns] == nil {
+			r.InNamespace[ns] = map[string]int{}
+		}
+		for k, v := range counts {
+			r.InNamespace[ns][k] += v
+		}
+	}
+	r.Total += o.Total
+}
+
 // Top lists the n largest ByResource counts, largest first.
 func (r Requests) Top(n int) string {
 	type kv struct {

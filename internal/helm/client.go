@@ -77,6 +77,8 @@ type Client struct {
 	// process deleted or whose first install found an object there: their
 	// installs check for existing objects first.
 	hadObjects sync.Map
+	// offline replaces the cluster (NewOffline).
+	offline *offline
 }
 
 // root is the Client this one impersonates from, or itself.
@@ -144,6 +146,11 @@ func (c *Client) As(user string) *Client {
 	cfg := rest.CopyConfig(c.config)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
 	cl := &Client{config: cfg, disc: c.disc, mapper: c.mapper, log: c.log.WithValues("as", user), parent: c}
+	if c.offline != nil {
+		// Offline, every identity shares the test's records and objects.
+		cl.offline, cl.cs = c.offline, c.cs
+		cl.csOnce.Do(func() {})
+	}
 	c.as[user] = cl
 	return cl
 }
@@ -167,7 +174,7 @@ func (c *Client) capabilities() (*chartutil.Capabilities, error) {
 	}
 	c.capsMu.Lock()
 	defer c.capsMu.Unlock()
-	if c.caps != nil && time.Since(c.capsAt) < capabilitiesTTL {
+	if c.caps != nil && (c.offline != nil || time.Since(c.capsAt) < capabilitiesTTL) {
 		return c.caps, nil
 	}
 	c.disc.Invalidate()
@@ -211,6 +218,9 @@ func (c *Client) actionConfigFor(scope Scope, first *firstInstall, purge bool) (
 		return nil, fmt.Errorf("initialising helm: %w", err)
 	}
 	cfg.Capabilities = caps
+	if c.offline != nil {
+		cfg.KubeClient = c.offline.objects
+	}
 	cfg.KubeClient = guardedKube{Interface: cfg.KubeClient, scope: scope}
 	d, err := c.records(namespace)
 	if err != nil {

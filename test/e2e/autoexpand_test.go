@@ -117,8 +117,8 @@ func TestStorageAutoExpands(t *testing.T) {
 	// Still above the threshold (the kubelet still says 85% of the old
 	// capacity): no second step within the window, and none past a maximum
 	// or a limit.
-	time.Sleep(5 * time.Second) // five looks at each
-	if s := sizeOf(all[0]); s != "2Gi" {
+	// Five seconds: five looks at each.
+	if ok, s := e.holds(5*time.Second, func() (bool, string) { s := sizeOf(all[0]); return s == "2Gi", s }); !ok {
 		t.Errorf("auto grew again within its window: %s", s)
 	}
 	e.waitCondition(postgresGVR, "auto", v1alpha1.ConditionStorageAutoExpand, metav1.ConditionTrue, "Waiting")

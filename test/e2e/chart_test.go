@@ -110,9 +110,8 @@ func TestOperatorChartInstallsAndRuns(t *testing.T) {
 	if _, err := e.cs.AppsV1().Deployments(ops).Get(ctx, fullname, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the operator's Deployment after uninstall: %v", err)
 	}
-	time.Sleep(3 * time.Second) // room for a wrong deletion to show
-	u := e.get(postgresGVR, "db")
-	if ok, obs := ready(u); !ok {
+	// A wrong deletion is given room to show.
+	if ok, obs := e.holds(3*time.Second, func() (bool, string) { return ready(e.get(postgresGVR, "db")) }); !ok {
 		t.Errorf("db after the operator's uninstall: %s", obs)
 	}
 	if sts, err := e.cs.AppsV1().StatefulSets(e.ns).Get(ctx, "db", metav1.GetOptions{}); err != nil || sts.DeletionTimestamp != nil {

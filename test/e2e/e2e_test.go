@@ -34,6 +34,7 @@ import (
 	"github.com/chartpilot/chartpilot/internal/operator"
 	"github.com/chartpilot/chartpilot/internal/rbac"
 	"github.com/chartpilot/chartpilot/internal/testcluster"
+	"github.com/chartpilot/chartpilot/internal/testwait"
 	"github.com/chartpilot/chartpilot/internal/watches"
 )
 
@@ -209,6 +210,20 @@ func (e *env) get(gvr schema.GroupVersionResource, name string) *unstructured.Un
 	return u
 }
 
+// holds reports whether cond stays true, looked at every 250 ms for d
+// (the room a wrong action is given to show), and what it saw last: it
+// ends at the first look that finds cond false.
+func (e *env) holds(d time.Duration, cond func() (bool, string)) (bool, string) {
+	e.t.Helper()
+	var last string
+	ok := testwait.Holds(d, 250*time.Millisecond, func() bool {
+		ok, obs := cond()
+		last = obs
+		return ok
+	})
+	return ok, last
+}
+
 func (e *env) waitFor(what string, timeout time.Duration, cond func() (bool, string)) {
 	e.t.Helper()
 	var last string
@@ -375,9 +390,12 @@ func TestPostgresLifecycle(t *testing.T) {
 	if err != nil || len(records.Items) != 0 {
 		t.Errorf("release records left: %v", err)
 	}
-	time.Sleep(3 * time.Second) // give a wrong deletion of volumes time to show
-	if p := e.pvcs("app.kubernetes.io/instance=db"); len(p) != 3 {
-		t.Errorf("data volumes after delete: %d, want all 3 kept", len(p))
+	// A wrong deletion of volumes is given time to show.
+	if ok, n := e.holds(3*time.Second, func() (bool, string) {
+		p := e.pvcs("app.kubernetes.io/instance=db")
+		return len(p) == 3, fmt.Sprint(len(p))
+	}); !ok {
+		t.Errorf("data volumes after delete: %s, want all 3 kept", n)
 	}
 	if p := e.password("db-auth"); p != password {
 		t.Errorf("the password Secret was not kept")
@@ -424,8 +442,7 @@ func TestPostgresMajorVersionNeedsOptIn(t *testing.T) {
 				strings.Contains(c.Message, `chartpilot.dev/allow-major-upgrade: "17"`) && r != nil && r.Status == metav1.ConditionFalse,
 			fmt.Sprintf("UpgradeBlocked=%v Ready=%v", c, r)
 	})
-	time.Sleep(3 * time.Second)
-	if img := image(); !strings.HasSuffix(img, ":16.4") {
+	if ok, img := e.holds(3*time.Second, func() (bool, string) { img := image(); return strings.HasSuffix(img, ":16.4"), img }); !ok {
 		t.Errorf("a major version change was applied without the opt-in: image %s", img)
 	}
 	if err := e.patch(postgresGVR, "pg", `{"metadata":{"annotations":{"chartpilot.dev/allow-major-upgrade":"17"}}}`); err != nil {

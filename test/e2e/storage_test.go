@@ -244,19 +244,23 @@ func TestStorageChangesRefused(t *testing.T) {
 		if ok, _ := ready(u); ok {
 			t.Errorf("%s Ready while its input is refused", name)
 		}
-		time.Sleep(2 * time.Second) // room for a wrong action to show
-		u = e.get(redisGVR, name)
-		if r := revisionOf(u); r != before {
-			t.Errorf("%s: revision %d after a refused change, %d before", name, r, before)
-		}
-		if got := e.templateSize(name); got != tpl {
-			t.Errorf("%s: template %s after a refused change, %s before", name, got, tpl)
-		}
-		if got := e.claimSizes("data-" + name + "-"); fmt.Sprint(got) != fmt.Sprint(claims) {
-			t.Errorf("%s: claims %v after a refused change, %v before", name, got, claims)
-		}
-		if _, err := e.cs.AppsV1().StatefulSets(e.ns).Get(ctx, name, metav1.GetOptions{}); err != nil {
-			t.Errorf("%s: StatefulSet after a refused change: %v", name, err)
+		// A wrong action is given room to show.
+		if ok, seen := e.holds(2*time.Second, func() (bool, string) {
+			if r := revisionOf(e.get(redisGVR, name)); r != before {
+				return false, fmt.Sprintf("revision %d after a refused change, %d before", r, before)
+			}
+			if got := e.templateSize(name); got != tpl {
+				return false, fmt.Sprintf("template %s after a refused change, %s before", got, tpl)
+			}
+			if got := e.claimSizes("data-" + name + "-"); fmt.Sprint(got) != fmt.Sprint(claims) {
+				return false, fmt.Sprintf("claims %v after a refused change, %v before", got, claims)
+			}
+			if _, err := e.cs.AppsV1().StatefulSets(e.ns).Get(ctx, name, metav1.GetOptions{}); err != nil {
+				return false, fmt.Sprintf("StatefulSet after a refused change: %v", err)
+			}
+			return true, ""
+		}); !ok {
+			t.Errorf("%s: %s", name, seen)
 		}
 	}
 	refused("small", `{"spec":{"persistence":{"size":"1Gi"}}}`, "StorageShrink", "volumeClaimTemplates[data]", "2Gi → 1Gi", "at least 2Gi")

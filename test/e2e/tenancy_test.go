@@ -138,11 +138,15 @@ func TestTenantLimitTightened(t *testing.T) {
 		t.Errorf("Ready = %+v", c)
 	}
 	// Nothing is touched: same revision, StatefulSet still at 3.
-	time.Sleep(2 * time.Second)
-	after, _, _ := unstructured.NestedInt64(e.get(postgresGVR, "db").Object, "status", "release", "revision")
-	sts, err := e.cs.AppsV1().StatefulSets(e.ns).Get(context.Background(), "db", metav1.GetOptions{})
-	if err != nil || before != after || *sts.Spec.Replicas != 3 {
-		t.Errorf("release touched: revision %d -> %d, statefulset %v", before, after, err)
+	if ok, seen := e.holds(2*time.Second, func() (bool, string) {
+		after, _, _ := unstructured.NestedInt64(e.get(postgresGVR, "db").Object, "status", "release", "revision")
+		sts, err := e.cs.AppsV1().StatefulSets(e.ns).Get(context.Background(), "db", metav1.GetOptions{})
+		if err != nil {
+			return false, fmt.Sprintf("statefulset %v", err)
+		}
+		return before == after && *sts.Spec.Replicas == 3, fmt.Sprintf("revision %d -> %d, statefulset replicas %d", before, after, *sts.Spec.Replicas)
+	}); !ok {
+		t.Errorf("release touched: %s", seen)
 	}
 	// A new spec that still breaks the limit is refused at admission.
 	if err := e.patch(postgresGVR, "db", `{"spec":{"parameters":{"work_mem":"8MB"}}}`); err == nil || !strings.Contains(err.Error(), "maxReplicas 2") {

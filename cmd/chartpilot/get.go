@@ -13,6 +13,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -244,37 +246,29 @@ func tenantsByNamespace(ctx context.Context, dyn dynamic.Interface) map[string]s
 // rowOf reads a resource's status as the reconciler writes it.
 func rowOf(kind string, u *unstructured.Unstructured) getRow {
 	r := getRow{Kind: kind, Namespace: u.GetNamespace(), Name: u.GetName(), Ready: "Unknown", Created: u.GetCreationTimestamp().UTC().Format(time.RFC3339)}
-	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-	cond := func(typ string) map[string]any {
-		for _, c := range conds {
-			if m, ok := c.(map[string]any); ok && m["type"] == typ {
-				return m
-			}
-		}
-		return nil
-	}
-	if c := cond("Ready"); c != nil {
-		r.Ready, _ = c["status"].(string)
-		if gen, _ := c["observedGeneration"].(int64); gen != 0 && gen != u.GetGeneration() && r.Ready == "True" {
+	st := v1alpha1.ReadReleaseStatus(u)
+	if c := apimeta.FindStatusCondition(st.Conditions, v1alpha1.ConditionReady); c != nil {
+		r.Ready = string(c.Status)
+		if c.ObservedGeneration != 0 && c.ObservedGeneration != u.GetGeneration() && c.Status == metav1.ConditionTrue {
 			r.Ready = "Unknown" // judged for an older spec
 		}
 		if r.Ready != "True" {
-			r.Reason, _ = c["reason"].(string)
-			r.Message, _ = c["message"].(string)
+			r.Reason, r.Message = c.Reason, c.Message
 		}
 	}
-	r.Chart, _, _ = unstructured.NestedString(u.Object, "status", "chart", "name")
-	r.Deployed, _, _ = unstructured.NestedString(u.Object, "status", "chart", "deployedVersion")
-	r.Desired, _, _ = unstructured.NestedString(u.Object, "status", "chart", "desiredVersion")
-	if r.Chart == "" {
-		r.Chart, _, _ = unstructured.NestedString(u.Object, "status", "release", "chartName")
-		r.Deployed, _, _ = unstructured.NestedString(u.Object, "status", "release", "chartVersion")
+	if ch := st.Chart; ch != nil {
+		r.Chart, r.Deployed, r.Desired = ch.Name, ch.DeployedVersion, ch.DesiredVersion
 	}
-	r.Revision, _, _ = unstructured.NestedInt64(u.Object, "status", "release", "revision")
-	if c := cond("UpgradeBlocked"); c != nil && c["status"] == "True" {
-		r.Upgrade, _ = c["reason"].(string)
-	} else if c := cond("Reconciling"); c != nil && c["status"] == "True" {
-		r.Upgrade, _ = c["reason"].(string)
+	if rel := st.Release; rel != nil {
+		if r.Chart == "" {
+			r.Chart, r.Deployed = rel.ChartName, rel.ChartVersion
+		}
+		r.Revision = int64(rel.Revision)
+	}
+	if c := apimeta.FindStatusCondition(st.Conditions, v1alpha1.ConditionUpgradeBlocked); c != nil && c.Status == metav1.ConditionTrue {
+		r.Upgrade = c.Reason
+	} else if c := apimeta.FindStatusCondition(st.Conditions, v1alpha1.ConditionReconciling); c != nil && c.Status == metav1.ConditionTrue {
+		r.Upgrade = c.Reason
 	}
 	return r
 }

@@ -20,6 +20,7 @@ import (
 // idempotent, and refuses (naming the fix) a missing ClusterRole or a
 // RoleBinding of its name that binds something else.
 func TestIdentityCreate(t *testing.T) {
+	cluster.Skip(t)
 	ctx := context.Background()
 	cs, err := kubernetes.NewForConfig(cluster.Config)
 	if err != nil {

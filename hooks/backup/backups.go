@@ -59,19 +59,9 @@ func KindsOf(ws []watches.Watch) map[string]PassthroughKind {
 	return kinds
 }
 
-// Labels of a backup Job and its pod; of a scheduled Backup.
-const (
-	LabelBackup    = "chartpilot.dev/backup"
-	LabelComponent = "app.kubernetes.io/component"
-	// LabelScheduledBy names the resource whose schedule made the Backup.
-	LabelScheduledBy = "chartpilot.dev/scheduled-by"
-	// AnnotationScheduledAt is the schedule time (RFC 3339) it was made for.
-	AnnotationScheduledAt = "chartpilot.dev/scheduled-at"
-)
-
 // scheduled reports whether b was made by its target's schedule.
 func scheduled(b *v1alpha1.Backup) bool {
-	return b.Labels[LabelScheduledBy] != "" && b.Labels[LabelScheduledBy] == b.Spec.Target.Name
+	return b.Labels[v1alpha1.LabelScheduledBy] != "" && b.Labels[v1alpha1.LabelScheduledBy] == b.Spec.Target.Name
 }
 
 // StartGrace is how long a Backup waits for its target to be Ready and its
@@ -311,19 +301,14 @@ func (r *BackupReconciler) target(ctx context.Context, b *v1alpha1.Backup) (*tar
 	t := &target{obj: u, job: func(st *resolvedStore, location string) *batchv1.Job {
 		return r.passthroughJob(b, pk.Backup, st, location)
 	}}
-	t.chartVersion, _, _ = unstructured.NestedString(u.Object, "status", "release", "chartVersion")
+	if rel := v1alpha1.ReadReleaseStatus(u).Release; rel != nil {
+		t.chartVersion = rel.ChartVersion
+	}
 	return t, "", "", nil
 }
 
 func readyCondition(u *unstructured.Unstructured) bool {
-	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-	for _, c := range conds {
-		m, _ := c.(map[string]any)
-		if m["type"] == v1alpha1.ConditionReady {
-			return m["status"] == string(metav1.ConditionTrue)
-		}
-	}
-	return false
+	return apimeta.IsStatusConditionTrue(v1alpha1.ReadReleaseStatus(u).Conditions, v1alpha1.ConditionReady)
 }
 
 // start checks that b can run, then creates its Job.
@@ -399,7 +384,7 @@ func (r *BackupReconciler) passthroughJob(b *v1alpha1.Backup, block *watches.Bac
 		"--label", "backup=" + b.Name}
 	sargs, senv, volumes, mounts := storeFlags(st)
 	args = append(append(append(args, sargs...), "--"), block.Command...)
-	lbl := map[string]string{LabelBackup: b.Name, LabelComponent: "backup", "app.kubernetes.io/managed-by": "chartpilot"}
+	lbl := map[string]string{v1alpha1.LabelBackup: b.Name, v1alpha1.LabelComponent: "backup", "app.kubernetes.io/managed-by": "chartpilot"}
 	return withAgent(agentJob(b.Namespace, JobName(b), lbl, block.Image, r.Deadline, args, append(env, senv...), volumes, mounts), r.Image, "backup")
 }
 
@@ -492,7 +477,7 @@ func (r *BackupReconciler) job(b *v1alpha1.Backup, pg *v1alpha1.Postgres, st *re
 	}
 	sargs, senv, volumes, mounts := storeFlags(st)
 	args = append(append(args, sargs...), "--", "pg_dump", "-Fc")
-	lbl := map[string]string{LabelBackup: b.Name, LabelComponent: "backup", "app.kubernetes.io/managed-by": "chartpilot"}
+	lbl := map[string]string{v1alpha1.LabelBackup: b.Name, v1alpha1.LabelComponent: "backup", "app.kubernetes.io/managed-by": "chartpilot"}
 	return placedLike(pg, withAgent(agentJob(b.Namespace, JobName(b), lbl, postgresImage(r.PostgresImage, pg), r.Deadline, args, append(env, senv...), volumes, mounts), r.Image, "backup"))
 }
 

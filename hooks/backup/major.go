@@ -44,9 +44,6 @@ import (
 // and data, the old server serving writes again, and UpgradeBlocked naming
 // the step.
 
-// LabelMajorUpgrade marks a major upgrade Job with the Postgres it is for.
-const LabelMajorUpgrade = "chartpilot.dev/major-upgrade"
-
 // Major upgrade phases (status.majorUpgrade.phase).
 const (
 	MajorRunning   = "Running"
@@ -168,7 +165,7 @@ func (m *Major) outcome(ctx context.Context, ch *majorChange) (jobOutcome, error
 			return jobOutcome{}, fmt.Errorf("reading Job %s: %w", ch.job, err)
 		}
 		out := jobOutcome{job: job}
-		if job.Labels[LabelMajorUpgrade] != ch.pg.Name {
+		if job.Labels[v1alpha1.LabelMajorUpgrade] != ch.pg.Name {
 			return out, nil // not ours: refused below
 		}
 		failed, complete := jobCondition(job, batchv1.JobFailed), jobCondition(job, batchv1.JobComplete)
@@ -212,7 +209,7 @@ func (m *Major) carryOut(ctx context.Context, obj hooks.Object) error {
 		m.record(ctx, pg, &v1alpha1.PostgresMajorUpgrade{From: ch.from, To: ch.to, Phase: MajorRunning, Job: ch.job,
 			Message: "Job " + ch.job + " moves the data to claim " + ch.next + "-" + pg.Name + "-0; writes are stopped meanwhile"}, nil)
 		return hooks.Reject("MajorUpgradeRunning", "%s: Job %s started: it stops writes, dumps the data and restores it into claim %s-%s-0 with PostgreSQL %s", what, ch.job, ch.next, pg.Name, ch.to)
-	case out.job.Labels[LabelMajorUpgrade] != pg.Name:
+	case out.job.Labels[v1alpha1.LabelMajorUpgrade] != pg.Name:
 		return hooks.Reject("MajorUpgradeFailed", "%s: Job %s exists and is not chartpilot's major upgrade of %s: delete or rename it", what, ch.job, pg.Name)
 	case out.report != nil && out.report.OK && !out.failed && out.report.Major == ch.to:
 		m.completed(ctx, pg, ch, out.report)
@@ -296,7 +293,7 @@ func (m *Major) start(ctx context.Context, u *unstructured.Unstructured, ch *maj
 	}
 	claim := &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{Namespace: pg.Namespace, Name: ch.next + "-" + pg.Name + "-0",
-			Labels: map[string]string{"app.kubernetes.io/name": "postgresql", "app.kubernetes.io/instance": pg.Name, LabelMajorUpgrade: pg.Name}},
+			Labels: map[string]string{"app.kubernetes.io/name": "postgresql", "app.kubernetes.io/instance": pg.Name, v1alpha1.LabelMajorUpgrade: pg.Name}},
 		Spec: corev1.PersistentVolumeClaimSpec{
 			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: size}},
@@ -322,7 +319,7 @@ func (m *Major) job(pg *v1alpha1.Postgres, ch *majorChange, claim string) *batch
 	if deadline == 0 {
 		deadline = 6 * time.Hour
 	}
-	lbl := map[string]string{LabelMajorUpgrade: pg.Name, LabelComponent: "major-upgrade", "app.kubernetes.io/managed-by": "chartpilot"}
+	lbl := map[string]string{v1alpha1.LabelMajorUpgrade: pg.Name, v1alpha1.LabelComponent: "major-upgrade", "app.kubernetes.io/managed-by": "chartpilot"}
 	args := []string{"major-upgrade", "--bin", "/usr/lib/postgresql/" + ch.to + "/bin",
 		"--data", "/var/lib/postgresql/data/pgdata", "--work-dir", "/var/lib/postgresql/data/major-upgrade", "--report", "/dev/termination-log"}
 	if failoverEnabled(pg) {
@@ -350,7 +347,7 @@ func (m *Major) job(pg *v1alpha1.Postgres, ch *majorChange, claim string) *batch
 // before its major upgrade changes (they end).
 func (m *Major) Watch(mgr manager.Manager, c controller.Controller, _ hooks.EnqueueFunc) error {
 	err := c.Watch(source.Kind(mgr.GetCache(), &batchv1.Job{}, handler.TypedEnqueueRequestsFromMapFunc(func(_ context.Context, j *batchv1.Job) []reconcile.Request {
-		name := j.Labels[LabelMajorUpgrade]
+		name := j.Labels[v1alpha1.LabelMajorUpgrade]
 		if name == "" {
 			return nil
 		}
@@ -360,7 +357,7 @@ func (m *Major) Watch(mgr manager.Manager, c controller.Controller, _ hooks.Enqu
 		return err
 	}
 	return c.Watch(source.Kind(mgr.GetCache(), &v1alpha1.Backup{}, handler.TypedEnqueueRequestsFromMapFunc(func(_ context.Context, b *v1alpha1.Backup) []reconcile.Request {
-		if b.Labels[LabelBeforeMajor] == "" || b.Spec.Target.Kind != "Postgres" {
+		if b.Labels[v1alpha1.LabelBeforeMajor] == "" || b.Spec.Target.Kind != "Postgres" {
 			return nil
 		}
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: b.Namespace, Name: b.Spec.Target.Name}}}

@@ -30,19 +30,6 @@ import (
 	"github.com/chartpilot/chartpilot/internal/backup"
 )
 
-// LabelRestoreInto marks a passthrough restore's Job and claim with the
-// resource restored into.
-const LabelRestoreInto = "chartpilot.dev/restore-into"
-
-// Annotations of a passthrough restore: on its claim, the UID of the
-// resource it was made for (a claim without it is never written to); on
-// its Job, the Backup it restores and that Backup's SHA-256.
-const (
-	AnnotationRestoreFor    = "chartpilot.dev/restore-for"
-	AnnotationRestoreBackup = "chartpilot.dev/restore-backup"
-	AnnotationRestoreSHA256 = "chartpilot.dev/restore-sha256"
-)
-
 // Restores restores a backup into a new resource of a passthrough kind
 // annotated chartpilot.dev/restore-from: BACKUP, before its release is
 // installed (the data must be on the volume before the server first
@@ -84,7 +71,7 @@ func (r *Restores) PreInstall(ctx context.Context, obj hooks.Object) error {
 	if from == "" {
 		return nil
 	}
-	if _, installed, _ := unstructured.NestedMap(u.Object, "status", "release"); installed {
+	if v1alpha1.ReadReleaseStatus(u).Release != nil {
 		// A release existed (its records were lost, or it was removed):
 		// its volume holds live data, never overwritten by a restore.
 		return nil
@@ -159,7 +146,7 @@ func (r *Restores) start(ctx context.Context, obj hooks.Object, pk PassthroughKi
 	if err != nil || size.Sign() <= 0 {
 		return hooks.Reject("RestoreFailed", "spec.%s %q is not a size (e.g. 1Gi): the restore's volume needs one", strings.Join(pk.SizeValue, "."), sizeText)
 	}
-	lbl := map[string]string{LabelRestoreInto: u.GetName(), "app.kubernetes.io/instance": u.GetName(), "app.kubernetes.io/managed-by": "chartpilot"}
+	lbl := map[string]string{v1alpha1.LabelRestoreInto: u.GetName(), "app.kubernetes.io/instance": u.GetName(), "app.kubernetes.io/managed-by": "chartpilot"}
 	claim := &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{Namespace: u.GetNamespace(), Name: strings.ReplaceAll(rs.Claim, "{name}", u.GetName()), Labels: lbl},
 		Spec: corev1.PersistentVolumeClaimSpec{
@@ -176,11 +163,11 @@ func (r *Restores) start(ctx context.Context, obj hooks.Object, pk PassthroughKi
 			claim.Spec.StorageClassName = ptr.To(name)
 		}
 	}
-	claim.Annotations = map[string]string{AnnotationRestoreFor: string(u.GetUID())}
+	claim.Annotations = map[string]string{v1alpha1.AnnotationRestoreFor: string(u.GetUID())}
 	existing := &corev1.PersistentVolumeClaim{}
 	switch err := r.Reader.Get(ctx, client.ObjectKeyFromObject(claim), existing); {
 	case err == nil:
-		if existing.Annotations[AnnotationRestoreFor] != string(u.GetUID()) {
+		if existing.Annotations[v1alpha1.AnnotationRestoreFor] != string(u.GetUID()) {
 			return hooks.Reject("RestoreFailed", "%s: claim %s already exists and was not made for this restore (it may hold another server's data; it is not written to): delete it to restore, or remove the annotation to install on it as it is", field, claim.Name)
 		}
 	case apierrors.IsNotFound(err):
@@ -191,7 +178,7 @@ func (r *Restores) start(ctx context.Context, obj hooks.Object, pk PassthroughKi
 		return err
 	}
 	job := r.job(u, pk, b, store, claim.Name)
-	job.Annotations = map[string]string{AnnotationRestoreBackup: b.Name, AnnotationRestoreSHA256: b.Status.SHA256}
+	job.Annotations = map[string]string{v1alpha1.AnnotationRestoreBackup: b.Name, v1alpha1.AnnotationRestoreSHA256: b.Status.SHA256}
 	job.OwnerReferences = []metav1.OwnerReference{{APIVersion: u.GetAPIVersion(), Kind: u.GetKind(), Name: u.GetName(), UID: u.GetUID()}}
 	if err := r.Identity.createJob(ctx, r.Client, u, job); err != nil {
 		return refusal(err)
@@ -245,7 +232,7 @@ func (r *Restores) job(u *unstructured.Unstructured, pk PassthroughKind, b *v1al
 	if deadline == 0 {
 		deadline = DefaultDeadline
 	}
-	lbl := map[string]string{LabelRestoreInto: u.GetName(), LabelComponent: "restore", "app.kubernetes.io/managed-by": "chartpilot"}
+	lbl := map[string]string{v1alpha1.LabelRestoreInto: u.GetName(), v1alpha1.LabelComponent: "restore", "app.kubernetes.io/managed-by": "chartpilot"}
 	job := agentJob(u.GetNamespace(), restoreJobName(u.GetNamespace(), u.GetName(), u.GetUID()), lbl, image, deadline, args, append(env, senv...), volumes, mounts)
 	return withAgent(job, r.AgentImage, "backup")
 }
@@ -253,10 +240,10 @@ func (r *Restores) job(u *unstructured.Unstructured, pk PassthroughKind, b *v1al
 // follow reads the restore Job: complete with the manifest of the Backup
 // it named, the install goes on.
 func (r *Restores) follow(ctx context.Context, u *unstructured.Unstructured, from string, job *batchv1.Job) error {
-	if len(job.OwnerReferences) != 1 || job.OwnerReferences[0].UID != u.GetUID() || job.Labels[LabelRestoreInto] != u.GetName() {
+	if len(job.OwnerReferences) != 1 || job.OwnerReferences[0].UID != u.GetUID() || job.Labels[v1alpha1.LabelRestoreInto] != u.GetName() {
 		return hooks.Reject("RestoreFailed", "Job %s exists and is not this %s's restore: delete it", job.Name, u.GetKind())
 	}
-	if was := job.Annotations[AnnotationRestoreBackup]; was != from {
+	if was := job.Annotations[v1alpha1.AnnotationRestoreBackup]; was != from {
 		return hooks.Reject("RestoreFailed", "annotation %s names Backup %s, but Job %s restores Backup %s: set it back, or delete the Job and claim to restore the other", v1alpha1.AnnotationRestoreFrom, from, job.Name, was)
 	}
 	switch {
@@ -264,7 +251,7 @@ func (r *Restores) follow(ctx context.Context, u *unstructured.Unstructured, fro
 		return hooks.Reject("RestoreFailed", "%s (kubectl logs job/%s); the install is held and the claim kept: delete Job %s to try again, or remove the annotation %s to install with what the claim holds", jobFailure(ctx, r.Reader, job), job.Name, job.Name, v1alpha1.AnnotationRestoreFrom)
 	case jobCondition(job, batchv1.JobComplete):
 		m := &backup.Manifest{}
-		want := job.Annotations[AnnotationRestoreSHA256]
+		want := job.Annotations[v1alpha1.AnnotationRestoreSHA256]
 		if err := json.Unmarshal([]byte(podMessage(ctx, r.Reader, job)), m); err != nil || m.SHA256 == "" || m.SHA256 != want {
 			return hooks.Reject("RestoreFailed", "Job %s ended without reporting the backup it restored (sha256 %s expected): delete Job %s to try again", job.Name, want, job.Name)
 		}
@@ -282,7 +269,7 @@ func (r *Restores) report(ctx context.Context, u *unstructured.Unstructured) *me
 	}
 	job := &batchv1.Job{}
 	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: u.GetNamespace(), Name: restoreJobName(u.GetNamespace(), u.GetName(), u.GetUID())}, job); err != nil {
-		if _, installed, _ := unstructured.NestedMap(u.Object, "status", "release"); installed {
+		if v1alpha1.ReadReleaseStatus(u).Release != nil {
 			return nil // installed before the annotation, or the Job was deleted since
 		}
 		return &metav1.Condition{Status: metav1.ConditionFalse, Reason: "RestorePending", Message: "Backup " + from + " is restored before the release is installed; the Reconciling condition says what it waits for"}
@@ -299,7 +286,7 @@ func (r *Restores) report(ctx context.Context, u *unstructured.Unstructured) *me
 // Watch wakes a resource when its restore Job changes (it ends).
 func (r *Restores) Watch(mgr manager.Manager, c controller.Controller, _ hooks.EnqueueFunc) error {
 	return c.Watch(source.Kind(mgr.GetCache(), &batchv1.Job{}, handler.TypedEnqueueRequestsFromMapFunc(func(_ context.Context, j *batchv1.Job) []reconcile.Request {
-		name := j.Labels[LabelRestoreInto]
+		name := j.Labels[v1alpha1.LabelRestoreInto]
 		if name == "" {
 			return nil
 		}

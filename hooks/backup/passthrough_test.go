@@ -209,7 +209,7 @@ func TestPassthroughBackup(t *testing.T) {
 		t.Errorf("claim data-fresh-0 requests %s, want the values' 2Gi", q.String())
 	}
 	jobs := &batchv1.JobList{}
-	if err := c.List(ctx, jobs, client.InNamespace(ns), client.MatchingLabels{backup.LabelRestoreInto: "fresh"}); err != nil || len(jobs.Items) != 1 {
+	if err := c.List(ctx, jobs, client.InNamespace(ns), client.MatchingLabels{v1alpha1.LabelRestoreInto: "fresh"}); err != nil || len(jobs.Items) != 1 {
 		t.Fatalf("restore Jobs of fresh: %d %v", len(jobs.Items), err)
 	}
 	rjob := &jobs.Items[0]
@@ -258,7 +258,7 @@ func TestPassthroughBackup(t *testing.T) {
 	}
 	taken := newRedis("taken", map[string]any{"persistence": map[string]any{"enabled": true}})
 	held(taken, "RestoreFailed", "claim data-taken-0 already exists and was not made for this restore")
-	if err := c.List(ctx, jobs, client.InNamespace(ns), client.MatchingLabels{backup.LabelRestoreInto: "taken"}); err != nil || len(jobs.Items) != 0 {
+	if err := c.List(ctx, jobs, client.InNamespace(ns), client.MatchingLabels{v1alpha1.LabelRestoreInto: "taken"}); err != nil || len(jobs.Items) != 0 {
 		t.Fatalf("restore Jobs onto a claim made by someone else: %d %v", len(jobs.Items), err)
 	}
 	// A Backup that does not exist is named, with the fix.

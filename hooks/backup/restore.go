@@ -237,7 +237,7 @@ func (r *RestoreReconciler) step(ctx context.Context, pg *v1alpha1.Postgres) (ct
 	args := append([]string{"restore", "--location", location, "--manifest-file", "/dev/termination-log"}, sargs...)
 	args = append(args, expectFlags(sum, size)...)
 	args = append(args, "--", "pg_restore", "--exit-on-error", "--no-owner", "--dbname", "postgres")
-	lbl := map[string]string{LabelComponent: "restore", "app.kubernetes.io/managed-by": "chartpilot", "chartpilot.dev/restore": pg.Name}
+	lbl := map[string]string{v1alpha1.LabelComponent: "restore", "app.kubernetes.io/managed-by": "chartpilot", v1alpha1.LabelRestore: pg.Name}
 	job := placedLike(pg, withAgent(agentJob(pg.Namespace, RestoreJobName(pg), lbl, postgresImage(r.PostgresImage, pg), r.Deadline, args, append(env, senv...), volumes, mounts), r.Image, "backup"))
 	if err := controllerutil.SetControllerReference(pg, job, r.Client.Scheme()); err != nil {
 		return ctrl.Result{}, err
@@ -284,10 +284,6 @@ func (r *RestoreReconciler) follow(ctx context.Context, pg *v1alpha1.Postgres) (
 	return ctrl.Result{}, nil
 }
 
-// LabelBeforeMajor marks the Backup taken before a PostgreSQL major
-// upgrade, with the major it upgrades to.
-const LabelBeforeMajor = "chartpilot.dev/before-major"
-
 // beforeMajor holds the upgrade of a Postgres with spec.backup whose
 // PostgreSQL major changes until a Backup taken for that change,
 // <name>-before-major-<to>, has completed: it makes the Backup, and says
@@ -316,7 +312,7 @@ func beforeMajor(ctx context.Context, c client.Client, obj hooks.Object) error {
 		}
 		storeName, _ := store["name"].(string)
 		b = &v1alpha1.Backup{
-			ObjectMeta: metav1.ObjectMeta{Namespace: u.GetNamespace(), Name: name, Labels: map[string]string{LabelBeforeMajor: wantMajor}},
+			ObjectMeta: metav1.ObjectMeta{Namespace: u.GetNamespace(), Name: name, Labels: map[string]string{v1alpha1.LabelBeforeMajor: wantMajor}},
 			Spec:       v1alpha1.BackupSpec{Target: v1alpha1.BackupTarget{Kind: "Postgres", Name: u.GetName()}, Store: v1alpha1.StoreRef{Kind: kind, Name: storeName}},
 		}
 		b.OwnerReferences = []metav1.OwnerReference{{APIVersion: v1alpha1.GroupVersion.String(), Kind: "Postgres", Name: u.GetName(), UID: u.GetUID()}}

@@ -172,7 +172,7 @@ func dueTime(s cron.Schedule, anchor, now time.Time) (time.Time, int) {
 }
 
 func scheduledAt(b *v1alpha1.Backup) time.Time {
-	t, err := time.Parse(time.RFC3339, b.Annotations[AnnotationScheduledAt])
+	t, err := time.Parse(time.RFC3339, b.Annotations[v1alpha1.AnnotationScheduledAt])
 	if err != nil {
 		return b.CreationTimestamp.Time
 	}
@@ -186,8 +186,8 @@ func (r *ScheduleReconciler) create(ctx context.Context, pg *v1alpha1.Postgres, 
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace:   pg.Namespace,
 			Name:        pg.Name + "-" + due.UTC().Format("200601021504"),
-			Labels:      map[string]string{LabelScheduledBy: pg.Name},
-			Annotations: map[string]string{AnnotationScheduledAt: due.UTC().Format(time.RFC3339)},
+			Labels:      map[string]string{v1alpha1.LabelScheduledBy: pg.Name},
+			Annotations: map[string]string{v1alpha1.AnnotationScheduledAt: due.UTC().Format(time.RFC3339)},
 		},
 		Spec: v1alpha1.BackupSpec{Target: v1alpha1.BackupTarget{Kind: "Postgres", Name: pg.Name}, Store: pg.Spec.Backup.Store},
 	}
@@ -342,7 +342,7 @@ func (r *ScheduleReconciler) drill(ctx context.Context, pg *v1alpha1.Postgres, n
 	sargs, senv, volumes, mounts := storeFlags(store)
 	args := append([]string{"verify", "--location", b.Status.Location, "--manifest-file", "/dev/termination-log"}, sargs...)
 	args = append(args, expectFlags(b.Status.SHA256, b.Status.Size)...)
-	lbl := map[string]string{LabelComponent: "verify", "app.kubernetes.io/managed-by": "chartpilot", LabelBackup: b.Name}
+	lbl := map[string]string{v1alpha1.LabelComponent: "verify", "app.kubernetes.io/managed-by": "chartpilot", v1alpha1.LabelBackup: b.Name}
 	name := fmt.Sprintf("verify-%s-%s", truncate(pg.Name, 40), due.UTC().Format("200601021504"))
 	job := placedLike(pg, withAgent(agentJob(pg.Namespace, name, lbl, postgresImage(r.PostgresImage, pg), DefaultDeadline, args, append(env, senv...), volumes, mounts), r.Image, "backup"))
 	if err := controllerutil.SetControllerReference(pg, job, r.Client.Scheme()); err != nil {
@@ -383,7 +383,7 @@ func (r *ScheduleReconciler) followDrill(ctx context.Context, pg *v1alpha1.Postg
 	switch {
 	case jobCondition(job, batchv1.JobFailed):
 		msg := podMessage(ctx, r.Reader, job)
-		st.LastVerifyResult = fmt.Sprintf("Failed: Job %s could not restore Backup %s: %s (kubectl logs job/%s)", job.Name, job.Labels[LabelBackup], msg, job.Name)
+		st.LastVerifyResult = fmt.Sprintf("Failed: Job %s could not restore Backup %s: %s (kubectl logs job/%s)", job.Name, job.Labels[v1alpha1.LabelBackup], msg, job.Name)
 		r.Recorder.Event(pg, corev1.EventTypeWarning, "BackupVerifyFailed", st.LastVerifyResult)
 		verifyFailures.WithLabelValues(pg.Namespace, "Postgres", pg.Name).Inc()
 		st.VerifyJob = ""
@@ -397,7 +397,7 @@ func (r *ScheduleReconciler) followDrill(ctx context.Context, pg *v1alpha1.Postg
 			r.Recorder.Event(pg, corev1.EventTypeWarning, "BackupVerifyFailed", st.LastVerifyResult)
 			verifyFailures.WithLabelValues(pg.Namespace, "Postgres", pg.Name).Inc()
 		} else {
-			st.LastVerifiedBackup = job.Labels[LabelBackup]
+			st.LastVerifiedBackup = job.Labels[v1alpha1.LabelBackup]
 			st.LastVerifyResult = fmt.Sprintf("Succeeded: Backup %s (sha256 %s) restored into a throwaway database with %d tables", st.LastVerifiedBackup, rep.SHA256, *rep.Tables)
 			r.Recorder.Event(pg, corev1.EventTypeNormal, "BackupVerified", st.LastVerifyResult)
 			verifyLastSuccess.WithLabelValues(pg.Namespace, "Postgres", pg.Name).Set(float64(r.Now().Unix()))

@@ -118,7 +118,7 @@ func TestScheduledBackups(t *testing.T) {
 	poke()
 	eventually("one catch-up Backup", func() bool { return len(backups()) == 1 })
 	first := backups()[0]
-	if want := "db-" + clk.now().UTC().Truncate(time.Hour).Format("200601021504"); first.Name != want || first.Labels[backup.LabelScheduledBy] != "db" || !metav1.IsControlledBy(&first, pg) {
+	if want := "db-" + clk.now().UTC().Truncate(time.Hour).Format("200601021504"); first.Name != want || first.Labels[v1alpha1.LabelScheduledBy] != "db" || !metav1.IsControlledBy(&first, pg) {
 		t.Errorf("catch-up Backup %s (labels %v), want %s owned by the Postgres", first.Name, first.Labels, want)
 	}
 	// Another hour while it is unfinished: still one.
@@ -247,7 +247,7 @@ func TestBackupBeforeMajorUpgrade(t *testing.T) {
 	if err := c.Get(ctx, key, b); err != nil {
 		t.Fatalf("the Backup before the upgrade: %v", err)
 	}
-	if b.Spec.Target.Name != "db" || b.Spec.Store.Name != "s3" || b.Labels[backup.LabelBeforeMajor] != "17" {
+	if b.Spec.Target.Name != "db" || b.Spec.Store.Name != "s3" || b.Labels[v1alpha1.LabelBeforeMajor] != "17" {
 		t.Errorf("Backup %+v %v", b.Spec, b.Labels)
 	}
 	expect(pre(pg), "BackupBeforeMajorUpgrade", "waits for Backup db-before-major-17 (Pending)")

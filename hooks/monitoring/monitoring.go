@@ -41,10 +41,6 @@ const GroupVersion = "monitoring.coreos.com/v1"
 // needed are the resources of GroupVersion the chart renders.
 var needed = []string{"servicemonitors", "prometheusrules"}
 
-// Annotation asks for the monitoring of a resource of a kind whose watch
-// has a monitoring block (typed Postgres uses spec.monitoring).
-const Annotation = "chartpilot.dev/monitoring"
-
 // Monitoring knows whether the Prometheus Operator's CRDs are served.
 type Monitoring struct {
 	Discovery discovery.DiscoveryInterface
@@ -120,7 +116,7 @@ func (m *Monitoring) wanted(obj hooks.Object) (exporter, operator map[string]any
 			map[string]any{"metrics": map[string]any{"serviceMonitor": sm, "prometheusRule": pr}}
 	}
 	block := m.Kinds[u.GroupVersionKind()]
-	if block == nil || u.GetAnnotations()[Annotation] != "true" {
+	if block == nil || u.GetAnnotations()[v1alpha1.AnnotationMonitoring] != "true" {
 		return nil, nil
 	}
 	return block.Values, block.PrometheusOperatorValues

@@ -37,10 +37,6 @@ import (
 // automatic growth are looked at.
 const DefaultInterval = time.Minute
 
-// labelRelease marks every object of a release (the release reconciler's
-// label).
-const labelRelease = "chartpilot.dev/release"
-
 // AutoExpander grows the volumes of one watched kind's resources.
 type AutoExpander struct {
 	GVK schema.GroupVersionKind
@@ -170,19 +166,7 @@ func settled(obj *unstructured.Unstructured) bool {
 }
 
 func conditionsOf(obj *unstructured.Unstructured) []metav1.Condition {
-	raw, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
-	var out []metav1.Condition
-	for _, r := range raw {
-		m, ok := r.(map[string]any)
-		if !ok {
-			continue
-		}
-		var c metav1.Condition
-		if runtime.DefaultUnstructuredConverter.FromUnstructured(m, &c) == nil {
-			out = append(out, c)
-		}
-	}
-	return out
+	return v1alpha1.ReadReleaseStatus(obj).Conditions
 }
 
 func readStorageStatus(obj *unstructured.Unstructured) *v1alpha1.StorageStatus {
@@ -308,7 +292,7 @@ func (a *AutoExpander) report(ctx context.Context, obj *unstructured.Unstructure
 func (a *AutoExpander) fullest(ctx context.Context, obj *unstructured.Unstructured) (string, int32, error) {
 	ns := obj.GetNamespace()
 	sets := &appsv1.StatefulSetList{}
-	if err := a.APIReader.List(ctx, sets, client.InNamespace(ns), client.MatchingLabels{labelRelease: obj.GetName()}); err != nil {
+	if err := a.APIReader.List(ctx, sets, client.InNamespace(ns), client.MatchingLabels{v1alpha1.LabelRelease: obj.GetName()}); err != nil {
 		return "", 0, fmt.Errorf("listing the release's StatefulSets: %w", err)
 	}
 	// claims per pod, and the pods per node.

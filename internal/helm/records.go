@@ -25,13 +25,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+
+	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 )
 
 // DefaultMaxRecordSize bounds a release record's decompressed size.
 const DefaultMaxRecordSize = 16 << 20
-
-// LabelMAC is the label holding a release record's MAC.
-const LabelMAC = "chartpilot.dev/mac"
 
 // Records says how release records (Helm's storage Secrets, which anyone
 // who may write Secrets in the namespace can change) are written and read.
@@ -389,9 +388,9 @@ func (d *recordDriver) encode(key string, rel *release.Release, stamp string) (*
 	l[StorageLabelName], l[StorageLabelOwner] = rel.Name, StorageOwnerHelm
 	l[StorageLabelStatus], l[StorageLabelVersion] = rel.Info.Status.String(), strconv.Itoa(rel.Version)
 	l[stamp] = strconv.FormatInt(time.Now().Unix(), 10)
-	delete(l, LabelMAC)
+	delete(l, v1alpha1.LabelRecordMAC)
 	if d.opts.Key != nil {
-		l[LabelMAC] = d.mac(rel, l)
+		l[v1alpha1.LabelRecordMAC] = d.mac(rel, l)
 	}
 	return &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: key, Labels: l},
@@ -411,7 +410,7 @@ func (d *recordDriver) decode(s *corev1.Secret) (*release.Release, bool, error) 
 		return rel, true, nil
 	}
 	want := d.mac(rel, s.Labels)
-	return rel, hmac.Equal([]byte(want), []byte(s.Labels[LabelMAC])), nil
+	return rel, hmac.Equal([]byte(want), []byte(s.Labels[v1alpha1.LabelRecordMAC])), nil
 }
 
 // decodeRecord decodes base64(gzip(json)) without decompressing more than max bytes.
@@ -451,7 +450,7 @@ func (d *recordDriver) mac(rel *release.Release, l map[string]string) string {
 	fmt.Fprintf(h, "%s\x00%s\x00%d\x00%s\x00", d.namespace, rel.Name, rel.Version, rel.Info.Status)
 	keys := make([]string, 0, len(l))
 	for k := range l {
-		if strings.HasPrefix(k, "chartpilot.dev/") && k != LabelMAC {
+		if strings.HasPrefix(k, "chartpilot.dev/") && k != v1alpha1.LabelRecordMAC {
 			keys = append(keys, k)
 		}
 	}

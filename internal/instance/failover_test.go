@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/instance"
 	"github.com/chartpilot/chartpilot/internal/instance/instancetest"
 	"github.com/chartpilot/chartpilot/internal/testcluster"
@@ -114,7 +115,7 @@ func TestFailoverLosesNothingSynchronous(t *testing.T) {
 	// The new primary says whom it took over from (status.lastFailover is
 	// read from this), with an event on its pod.
 	l, err := c.CS.CoordinationV1().Leases(c.NS).Get(context.Background(), instancetest.ClusterName+"-primary", metav1.GetOptions{})
-	if err != nil || l.Annotations[instance.AnnotationPrevious] != r.From || l.Annotations[instance.AnnotationLagBytes] == "" {
+	if err != nil || l.Annotations[v1alpha1.AnnotationPromotedFrom] != r.From || l.Annotations[v1alpha1.AnnotationPromotedLagBytes] == "" {
 		t.Errorf("the primary's Lease after the failover: %v %v", l.GetAnnotations(), err)
 	}
 	c.WaitFor("a Promoted event on the new primary's pod", time.Minute, func() (bool, string) {
@@ -142,7 +143,7 @@ func TestFailoverLosesNothingSynchronous(t *testing.T) {
 			if err != nil {
 				return false, err.Error()
 			}
-			seen[m] = l.Annotations[instance.AnnotationTimeline]
+			seen[m] = l.Annotations[v1alpha1.AnnotationMemberTimeline]
 		}
 		for _, m := range c.Members {
 			if seen[m] != "2" {
@@ -374,7 +375,7 @@ func TestSynchronousStandbyTakesPart(t *testing.T) {
 		if err != nil {
 			return err.Error()
 		}
-		return l.Annotations[instance.AnnotationSynchronous]
+		return l.Annotations[v1alpha1.AnnotationSynchronousStandby]
 	}
 	var sync string
 	c.WaitFor("the primary naming its synchronous standby", time.Minute, func() (bool, string) {

@@ -36,31 +36,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
-)
 
-// Annotations of a member's Lease, and the label of the primary's pod.
-const (
-	AnnotationAddress = "chartpilot.dev/address"
-	AnnotationRole    = "chartpilot.dev/role"
-	AnnotationLSN     = "chartpilot.dev/lsn"
-	// AnnotationTimeline is the member's timeline: positions compare
-	// within a timeline, and a newer timeline wins over any position on
-	// an older one.
-	AnnotationTimeline = "chartpilot.dev/timeline"
-	// AnnotationSynchronous, on the primary's member Lease, names the
-	// standby whose flush acknowledges commits: after the primary is lost,
-	// no other promotes without it taking part in the election.
-	AnnotationSynchronous = "chartpilot.dev/synchronous"
-	// AnnotationSettled says the member's position did not move since its
-	// previous report: a standby replaying its own WAL after a restart
-	// is not compared until it has finished.
-	AnnotationSettled = "chartpilot.dev/settled"
-	// On the primary's Lease, written by a member that promoted: the
-	// member it took over from, and how far behind that one it was.
-	AnnotationPrevious = "chartpilot.dev/previous"
-	AnnotationLagBytes = "chartpilot.dev/lag-bytes"
-	LabelRole          = "chartpilot.dev/role"
-	LabelCluster       = "chartpilot.dev/cluster"
+	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 )
 
 // Roles a member reports.
@@ -82,7 +59,7 @@ type Config struct {
 	// Cluster names the cluster (its Leases: CLUSTER-primary, CLUSTER-MEMBER).
 	Cluster, Namespace, Member string
 	Client                     kubernetes.Interface
-	// Pod, when set, is the member's pod: it carries LabelRole=primary while
+	// Pod, when set, is the member's pod: it carries v1alpha1.LabelMemberRole=primary while
 	// the member is primary, so that the read-write Service follows it.
 	Pod string
 	// Bin holds the PostgreSQL binaries; DataDir the data directory;
@@ -259,7 +236,7 @@ func (m *Manager) tick(ctx context.Context) error {
 	leases := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace)
 	lease, err := leases.Get(ctx, m.primaryLease(), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		lease, err = leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: m.primaryLease(), Namespace: m.cfg.Namespace, Labels: map[string]string{LabelCluster: m.cfg.Cluster}}}, metav1.CreateOptions{})
+		lease, err = leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: m.primaryLease(), Namespace: m.cfg.Namespace, Labels: map[string]string{v1alpha1.LabelCluster: m.cfg.Cluster}}}, metav1.CreateOptions{})
 		if apierrors.IsAlreadyExists(err) {
 			return nil
 		}
@@ -542,8 +519,8 @@ func (m *Manager) promote(ctx context.Context, lease *coordinationv1.Lease, v el
 	if lease.Annotations == nil {
 		lease.Annotations = map[string]string{}
 	}
-	lease.Annotations[AnnotationPrevious] = previous
-	lease.Annotations[AnnotationLagBytes] = strconv.FormatInt(step.lag, 10)
+	lease.Annotations[v1alpha1.AnnotationPromotedFrom] = previous
+	lease.Annotations[v1alpha1.AnnotationPromotedLagBytes] = strconv.FormatInt(step.lag, 10)
 	if err := m.take(ctx, lease, now); err != nil {
 		return err
 	}
@@ -688,7 +665,7 @@ func (m *Manager) take(ctx context.Context, lease *coordinationv1.Lease, now tim
 
 // members reads every member's Lease.
 func (m *Manager) members(ctx context.Context) ([]member, error) {
-	list, err := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: LabelCluster + "=" + m.cfg.Cluster})
+	list, err := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: v1alpha1.LabelCluster + "=" + m.cfg.Cluster})
 	if err != nil {
 		return nil, err
 	}
@@ -744,18 +721,18 @@ func clipAddress(a string) string {
 }
 
 func (m *Manager) parseMember(l *coordinationv1.Lease) member {
-	o := member{name: ptr.Deref(l.Spec.HolderIdentity, ""), address: l.Annotations[AnnotationAddress], role: l.Annotations[AnnotationRole]}
+	o := member{name: ptr.Deref(l.Spec.HolderIdentity, ""), address: l.Annotations[v1alpha1.AnnotationMemberAddress], role: l.Annotations[v1alpha1.AnnotationMemberRole]}
 	if err := checkAddress(o.address); err != nil {
 		// Never followed, cloned or rewound from: the address goes into
 		// primary_conninfo and command lines.
 		m.cfg.Log.Info("Ignored a member's address", "lease", l.Name, "error", err.Error())
 		o.address = ""
 	}
-	lsn, err1 := parseLSN(l.Annotations[AnnotationLSN])
-	tli, err2 := strconv.ParseUint(l.Annotations[AnnotationTimeline], 10, 32)
+	lsn, err1 := parseLSN(l.Annotations[v1alpha1.AnnotationMemberLSN])
+	tli, err2 := strconv.ParseUint(l.Annotations[v1alpha1.AnnotationMemberTimeline], 10, 32)
 	o.lsn, o.timeline, o.positioned = lsn, tli, err1 == nil && err2 == nil
-	o.settled = l.Annotations[AnnotationSettled] == "true"
-	if v := l.Annotations[AnnotationSynchronous]; v != "" {
+	o.settled = l.Annotations[v1alpha1.AnnotationMemberSettled] == "true"
+	if v := l.Annotations[v1alpha1.AnnotationSynchronousStandby]; v != "" {
 		o.synchronous = strings.Split(v, ",")
 	}
 	if l.Spec.RenewTime != nil {
@@ -768,19 +745,19 @@ func (m *Manager) parseMember(l *coordinationv1.Lease) member {
 // report writes this member's Lease: address, role and position.
 func (m *Manager) report(ctx context.Context) {
 	primary := m.role == RolePrimary
-	ann := map[string]string{AnnotationAddress: m.cfg.Address, AnnotationRole: m.role}
+	ann := map[string]string{v1alpha1.AnnotationMemberAddress: m.cfg.Address, v1alpha1.AnnotationMemberRole: m.role}
 	if m.pg.running() {
 		if l, err := m.pg.lsn(primary); err == nil {
-			ann[AnnotationLSN] = formatLSN(l)
-			ann[AnnotationSettled] = strconv.FormatBool(l == m.reported)
+			ann[v1alpha1.AnnotationMemberLSN] = formatLSN(l)
+			ann[v1alpha1.AnnotationMemberSettled] = strconv.FormatBool(l == m.reported)
 			m.reported = l
 		}
 		if t, err := m.pg.timeline(primary); err == nil {
-			ann[AnnotationTimeline] = strconv.FormatUint(t, 10)
+			ann[v1alpha1.AnnotationMemberTimeline] = strconv.FormatUint(t, 10)
 		}
 		if primary && m.cfg.Synchronous > 0 {
 			if names, err := m.pg.synchronousStandbys(); err == nil && names != "" {
-				ann[AnnotationSynchronous] = names
+				ann[v1alpha1.AnnotationSynchronousStandby] = names
 			}
 		}
 	}
@@ -789,7 +766,7 @@ func (m *Manager) report(ctx context.Context) {
 	l, err := leases.Get(ctx, m.memberLease(m.cfg.Member), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		_, _ = leases.Create(ctx, &coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Name: m.memberLease(m.cfg.Member), Namespace: m.cfg.Namespace, Labels: map[string]string{LabelCluster: m.cfg.Cluster}, Annotations: ann},
+			ObjectMeta: metav1.ObjectMeta{Name: m.memberLease(m.cfg.Member), Namespace: m.cfg.Namespace, Labels: map[string]string{v1alpha1.LabelCluster: m.cfg.Cluster}, Annotations: ann},
 			Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(m.cfg.Member), RenewTime: &now},
 		}, metav1.CreateOptions{})
 		return
@@ -800,8 +777,8 @@ func (m *Manager) report(ctx context.Context) {
 	// The synchronous standby named last stays named until another is,
 	// while this member is (or may again be, after a restart) the primary:
 	// the commits it acknowledged are still only certain to be there.
-	if _, ok := ann[AnnotationSynchronous]; !ok && m.role != RoleStandby && l.Annotations[AnnotationSynchronous] != "" {
-		ann[AnnotationSynchronous] = l.Annotations[AnnotationSynchronous]
+	if _, ok := ann[v1alpha1.AnnotationSynchronousStandby]; !ok && m.role != RoleStandby && l.Annotations[v1alpha1.AnnotationSynchronousStandby] != "" {
+		ann[v1alpha1.AnnotationSynchronousStandby] = l.Annotations[v1alpha1.AnnotationSynchronousStandby]
 	}
 	l.Annotations = ann
 	l.Spec.HolderIdentity = ptr.To(m.cfg.Member)
@@ -809,7 +786,7 @@ func (m *Manager) report(ctx context.Context) {
 	_, _ = leases.Update(ctx, l, metav1.UpdateOptions{})
 }
 
-// labelPod moves LabelRole=primary onto (or off) the member's pod, which
+// labelPod moves v1alpha1.LabelMemberRole=primary onto (or off) the member's pod, which
 // the read-write Service selects.
 func (m *Manager) labelPod(ctx context.Context, primary bool) {
 	if m.cfg.Pod == "" || (m.podLabelled != nil && *m.podLabelled == primary) {
@@ -827,7 +804,7 @@ func (m *Manager) patchRole(ctx context.Context, pod string, primary bool) bool 
 	if primary {
 		value = strconv.Quote(RolePrimary)
 	}
-	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%s}}}`, LabelRole, value)
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%s}}}`, v1alpha1.LabelMemberRole, value)
 	if _, err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Patch(ctx, pod, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		m.cfg.Log.Info("Labelling a pod failed", "pod", pod, "error", err.Error())
 		return false

@@ -10,6 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
+
+	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 )
 
 // TestForgedMemberLeasesIgnored: Leases that carry the cluster's label
@@ -19,8 +21,8 @@ func TestForgedMemberLeasesIgnored(t *testing.T) {
 	now := time.Now()
 	lease := func(name, holder, address string) *coordinationv1.Lease {
 		return &coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, Labels: map[string]string{LabelCluster: "db"},
-				Annotations: map[string]string{AnnotationAddress: address, AnnotationRole: RolePrimary}},
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, Labels: map[string]string{v1alpha1.LabelCluster: "db"},
+				Annotations: map[string]string{v1alpha1.AnnotationMemberAddress: address, v1alpha1.AnnotationMemberRole: RolePrimary}},
 			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(holder), RenewTime: &metav1.MicroTime{Time: now}},
 		}
 	}

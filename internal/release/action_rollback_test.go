@@ -10,7 +10,6 @@ import (
 
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/helm"
-	"github.com/chartpilot/chartpilot/internal/release"
 	"github.com/chartpilot/chartpilot/internal/watches"
 )
 
@@ -31,7 +30,7 @@ func TestFailedUpgradeRolledBack(t *testing.T) {
 	}
 	hist := e.history("rb")
 	last := hist[len(hist)-1]
-	if last.Status != helm.StatusDeployed || last.Revision != 3 || last.Labels[release.LabelDigest] != hist[0].Labels[release.LabelDigest] {
+	if last.Status != helm.StatusDeployed || last.Revision != 3 || last.Labels[v1alpha1.LabelDigest] != hist[0].Labels[v1alpha1.LabelDigest] {
 		t.Errorf("after rollback, latest = rev %d %s", last.Revision, last.Status)
 	}
 	if cm, _ := e.configMap("rb-config"); cm.Data["message"] != "good" {

@@ -19,7 +19,6 @@ import (
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/helm"
 	"github.com/chartpilot/chartpilot/internal/operator"
-	"github.com/chartpilot/chartpilot/internal/release"
 	"github.com/chartpilot/chartpilot/internal/watches"
 )
 
@@ -167,9 +166,9 @@ func TestLiveHoldersPendingRevisionNotUnlocked(t *testing.T) {
 	go func() {
 		_, _ = replicaB.Upgrade(upgradeCtx, ch, helm.ActionOptions{Namespace: e.ns, Name: "held", Timeout: 10 * time.Minute,
 			Values: map[string]any{"message": "from replica b", "slowHook": true},
-			Labels: map[string]string{release.LabelOwnerUID: string(u.GetUID()), release.LabelOwnerKind: "Webapp.test.chartpilot.dev",
-				release.LabelHolder: "replica-b", release.LabelHolderLease: "shard-b", release.LabelHolderLeaseNS: e.ns,
-				release.LabelStartedAt: fmt.Sprint(now.Unix())}})
+			Labels: map[string]string{v1alpha1.LabelOwnerUID: string(u.GetUID()), v1alpha1.LabelOwnerKind: "Webapp.test.chartpilot.dev",
+				v1alpha1.LabelHolder: "replica-b", v1alpha1.LabelHolderLease: "shard-b", v1alpha1.LabelHolderLeaseNS: e.ns,
+				v1alpha1.LabelStartedAt: fmt.Sprint(now.Unix())}})
 	}()
 	pending := func() (bool, string) {
 		h := e.history("held")

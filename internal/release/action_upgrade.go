@@ -20,7 +20,7 @@ func (r *Reconciler) upgrade(ctx context.Context, p *pass, d *desired, o Observa
 	from, prevRevision := "", 0
 	if o.Latest != nil {
 		from, prevRevision = o.Latest.ChartVersion, o.Latest.Revision
-		opts.Force = d.force != "" && o.Latest.Labels[LabelForceToken] != labelSafe(d.force)
+		opts.Force = d.force != "" && o.Latest.Labels[v1alpha1.LabelForceToken] != labelSafe(d.force)
 	}
 	if res, held := r.preUpgrade(ctx, p, d, from); held {
 		return res, nil

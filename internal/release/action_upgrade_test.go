@@ -12,7 +12,6 @@ import (
 
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/helm"
-	"github.com/chartpilot/chartpilot/internal/release"
 	"github.com/chartpilot/chartpilot/internal/watches"
 )
 
@@ -33,7 +32,7 @@ func TestForceUpgradeAndHistoryCap(t *testing.T) {
 	}
 	e.patch("hist", fmt.Sprintf(`{"metadata":{"annotations":{%q:"one"}}}`, v1alpha1.AnnotationForceUpgrade))
 	waitRevision(2)
-	if h := e.history("hist"); h[len(h)-1].Labels[release.LabelForceToken] != "one" {
+	if h := e.history("hist"); h[len(h)-1].Labels[v1alpha1.LabelForceToken] != "one" {
 		t.Errorf("force token not recorded: %v", h[len(h)-1].Labels)
 	}
 	for i := 1; i <= 4; i++ {

@@ -36,7 +36,7 @@ func TestInstallAction(t *testing.T) {
 			t.Fatal(err)
 		}
 		h := e.history()
-		if len(h) != 1 || h[0].Status != helm.StatusDeployed || h[0].Labels[LabelOwnerUID] != offlineUID || h[0].Labels[LabelDigest] != d.digest {
+		if len(h) != 1 || h[0].Status != helm.StatusDeployed || h[0].Labels[v1alpha1.LabelOwnerUID] != offlineUID || h[0].Labels[v1alpha1.LabelDigest] != d.digest {
 			t.Fatalf("records after install: %s, labels %v", e.statuses(), h[len(h)-1].Labels)
 		}
 		e.event("InstallSucceeded", "revision 1")
@@ -129,8 +129,8 @@ func TestUpgradeAction(t *testing.T) {
 		if got := e.statuses(); got != "1 superseded, 2 deployed" {
 			t.Fatalf("records after upgrade: %s", got)
 		}
-		if h := e.history(); h[1].Labels[LabelDigest] != d.digest {
-			t.Errorf("revision 2 digest = %q, want %q", h[1].Labels[LabelDigest], d.digest)
+		if h := e.history(); h[1].Labels[v1alpha1.LabelDigest] != d.digest {
+			t.Errorf("revision 2 digest = %q, want %q", h[1].Labels[v1alpha1.LabelDigest], d.digest)
 		}
 		e.event("UpgradeSucceeded", "revision 2")
 		condition(t, p, v1alpha1.ConditionReconciling, metav1.ConditionTrue, "Progressing")
@@ -575,7 +575,7 @@ func TestHoldActions(t *testing.T) {
 	// A release of another object stalls the resource.
 	foreign := e.observe(d)
 	foreign.State = StateConflict
-	foreign.Latest.Labels = map[string]string{LabelOwnerUID: "uid-another", LabelOwnerKind: "Webapp.test.chartpilot.dev"}
+	foreign.Latest.Labels = map[string]string{v1alpha1.LabelOwnerUID: "uid-another", v1alpha1.LabelOwnerKind: "Webapp.test.chartpilot.dev"}
 	p := e.pass()
 	e.r.hold(p, actStallForeign, foreign, choice{})
 	if c := condition(t, p, v1alpha1.ConditionStalled, metav1.ConditionTrue, "ReleaseConflict"); c != nil && !strings.Contains(c.Message, "uid-another") {

@@ -25,11 +25,11 @@ func (r *Reconciler) mayAdopt(ctx context.Context, p *pass, history []*helm.Rele
 		return true
 	}
 	latest := history[len(history)-1]
-	uid := latest.Labels[LabelOwnerUID]
+	uid := latest.Labels[v1alpha1.LabelOwnerUID]
 	if uid == "" || uid == string(p.obj.GetUID()) {
 		return true
 	}
-	return !r.ownerExists(ctx, p.key, latest.Labels[LabelOwnerKind], uid)
+	return !r.ownerExists(ctx, p.key, latest.Labels[v1alpha1.LabelOwnerKind], uid)
 }
 
 // ownerExists reports whether the resource of ownerKind ("Kind.group") that

@@ -32,12 +32,12 @@ import (
 func observeRecords(records []map[string]string, statusRev int, ownerUID, digest string) (Observation, bool) {
 	best, latest := newestRecord(records)
 	if latest == nil || best < statusRev || digest == "" || ownerUID == "" ||
-		latest[helm.StorageLabelStatus] != string(helm.StatusDeployed) || latest[LabelOwnerUID] != ownerUID {
+		latest[helm.StorageLabelStatus] != string(helm.StatusDeployed) || latest[v1alpha1.LabelOwnerUID] != ownerUID {
 		return Observation{}, false
 	}
 	rel := &helm.Release{Revision: best, Status: helm.StatusDeployed, Labels: latest}
 	o := Observation{State: StateOutOfSync, Latest: rel, LastGood: rel}
-	if latest[LabelDigest] == digest {
+	if latest[v1alpha1.LabelDigest] == digest {
 		if statusRev == 0 {
 			return Observation{}, false
 		}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/helm"
 )
 
@@ -47,9 +48,9 @@ func everyGates() []gates {
 func TestCachePathChoosesAsHistory(t *testing.T) {
 	const me, other = "uid-me", "uid-other"
 	rev := func(n int, st helm.Status, uid, digest string) *helm.Release {
-		l := map[string]string{LabelDigest: digest}
+		l := map[string]string{v1alpha1.LabelDigest: digest}
 		if uid != "" {
-			l[LabelOwnerUID] = uid
+			l[v1alpha1.LabelOwnerUID] = uid
 		}
 		return &helm.Release{Revision: n, Status: st, Labels: l}
 	}
@@ -88,7 +89,7 @@ func TestCachePathChoosesAsHistory(t *testing.T) {
 					full := observe(history, me, digest, adopt)
 					cached, ok := observeRecords(records, statusRev, me, digest)
 					endable := (full.State == StateInSync && statusRev > 0 || full.State == StateOutOfSync) &&
-						full.Latest.Status == helm.StatusDeployed && full.Latest.Labels[LabelOwnerUID] == me &&
+						full.Latest.Status == helm.StatusDeployed && full.Latest.Labels[v1alpha1.LabelOwnerUID] == me &&
 						statusRev <= newest && digest != ""
 					if ok != endable {
 						t.Errorf("%s: the cache path ends it: %t, want %t (history: %s)", what, ok, endable, full.State)
@@ -124,7 +125,7 @@ func TestObserveRecordsBehindStatus(t *testing.T) {
 	if _, ok := observeRecords(nil, 0, "uid", "d1"); ok {
 		t.Error("no records: the cache path ended the pass")
 	}
-	rec := recordLabels(&helm.Release{Revision: 4, Status: helm.StatusDeployed, Labels: map[string]string{LabelOwnerUID: "uid", LabelDigest: "d1"}})
+	rec := recordLabels(&helm.Release{Revision: 4, Status: helm.StatusDeployed, Labels: map[string]string{v1alpha1.LabelOwnerUID: "uid", v1alpha1.LabelDigest: "d1"}})
 	if _, ok := observeRecords([]map[string]string{rec}, 5, "uid", "d1"); ok {
 		t.Error("records behind the status: the cache path ended the pass")
 	}

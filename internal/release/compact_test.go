@@ -7,6 +7,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/yaml"
+
+	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 )
 
 const compactSample = `
@@ -80,7 +82,7 @@ func TestCompactedObjectReadsWhole(t *testing.T) {
 	}
 	// What event handlers and the cache's indexes read stays decoded.
 	if c.GetName() != "web" || c.GetNamespace() != "team-a" || c.GetGeneration() != 3 ||
-		c.GetLabels()[LabelRelease] != "web" || c.GetAnnotations()[AnnotationOwner] != "WebApp/team-a/web" {
+		c.GetLabels()[v1alpha1.LabelRelease] != "web" || c.GetAnnotations()[v1alpha1.AnnotationOwner] != "WebApp/team-a/web" {
 		t.Errorf("metadata lost: %v", c.Object["metadata"])
 	}
 	if len(c.GetManagedFields()) != 0 {

@@ -92,5 +92,5 @@ func (r *Reconciler) stallForeign(p *pass, o Observation) {
 		r.stall(p, "ReleaseNotManaged", fmt.Sprintf("a Helm release %q already exists in %s and was not installed by chartpilot: nothing was changed; set annotation %s: \"true\" to take it over, or rename this resource", p.key.Name, p.key.Namespace, v1alpha1.AnnotationAdopt))
 		return
 	}
-	r.stall(p, "ReleaseConflict", fmt.Sprintf("the Helm release %q in %s belongs to another object (uid %s, kind %s): nothing was changed; rename this resource or uninstall the other release", p.key.Name, p.key.Namespace, o.Latest.Labels[LabelOwnerUID], o.Latest.Labels[LabelOwnerKind]))
+	r.stall(p, "ReleaseConflict", fmt.Sprintf("the Helm release %q in %s belongs to another object (uid %s, kind %s): nothing was changed; rename this resource or uninstall the other release", p.key.Name, p.key.Namespace, o.Latest.Labels[v1alpha1.LabelOwnerUID], o.Latest.Labels[v1alpha1.LabelOwnerKind]))
 }

@@ -151,8 +151,8 @@ func (r *Reconciler) queued(p *pass) ctrl.Result {
 func unhealthyFailure(history []*helm.Release, digest, requested string) (*helm.Release, bool) {
 	for i := len(history) - 1; i >= 0; i-- {
 		h := history[i]
-		if h.Status == helm.StatusFailed && h.Labels[LabelDigest] == digest {
-			if strings.HasPrefix(h.Description, unhealthyPrefix) && h.Labels[LabelRequestedAt] == requested {
+		if h.Status == helm.StatusFailed && h.Labels[v1alpha1.LabelDigest] == digest {
+			if strings.HasPrefix(h.Description, unhealthyPrefix) && h.Labels[v1alpha1.LabelRequestedAt] == requested {
 				return h, true
 			}
 			return nil, false

@@ -15,15 +15,6 @@ import (
 	"github.com/chartpilot/chartpilot/internal/helm"
 )
 
-// Labels that say who started the action a revision records, and when: an
-// action left pending is unlocked only once its holder is gone.
-const (
-	LabelHolder        = "chartpilot.dev/holder"
-	LabelHolderLease   = "chartpilot.dev/holder-lease"
-	LabelHolderLeaseNS = "chartpilot.dev/holder-lease-namespace"
-	LabelStartedAt     = "chartpilot.dev/started-at"
-)
-
 // lockRecheck is how often a pending revision held by a live replica is
 // looked at again.
 const lockRecheck = 10 * time.Second
@@ -42,10 +33,10 @@ type Holder struct {
 // labels are the holder labels of an action started now.
 func (h Holder) labels(now time.Time) map[string]string {
 	return map[string]string{
-		LabelHolder:        labelSafe(h.Identity),
-		LabelHolderLease:   labelSafe(h.LeaseName),
-		LabelHolderLeaseNS: labelSafe(h.LeaseNamespace),
-		LabelStartedAt:     strconv.FormatInt(now.Unix(), 10),
+		v1alpha1.LabelHolder:        labelSafe(h.Identity),
+		v1alpha1.LabelHolderLease:   labelSafe(h.LeaseName),
+		v1alpha1.LabelHolderLeaseNS: labelSafe(h.LeaseNamespace),
+		v1alpha1.LabelStartedAt:     strconv.FormatInt(now.Unix(), 10),
 	}
 }
 
@@ -56,8 +47,8 @@ type lockInfo struct {
 }
 
 func lockOf(rel *helm.Release) lockInfo {
-	l := lockInfo{holder: rel.Labels[LabelHolder], lease: rel.Labels[LabelHolderLease], leaseNamespace: rel.Labels[LabelHolderLeaseNS]}
-	if s, err := strconv.ParseInt(rel.Labels[LabelStartedAt], 10, 64); err == nil {
+	l := lockInfo{holder: rel.Labels[v1alpha1.LabelHolder], lease: rel.Labels[v1alpha1.LabelHolderLease], leaseNamespace: rel.Labels[v1alpha1.LabelHolderLeaseNS]}
+	if s, err := strconv.ParseInt(rel.Labels[v1alpha1.LabelStartedAt], 10, 64); err == nil {
 		l.startedAt = time.Unix(s, 0)
 	}
 	return l

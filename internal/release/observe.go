@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/helm"
 )
 
@@ -34,27 +35,6 @@ const (
 	StateInSync State = "InSync"
 )
 
-// Labels chartpilot stores on release records (Helm storage Secrets).
-const (
-	LabelOwnerUID   = "chartpilot.dev/owner-uid"
-	LabelOwnerKind  = "chartpilot.dev/owner-kind"
-	LabelDigest     = "chartpilot.dev/digest"
-	LabelForceToken = "chartpilot.dev/force-token"
-	// LabelRequestedAt holds the reconcile-requested-at token an action ran
-	// under: a failed revision is retried at once when the token changes.
-	LabelRequestedAt = "chartpilot.dev/requested-at"
-)
-
-// Labels and annotations chartpilot puts on every object of a release.
-// Helm itself sets app.kubernetes.io/managed-by=Helm on every object it
-// applies and refuses to upgrade objects without it (its ownership check),
-// so chartpilot's own label chartpilot.dev/release is what dependent
-// informers select on.
-const (
-	LabelRelease    = "chartpilot.dev/release"
-	AnnotationOwner = "chartpilot.dev/owner"
-)
-
 // unlockedPrefix marks a revision that chartpilot unlocked after a process
 // died mid-action: the action is finished, not counted as a failure.
 const unlockedPrefix = "chartpilot: unlocked interrupted "
@@ -76,7 +56,7 @@ func observe(history []*helm.Release, ownerUID, desiredDigest string, adopt bool
 	}
 	latest := history[len(history)-1]
 	o := Observation{Latest: latest, LastGood: lastGood(history)}
-	switch uid := latest.Labels[LabelOwnerUID]; {
+	switch uid := latest.Labels[v1alpha1.LabelOwnerUID]; {
 	case uid == "" && !adopt:
 		o.State = StateUnmanaged
 		return o
@@ -95,7 +75,7 @@ func observe(history []*helm.Release, ownerUID, desiredDigest string, adopt bool
 		o.State = StateFailedInstall
 	case latest.Status == helm.StatusFailed:
 		o.State = StateFailedUpgrade
-	case latest.Status == helm.StatusDeployed && latest.Labels[LabelDigest] == desiredDigest:
+	case latest.Status == helm.StatusDeployed && latest.Labels[v1alpha1.LabelDigest] == desiredDigest:
 		o.State = StateInSync
 	default:
 		o.State = StateOutOfSync

@@ -13,10 +13,10 @@ import (
 func rev(n int, st helm.Status, uid, digest, desc string) *helm.Release {
 	l := map[string]string{}
 	if uid != "" {
-		l[LabelOwnerUID] = uid
+		l[v1alpha1.LabelOwnerUID] = uid
 	}
 	if digest != "" {
-		l[LabelDigest] = digest
+		l[v1alpha1.LabelDigest] = digest
 	}
 	return &helm.Release{Revision: n, Status: st, Labels: l, Description: desc}
 }
@@ -129,7 +129,7 @@ func TestBackoffUsesObservedFailures(t *testing.T) {
 		ok := rev(1, helm.StatusDeployed, "u", "d1", "")
 		bad := rev(2, helm.StatusFailed, "u", "d2", "")
 		bad.LastDeployed = now.Add(-ago)
-		bad.Labels[LabelRequestedAt] = token
+		bad.Labels[v1alpha1.LabelRequestedAt] = token
 		return []*helm.Release{ok, bad}
 	}
 	newPass := func() *pass {

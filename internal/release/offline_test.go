@@ -169,7 +169,7 @@ func (e *actionEnv) seed(revision int, status helmrelease.Status, d *desired, de
 		Info: &helmrelease.Info{Status: status, Description: description,
 			FirstDeployed: helmtime.Time{Time: e.now}, LastDeployed: helmtime.Time{Time: e.now}},
 		Manifest: "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web-config\ndata:\n  message: seeded\n",
-		Labels:   map[string]string{LabelOwnerUID: offlineUID, LabelOwnerKind: e.r.ownerKind(), LabelDigest: d.digest},
+		Labels:   map[string]string{v1alpha1.LabelOwnerUID: offlineUID, v1alpha1.LabelOwnerKind: e.r.ownerKind(), v1alpha1.LabelDigest: d.digest},
 		Chart:    e.raw,
 		Config:   d.vals,
 	}

@@ -7,6 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/helm"
 )
 
@@ -14,13 +15,13 @@ import (
 func (r *Reconciler) actionOptions(p *pass, d *desired, description string) helm.ActionOptions {
 	labels := r.Holder.labels(r.now())
 	for k, v := range map[string]string{
-		LabelOwnerUID:     string(p.obj.GetUID()),
-		LabelOwnerKind:    r.ownerKind(),
-		LabelDigest:       d.digest,
-		LabelForceToken:   labelSafe(d.force),
-		LabelRequestedAt:  p.requested,
-		LabelChartVersion: labelSafe(d.chart.Version),
-		LabelAppMajor:     labelSafe(d.appMajor),
+		v1alpha1.LabelOwnerUID:     string(p.obj.GetUID()),
+		v1alpha1.LabelOwnerKind:    r.ownerKind(),
+		v1alpha1.LabelDigest:       d.digest,
+		v1alpha1.LabelForceToken:   labelSafe(d.force),
+		v1alpha1.LabelRequestedAt:  p.requested,
+		v1alpha1.LabelChartVersion: labelSafe(d.chart.Version),
+		v1alpha1.LabelAppMajor:     labelSafe(d.appMajor),
 	} {
 		labels[k] = v
 	}
@@ -70,13 +71,13 @@ func (r *Reconciler) decorator(owner *unstructured.Unstructured) helm.Decorator 
 		if labels == nil {
 			labels = map[string]string{}
 		}
-		labels[LabelRelease] = owner.GetName()
+		labels[v1alpha1.LabelRelease] = owner.GetName()
 		obj.SetLabels(labels)
 		ann := obj.GetAnnotations()
 		if ann == nil {
 			ann = map[string]string{}
 		}
-		ann[AnnotationOwner] = ownerAnn
+		ann[v1alpha1.AnnotationOwner] = ownerAnn
 		obj.SetAnnotations(ann)
 		ns := obj.GetNamespace()
 		sameNS := ns == "" || ns == owner.GetNamespace()

@@ -68,7 +68,7 @@ func (r *Reconciler) lastFailure(p *pass, digest string, history []*helm.Release
 	count := 0
 	var newest *helm.Release
 	for _, rel := range history {
-		if rel.Status == helm.StatusFailed && rel.Labels[LabelDigest] == digest && !strings.HasPrefix(rel.Description, unlockedPrefix) {
+		if rel.Status == helm.StatusFailed && rel.Labels[v1alpha1.LabelDigest] == digest && !strings.HasPrefix(rel.Description, unlockedPrefix) {
 			count++
 			newest = rel
 		}
@@ -77,7 +77,7 @@ func (r *Reconciler) lastFailure(p *pass, digest string, history []*helm.Release
 		newer(&v1alpha1.Failure{
 			Action: "Upgrade", Digest: r.shown(digest), Count: count,
 			Time:        metav1.NewTime(newest.LastDeployed),
-			RequestedAt: newest.Labels[LabelRequestedAt],
+			RequestedAt: newest.Labels[v1alpha1.LabelRequestedAt],
 		})
 	}
 	return f

@@ -14,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
-	"github.com/chartpilot/chartpilot/internal/release"
 	"github.com/chartpilot/chartpilot/internal/watches"
 )
 
@@ -49,7 +48,7 @@ func TestOverrideValuesFromSecret(t *testing.T) {
 	// The digest in status is keyed with the release record key: a reader of
 	// status cannot test guesses of the values against it.
 	h := e.history("fromsecret")
-	label := h[len(h)-1].Labels[release.LabelDigest]
+	label := h[len(h)-1].Labels[v1alpha1.LabelDigest]
 	shown := status(u).Release.ValuesDigest
 	if label == "" || shown == label || len(shown) != len(label) {
 		t.Fatalf("status digest %q, record digest %q: want a keyed digest of the same length", shown, label)

@@ -18,7 +18,6 @@ import (
 
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/helm"
-	"github.com/chartpilot/chartpilot/internal/release"
 	"github.com/chartpilot/chartpilot/internal/watches"
 )
 
@@ -48,7 +47,7 @@ func TestLifecycle(t *testing.T) {
 	if cm.Data["message"] != "v1" {
 		t.Errorf("configmap message = %q", cm.Data["message"])
 	}
-	if cm.Labels[release.LabelRelease] != "shop" || cm.Annotations[release.AnnotationOwner] != "Webapp.test.chartpilot.dev/"+e.ns+"/shop" {
+	if cm.Labels[v1alpha1.LabelRelease] != "shop" || cm.Annotations[v1alpha1.AnnotationOwner] != "Webapp.test.chartpilot.dev/"+e.ns+"/shop" {
 		t.Errorf("configmap labels = %v", cm.Labels)
 	}
 	if len(cm.OwnerReferences) != 1 || cm.OwnerReferences[0].UID != u.GetUID() {

@@ -112,7 +112,7 @@ func NewShared(mgr manager.Manager) (*Shared, error) {
 	if err != nil {
 		return nil, err
 	}
-	hasRelease, err := labels.NewRequirement(LabelRelease, selection.Exists, nil)
+	hasRelease, err := labels.NewRequirement(v1alpha1.LabelRelease, selection.Exists, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -337,7 +337,7 @@ func (r *Reconciler) mapReleaseRecord(_ context.Context, o client.Object) []reco
 	}
 	// A record that names no kind was made by hand or by another tool: the
 	// resource of this kind with the release's name, if any, looks at it.
-	if kind := l[LabelOwnerKind]; kind != "" && kind != r.ownerKind() {
+	if kind := l[v1alpha1.LabelOwnerKind]; kind != "" && kind != r.ownerKind() {
 		return nil
 	}
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: l[helm.StorageLabelName]}}}
@@ -400,7 +400,7 @@ func (d *dependents) ensure(_ context.Context, r *Reconciler, manifest string) e
 
 // ownerOf maps an object of a release to its owner, if it is of this kind.
 func (r *Reconciler) ownerOf(o client.Object) (types.NamespacedName, bool) {
-	owner := o.GetAnnotations()[AnnotationOwner]
+	owner := o.GetAnnotations()[v1alpha1.AnnotationOwner]
 	kind, rest, ok := strings.Cut(owner, "/")
 	if !ok || kind != r.ownerKind() {
 		return types.NamespacedName{}, false

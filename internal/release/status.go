@@ -36,15 +36,7 @@ var sharedStatusFields = []string{"observedGeneration", "conditions", "release",
 // readStatus decodes the resource's status.
 // A status someone else wrote in another shape is replaced, not fatal.
 func readStatus(obj *unstructured.Unstructured) *v1alpha1.ReleaseStatus {
-	st := &v1alpha1.ReleaseStatus{}
-	raw, ok := obj.Object["status"].(map[string]any)
-	if !ok || raw == nil {
-		return st
-	}
-	if runtime.DefaultUnstructuredConverter.FromUnstructured(raw, st) != nil {
-		return &v1alpha1.ReleaseStatus{}
-	}
-	return st
+	return v1alpha1.ReadReleaseStatus(obj)
 }
 
 // statusChanged reports whether the pass changed the status.
@@ -271,7 +263,7 @@ func (r *Reconciler) setReleaseInfo(p *pass, rel *helm.Release) {
 		ChartVersion: rel.ChartVersion,
 		AppVersion:   rel.AppVersion,
 		Status:       string(rel.Status),
-		ValuesDigest: r.shown(rel.Labels[LabelDigest]),
+		ValuesDigest: r.shown(rel.Labels[v1alpha1.LabelDigest]),
 	}
 	if !rel.LastDeployed.IsZero() {
 		t := metav1.NewTime(rel.LastDeployed.Truncate(time.Second).UTC())

@@ -27,7 +27,6 @@ import (
 	"github.com/chartpilot/chartpilot/internal/helm"
 	"github.com/chartpilot/chartpilot/internal/helm/helmtest"
 	"github.com/chartpilot/chartpilot/internal/operator"
-	"github.com/chartpilot/chartpilot/internal/release"
 	"github.com/chartpilot/chartpilot/internal/watches"
 )
 
@@ -439,7 +438,7 @@ func TestOversizedRecordRefused(t *testing.T) {
 	}
 	bomb := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "sh.helm.release.v1.bomb.v2", Labels: map[string]string{
-			"owner": "helm", "name": "bomb", "version": "2", "status": "deployed", release.LabelOwnerUID: string(u.GetUID()),
+			"owner": "helm", "name": "bomb", "version": "2", "status": "deployed", v1alpha1.LabelOwnerUID: string(u.GetUID()),
 		}},
 		Type: "helm.sh/release.v1",
 		Data: map[string][]byte{"release": []byte(base64.StdEncoding.EncodeToString(gz.Bytes()))},

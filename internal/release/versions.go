@@ -17,13 +17,6 @@ import (
 	"github.com/chartpilot/chartpilot/internal/policy"
 )
 
-// Labels on release records that say what a revision deployed, read by the
-// version policy without decoding the records.
-const (
-	LabelChartVersion = "chartpilot.dev/chart-version"
-	LabelAppMajor     = "chartpilot.dev/app-major"
-)
-
 // sourceRefreshMin is the least time between on-demand refreshes of a source.
 const sourceRefreshMin = 10 * time.Second
 
@@ -44,8 +37,8 @@ func (r *Reconciler) deployedFromCache(ctx context.Context, p *pass) deployedSta
 				best, labels = v, l
 			}
 		}
-		if labels != nil && labels[LabelChartVersion] != "" {
-			return r.withAppMajor(p, deployedState{chartVersion: labels[LabelChartVersion], appMajor: labels[LabelAppMajor]})
+		if labels != nil && labels[v1alpha1.LabelChartVersion] != "" {
+			return r.withAppMajor(p, deployedState{chartVersion: labels[v1alpha1.LabelChartVersion], appMajor: labels[v1alpha1.LabelAppMajor]})
 		}
 	}
 	if c := p.status.Chart; c != nil && c.DeployedVersion != "" {
@@ -62,7 +55,7 @@ func (r *Reconciler) deployedFromHistory(p *pass, good *helm.Release) deployedSt
 	if good == nil {
 		return deployedState{}
 	}
-	return r.withAppMajor(p, deployedState{chartVersion: good.ChartVersion, appMajor: good.Labels[LabelAppMajor]})
+	return r.withAppMajor(p, deployedState{chartVersion: good.ChartVersion, appMajor: good.Labels[v1alpha1.LabelAppMajor]})
 }
 
 // withAppMajor fills a missing app major from the kind's status (releases

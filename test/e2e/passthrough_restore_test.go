@@ -12,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/chartpilot/chartpilot/hooks/backup"
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	backupdata "github.com/chartpilot/chartpilot/internal/backup"
 	"github.com/chartpilot/chartpilot/internal/operator"
@@ -70,7 +69,7 @@ func TestRedisRestoredBeforeInstall(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the claim of the first pod: %v", err)
 	}
-	jobs, err := e.cs.BatchV1().Jobs(e.ns).List(ctx, metav1.ListOptions{LabelSelector: backup.LabelRestoreInto + "=copy"})
+	jobs, err := e.cs.BatchV1().Jobs(e.ns).List(ctx, metav1.ListOptions{LabelSelector: v1alpha1.LabelRestoreInto + "=copy"})
 	if err != nil || len(jobs.Items) != 1 {
 		t.Fatalf("restore Jobs: %v %v", jobs, err)
 	}

@@ -31,6 +31,7 @@ const debianPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin
 // packages (bin/images/NAME.tar).
 func rootFS(t *testing.T, name string) string {
 	t.Helper()
+	cluster.Skip(t)
 	root, err := testcluster.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -56,6 +57,7 @@ func debianImage(t *testing.T, name string) (repo, tag string) {
 // watches.yaml until the test ends.
 func startOperator(t *testing.T) {
 	t.Helper()
+	cluster.Skip(t)
 	ws, err := watches.Load(filepath.Join("..", "..", "watches.yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -73,6 +75,7 @@ func startOperator(t *testing.T) {
 // clients are the typed and dynamic clients of the cluster.
 func clients(t *testing.T) (kubernetes.Interface, dynamic.Interface) {
 	t.Helper()
+	cluster.Skip(t)
 	cs, err := kubernetes.NewForConfig(cluster.Config)
 	if err != nil {
 		t.Fatal(err)

@@ -48,11 +48,6 @@ const (
 	ConditionStorageAutoExpand = "StorageAutoExpand"
 )
 
-// AnnotationAutoExpand turns automatic volume growth on for a resource of a
-// kind without typed storage fields (watches.yaml storage.sizeValue names
-// the value it grows): "max=20Gi" with optional ",threshold=80,step=25%,window=10m".
-const AnnotationAutoExpand = "chartpilot.dev/auto-expand"
-
 // StorageAutoExpand grows a resource's volumes before they fill up: when the
 // fullest volume is used above ThresholdPercent (the kubelets' volume
 // statistics), the size grows by Step, never above Max, at most once per Window.
@@ -99,42 +94,6 @@ type StorageExpansion struct {
 	To          string      `json:"to"`
 	UsedPercent int32       `json:"usedPercent"`
 }
-
-// Annotations on a managed custom resource.
-const (
-	// AnnotationPause stops all actions while set to "true".
-	AnnotationPause = "chartpilot.dev/pause"
-	// AnnotationForceUpgrade: a new value forces one upgrade with object replacement.
-	AnnotationForceUpgrade = "chartpilot.dev/force-upgrade"
-	// AnnotationReconcileRequestedAt: a new value reconciles now, checks drift
-	// and clears the back-off of a failed action.
-	AnnotationReconcileRequestedAt = "chartpilot.dev/reconcile-requested-at"
-	// AnnotationAdopt "true" lets chartpilot take over a release of the same
-	// name that it did not install.
-	AnnotationAdopt = "chartpilot.dev/adopt"
-	// AnnotationChartVersion is a semver constraint on the chart version for
-	// kinds without a spec.chartVersion field.
-	AnnotationChartVersion = "chartpilot.dev/chart-version"
-	// AnnotationAllowMajorUpgrade lists the major versions (of the chart, or
-	// of the software a kind names) the resource may be upgraded to.
-	AnnotationAllowMajorUpgrade = "chartpilot.dev/allow-major-upgrade"
-	// AnnotationAllowDowngrade is the exact version a downgrade to is allowed.
-	AnnotationAllowDowngrade = "chartpilot.dev/allow-downgrade"
-	// AnnotationMaintenanceWindow limits chart version upgrades to windows
-	// such as "Sat 02:00-04:00 UTC" (on the resource or its namespace).
-	AnnotationMaintenanceWindow = "chartpilot.dev/maintenance-window"
-	// AnnotationRestoreFrom names a completed Backup restored into a new
-	// resource of a passthrough kind before its release is installed.
-	AnnotationRestoreFrom = "chartpilot.dev/restore-from"
-)
-
-// LabelCanary "true" makes a resource a canary: it upgrades to a new chart
-// version first, and the others wait until every canary has been Ready on
-// it for the watch's canarySoak.
-const LabelCanary = "chartpilot.dev/canary"
-
-// Finalizer is put on every managed custom resource before its first install.
-const Finalizer = "chartpilot.dev/uninstall"
 
 // ReleaseStatus is the status shared by every kind chartpilot manages.
 type ReleaseStatus struct {

@@ -28,6 +28,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/instance"
 	"github.com/chartpilot/chartpilot/internal/testcluster"
 	"github.com/chartpilot/chartpilot/internal/testpg"
@@ -124,7 +125,7 @@ func New(t T, o Options) *Cluster {
 		// The member's pod (no pod runs here: the object carries the role
 		// label the read-write Service selects).
 		pod := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: m, Namespace: c.NS, Labels: map[string]string{instance.LabelCluster: ClusterName}},
+			ObjectMeta: metav1.ObjectMeta{Name: m, Namespace: c.NS, Labels: map[string]string{v1alpha1.LabelCluster: ClusterName}},
 			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "postgres", Image: "postgres"}}, AutomountServiceAccountToken: new(bool)},
 		}
 		if _, err := cs.CoreV1().Pods(c.NS).Create(context.Background(), pod, metav1.CreateOptions{}); err != nil {
@@ -250,7 +251,7 @@ func (c *Cluster) CutAPI(m string, cut bool) { c.apis[m].setCut(cut) }
 
 // Primaries lists the pods labelled primary.
 func (c *Cluster) Primaries() []string {
-	pods, err := c.CS.CoreV1().Pods(c.NS).List(context.Background(), metav1.ListOptions{LabelSelector: instance.LabelRole + "=" + instance.RolePrimary})
+	pods, err := c.CS.CoreV1().Pods(c.NS).List(context.Background(), metav1.ListOptions{LabelSelector: v1alpha1.LabelMemberRole + "=" + instance.RolePrimary})
 	if err != nil {
 		return nil
 	}
@@ -324,7 +325,7 @@ func (c *Cluster) Roles() map[string]string {
 	for _, m := range c.Members {
 		l, err := c.CS.CoordinationV1().Leases(c.NS).Get(context.Background(), ClusterName+"-"+m, metav1.GetOptions{})
 		if err == nil {
-			out[m] = l.Annotations[instance.AnnotationRole]
+			out[m] = l.Annotations[v1alpha1.AnnotationMemberRole]
 		}
 	}
 	return out

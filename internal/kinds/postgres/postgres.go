@@ -285,25 +285,18 @@ func readPrimary(ctx context.Context, c client.Reader, obj *unstructured.Unstruc
 	if lease.Spec.HolderIdentity != nil {
 		st.Primary = *lease.Spec.HolderIdentity
 	}
-	prev := lease.Annotations[instanceAnnotationPrevious]
+	prev := lease.Annotations[v1alpha1.AnnotationPromotedFrom]
 	if prev == "" || lease.Spec.AcquireTime == nil || st.Primary == "" {
 		return nil
 	}
 	if last := st.LastFailover; last != nil && last.At.Time.Equal(lease.Spec.AcquireTime.Time.Truncate(time.Second)) && last.To == st.Primary {
 		return nil
 	}
-	lag, _ := strconv.ParseInt(lease.Annotations[instanceAnnotationLagBytes], 10, 64)
+	lag, _ := strconv.ParseInt(lease.Annotations[v1alpha1.AnnotationPromotedLagBytes], 10, 64)
 	st.LastFailover = &v1alpha1.PostgresFailoverStatus{At: metav1.NewTime(lease.Spec.AcquireTime.Time.Truncate(time.Second)), From: prev, To: st.Primary, LagBytes: lag}
 	failovers.WithLabelValues(obj.GetNamespace(), obj.GetName()).Inc()
 	return nil
 }
-
-// The annotations chartpilot's instance manager writes on the primary's
-// Lease when it promotes (internal/instance).
-const (
-	instanceAnnotationPrevious = "chartpilot.dev/previous"
-	instanceAnnotationLagBytes = "chartpilot.dev/lag-bytes"
-)
 
 // Major is the PostgreSQL major version a resource asks for ("17" of
 // "17.2"): a change of it is a major upgrade (pg_upgrade territory), so it

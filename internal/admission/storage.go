@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/chartpilot/chartpilot/internal/kinds"
+	"github.com/chartpilot/chartpilot/internal/volumes"
 )
 
 // defaultClassAnnotation marks the cluster's default StorageClass.
@@ -50,14 +51,13 @@ func (h *Handler) checkStorage(ctx context.Context, k kinds.Kind, old, obj *unst
 	}
 	sc := &storagev1.StorageClass{}
 	if err := h.StorageClasses.Get(ctx, client.ObjectKey{Name: name}, sc); err != nil {
-		if apierrors.IsNotFound(err) {
-			return fmt.Sprintf("%s: %s → %s needs volume expansion, and StorageClass %q does not exist; keep %s at %s", now.SizeField, was.Size, now.Size, name, now.SizeField, was.Size), nil
+		if !apierrors.IsNotFound(err) {
+			return "", fmt.Errorf("reading StorageClass %s: %w", name, err)
 		}
-		return "", fmt.Errorf("reading StorageClass %s: %w", name, err)
+		sc = nil
 	}
-	if sc.AllowVolumeExpansion == nil || !*sc.AllowVolumeExpansion {
-		return fmt.Sprintf("%s: %s → %s needs volume expansion, and StorageClass %q does not allow it (allowVolumeExpansion is not true): an administrator sets allowVolumeExpansion: true on StorageClass %q, or keep %s at %s",
-			now.SizeField, was.Size, now.Size, name, name, now.SizeField, was.Size), nil
+	if r := volumes.CheckExpansion(name, sc); r != nil {
+		return r.Message(fmt.Sprintf("%s: %s → %s", now.SizeField, was.Size, now.Size), fmt.Sprintf("keep %s at %s", now.SizeField, was.Size)), nil
 	}
 	return "", nil
 }

@@ -27,6 +27,7 @@ import (
 
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/helm"
+	"github.com/chartpilot/chartpilot/internal/volumes"
 )
 
 // Storage growth. The API server refuses every change of a StatefulSet's
@@ -391,27 +392,24 @@ func (r *Reconciler) checkExpandable(ctx context.Context, classes map[string]*st
 	if c.Spec.StorageClassName != nil {
 		name = *c.Spec.StorageClassName
 	}
-	if name == "" {
-		return &stallError{"StorageNotExpandable", fmt.Errorf("%s: claim %s has no StorageClass, so it cannot be expanded; nothing was changed: keep the size at %s", g, c.Name, g.from.String())}, nil
-	}
 	sc, ok := classes[name]
-	if !ok {
+	if !ok && name != "" {
 		reader := r.APIReader
 		if reader == nil {
 			reader = r.Client
 		}
 		sc = &storagev1.StorageClass{}
 		if err := reader.Get(ctx, client.ObjectKey{Name: name}, sc); err != nil {
-			if apierrors.IsNotFound(err) {
-				return &stallError{"StorageNotExpandable", fmt.Errorf("%s: StorageClass %q of claim %s does not exist, so the claim cannot be expanded; nothing was changed: keep the size at %s", g, name, c.Name, g.from.String())}, nil
+			if !apierrors.IsNotFound(err) {
+				return nil, fmt.Errorf("reading StorageClass %s: %w", name, err)
 			}
-			return nil, fmt.Errorf("reading StorageClass %s: %w", name, err)
+			sc = nil
 		}
 		classes[name] = sc
 	}
-	if sc.AllowVolumeExpansion == nil || !*sc.AllowVolumeExpansion {
-		return &stallError{"StorageNotExpandable", fmt.Errorf("%s: StorageClass %q does not allow volume expansion, so claim %s cannot grow to %s; nothing was changed: an administrator sets allowVolumeExpansion: true on StorageClass %s, or keep the size at %s",
-			g, name, c.Name, g.to.String(), name, g.from.String())}, nil
+	if refusal := volumes.CheckExpansion(name, sc); refusal != nil {
+		msg := refusal.Message(fmt.Sprintf("%s: claim %s, %s → %s", g, c.Name, g.from.String(), g.to.String()), "keep the size at "+g.from.String())
+		return &stallError{"StorageNotExpandable", fmt.Errorf("%s; nothing was changed", msg)}, nil
 	}
 	return nil, nil
 }

@@ -268,14 +268,7 @@ func (e *env) waitFor(what string, cond func() (bool, string)) {
 // (the room a wrong action is given to show), and what it saw last: it
 // ends at the first look that finds cond false.
 func (e *env) holds(d time.Duration, cond func() (bool, string)) (bool, string) {
-	e.t.Helper()
-	var last string
-	ok := testwait.Holds(d, 200*time.Millisecond, func() bool {
-		ok, obs := cond()
-		last = obs
-		return ok
-	})
-	return ok, last
+	return testwait.HoldsSaying(d, 200*time.Millisecond, cond)
 }
 
 // quietFor takes the manager's requests from audit for d, looked at every

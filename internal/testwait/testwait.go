@@ -34,3 +34,16 @@ func Until(timeout, interval time.Duration, ok func() bool) bool {
 func Holds(d, interval time.Duration, ok func() bool) bool {
 	return !Until(d, interval, func() bool { return !ok() })
 }
+
+// HoldsSaying is Holds for a condition that also says what it saw: it
+// reports whether ok held every time, and what it said last (at the
+// look that found it false, when one did).
+func HoldsSaying(d, interval time.Duration, ok func() (bool, string)) (bool, string) {
+	var last string
+	held := Holds(d, interval, func() bool {
+		yes, said := ok()
+		last = said
+		return yes
+	})
+	return held, last
+}

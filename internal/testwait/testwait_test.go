@@ -1,6 +1,7 @@
 package testwait
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -25,5 +26,16 @@ func TestHolds(t *testing.T) {
 	n := 0
 	if Holds(time.Minute, time.Millisecond, func() bool { n++; return n < 3 }) {
 		t.Error("Holds missed the condition breaking")
+	}
+}
+
+func TestHoldsSaying(t *testing.T) {
+	n := 0
+	held, said := HoldsSaying(time.Minute, time.Millisecond, func() (bool, string) { n++; return n < 3, fmt.Sprint("look ", n) })
+	if held || said != "look 3" {
+		t.Errorf("a condition broken at the third look: held %v, said %q", held, said)
+	}
+	if held, said := HoldsSaying(10*time.Millisecond, time.Millisecond, func() (bool, string) { return true, "fine" }); !held || said != "fine" {
+		t.Errorf("a condition that held: %v %q", held, said)
 	}
 }

@@ -214,14 +214,7 @@ func (e *env) get(gvr schema.GroupVersionResource, name string) *unstructured.Un
 // (the room a wrong action is given to show), and what it saw last: it
 // ends at the first look that finds cond false.
 func (e *env) holds(d time.Duration, cond func() (bool, string)) (bool, string) {
-	e.t.Helper()
-	var last string
-	ok := testwait.Holds(d, 250*time.Millisecond, func() bool {
-		ok, obs := cond()
-		last = obs
-		return ok
-	})
-	return ok, last
+	return testwait.HoldsSaying(d, 250*time.Millisecond, cond)
 }
 
 func (e *env) waitFor(what string, timeout time.Duration, cond func() (bool, string)) {

@@ -143,11 +143,17 @@ func secretKey(name, key string) *corev1.EnvVarSource {
 }
 
 // pgEnv is the libpq environment that reaches pg's primary as its
-// superuser, the password by reference to its Secret.
+// superuser through its read-write Service (on the port its status
+// reports: the chart's service.port), the password by reference to its
+// Secret.
 func pgEnv(pg *v1alpha1.Postgres) []corev1.EnvVar {
+	port := int32(5432) // the chart's default, for a status from before the port was reported
+	if p := pg.Status.Endpoints.Port; p > 0 {
+		port = p
+	}
 	return []corev1.EnvVar{
 		{Name: "PGHOST", Value: pg.Status.Endpoints.ReadWrite},
-		{Name: "PGPORT", Value: "5432"},
+		{Name: "PGPORT", Value: strconv.Itoa(int(port))},
 		{Name: "PGDATABASE", Value: "postgres"},
 		{Name: "PGUSER", ValueFrom: secretKey(pg.Status.Endpoints.Secret, "username")},
 		{Name: "PGPASSWORD", ValueFrom: secretKey(pg.Status.Endpoints.Secret, "password")},

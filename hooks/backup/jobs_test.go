@@ -29,7 +29,7 @@ func testPostgres() *v1alpha1.Postgres {
 	pg.Spec.Tolerations = []corev1.Toleration{{Key: "databases", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
 	pg.Spec.Backup = &v1alpha1.PostgresBackup{Compression: "zstd",
 		Encryption: &v1alpha1.BackupEncryption{KeySecretRef: v1alpha1.LocalSecretKeyRef{Name: "orders-age", Key: "identity"}}}
-	pg.Status.Endpoints = &v1alpha1.PostgresEndpoints{ReadWrite: "orders-rw", Secret: "orders-auth"}
+	pg.Status.Endpoints = &v1alpha1.PostgresEndpoints{ReadWrite: "orders-rw", Secret: "orders-auth", Port: 6432}
 	return pg
 }
 
@@ -116,6 +116,9 @@ func TestPostgresBackupJob(t *testing.T) {
 	if e := envOf(main, "PGHOST"); e == nil || e.Value != "orders-rw" {
 		t.Errorf("PGHOST = %+v, want the primary's Service", e)
 	}
+	if e := envOf(main, "PGPORT"); e == nil || e.Value != "6432" {
+		t.Errorf("PGPORT = %+v, want the Service's port", e)
+	}
 	for name, ref := range map[string][2]string{
 		"PGUSER": {"orders-auth", "username"}, "PGPASSWORD": {"orders-auth", "password"},
 		"CHARTPILOT_AGE_KEY":              {"orders-age", "identity"},
@@ -134,6 +137,17 @@ func TestPostgresBackupJob(t *testing.T) {
 	}
 	if mounts["tmp"] != "/tmp" || mounts["ca"] != "/etc/chartpilot/ca" || mounts["agent"] != AgentDir {
 		t.Errorf("mounts %v", mounts)
+	}
+}
+
+// A status from before the port was reported: the chart's default.
+func TestPostgresPortDefault(t *testing.T) {
+	pg := testPostgres()
+	pg.Status.Endpoints.Port = 0
+	for _, e := range pgEnv(pg) {
+		if e.Name == "PGPORT" && e.Value != "5432" {
+			t.Errorf("PGPORT = %q, want 5432", e.Value)
+		}
 	}
 }
 

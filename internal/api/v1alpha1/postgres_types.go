@@ -293,6 +293,10 @@ type PostgresEndpoints struct {
 	ReadOnly string `json:"readOnly,omitempty"`
 	// Secret holds the superuser's username and password.
 	Secret string `json:"secret,omitempty"`
+	// Port is the port of both Services (the chart's service.port); absent
+	// until the read-write Service exists.
+	// +optional
+	Port int32 `json:"port,omitempty"`
 }
 
 // PostgresStatus is the shared release status plus what a PostgreSQL user needs.

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -191,6 +192,20 @@ func toValues(v any) (map[string]any, error) {
 	}
 }
 
+// servicePort is the port clients reach PostgreSQL on through svc: the
+// chart's port named postgresql, else the Service's only port (0: none).
+func servicePort(svc *corev1.Service) int32 {
+	for _, p := range svc.Spec.Ports {
+		if p.Name == "postgresql" {
+			return p.Port
+		}
+	}
+	if len(svc.Spec.Ports) == 1 {
+		return svc.Spec.Ports[0].Port
+	}
+	return 0
+}
+
 // Status reports the version, endpoints, tuning and Ready pods. While pods
 // are missing it asks to be called again in 5 seconds; once all are Ready it
 // asks for nothing, so a resting cluster costs no request.
@@ -220,6 +235,15 @@ func Status(ctx context.Context, c client.Reader, obj *unstructured.Unstructured
 		return nil, 0, fmt.Errorf("reading StatefulSet %s: %w", obj.GetName(), err)
 	default:
 		st.ReadyReplicas = sts.Status.ReadyReplicas
+	}
+	svc := &corev1.Service{}
+	err = c.Get(ctx, types.NamespacedName{Namespace: obj.GetNamespace(), Name: st.Endpoints.ReadWrite}, svc)
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return nil, 0, fmt.Errorf("reading Service %s: %w", st.Endpoints.ReadWrite, err)
+	default:
+		st.Endpoints.Port = servicePort(svc)
 	}
 	again := time.Duration(0)
 	if failoverEnabled(pg) {

@@ -8,6 +8,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -76,8 +77,8 @@ func TestStatusReportsReadyReplicasUntilAllReady(t *testing.T) {
 	if extras["readyReplicas"] != int64(1) || extras["version"] != "17" || again != 5*time.Second {
 		t.Errorf("1 of 2 ready: extras %v, again %s", extras, again)
 	}
-	if ep := extras["endpoints"].(map[string]any); ep["readWrite"] != "db" || ep["readOnly"] != "db-ro" || ep["secret"] != "db-auth" {
-		t.Errorf("endpoints = %v", ep)
+	if ep := extras["endpoints"].(map[string]any); ep["readWrite"] != "db" || ep["readOnly"] != "db-ro" || ep["secret"] != "db-auth" || ep["port"] != nil {
+		t.Errorf("endpoints before the Service exists = %v", ep)
 	}
 	if extras["tuning"] != nil {
 		t.Errorf("tuning without memory: %v", extras["tuning"])
@@ -92,6 +93,24 @@ func TestStatusReportsReadyReplicasUntilAllReady(t *testing.T) {
 	noFailover := pgObject(map[string]any{"version": "17", "replicas": int64(2), "storage": map[string]any{"size": "1Gi"}, "failover": map[string]any{"enabled": false}})
 	if extras, again, _ := Status(context.Background(), c, noFailover); again != 0 || extras["primary"] != "db-0" {
 		t.Errorf("all ready without failover: again in %s, primary %v (want db-0)", again, extras["primary"])
+	}
+}
+
+// The endpoints' port is the read-write Service's postgresql port (the
+// chart's service.port), which clients and the backup Jobs connect to.
+func TestStatusReportsServicePort(t *testing.T) {
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: "ns"}, Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{
+		{Name: "metrics", Port: 9187}, {Name: "postgresql", Port: 6432},
+	}}}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(svc).Build()
+	extras, _, err := Status(context.Background(), c, pgObject(map[string]any{"version": "17", "storage": map[string]any{"size": "1Gi"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ep := extras["endpoints"].(map[string]any); ep["port"] != int64(6432) {
+		t.Errorf("endpoints = %v, want port 6432", ep)
 	}
 }
 

@@ -3,7 +3,7 @@
 package main
 
 import (
-	"bytes"
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,7 +14,6 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -23,6 +22,7 @@ import (
 
 	"github.com/chartpilot/chartpilot/internal/backup"
 	"github.com/chartpilot/chartpilot/internal/blobstore"
+	"github.com/chartpilot/chartpilot/internal/pgfull"
 )
 
 const backupUsage = `Usage:
@@ -88,6 +88,7 @@ func backupCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	var want backup.Expect
 	fs.StringVar(&want.SHA256, "expect-sha256", "", "restore, verify: the SHA-256 the backup was recorded with (its Backup's status); a backup in the store that differs is refused before it is downloaded")
 	fs.Int64Var(&want.Size, "expect-size", 0, "restore, verify: the size in bytes the backup was recorded with; no more than this is downloaded")
+	postgres := fs.Bool("postgres", false, "run: back up everything the PostgreSQL server libpq's environment (PGHOST…) reaches holds, its roles and every database, instead of a command's output; restore: restore such a backup (or one database's pg_dump -Fc) into that server")
 	manifestFile := fs.String("manifest-file", "", "also write the manifest to this file (a Job's /dev/termination-log, which its pod's status shows)")
 	labels := map[string]string{}
 	fs.Func("label", "run: key=value stored in the manifest (repeatable)", func(v string) error {
@@ -105,8 +106,10 @@ func backupCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	switch {
 	case *location == "":
 		return errors.New("--location is required")
-	case len(command) == 0 && sub != "verify":
-		return fmt.Errorf("the command to %s is required after --", map[string]string{"run": "back up", "restore": "restore into"}[sub])
+	case *postgres && (sub == "verify" || len(command) > 0):
+		return errors.New("--postgres backs up or restores a PostgreSQL server itself: give no command after --, and verify reads either kind of backup without it")
+	case len(command) == 0 && sub != "verify" && !*postgres:
+		return fmt.Errorf("the command to %s is required after -- (or --postgres for a PostgreSQL server)", map[string]string{"run": "back up", "restore": "restore into"}[sub])
 	}
 	b, err := openStore(ctx, *store, s3, az, gcs, *caFile, *volumePath)
 	if err != nil {
@@ -123,7 +126,12 @@ func backupCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 		*recipient = r
 	}
 	if sub == "run" {
-		m, err = backupRun(ctx, b, *location, command, backup.Options{Compression: *compression, Recipient: *recipient, Labels: labels}, stderr)
+		o := backup.Options{Compression: *compression, Recipient: *recipient, Labels: labels}
+		if *postgres {
+			m, err = backupProduce(ctx, b, *location, o, func(ctx context.Context, w io.Writer) error { return pgfull.Dump(ctx, w, nil) })
+		} else {
+			m, err = backupRun(ctx, b, *location, command, o, stderr)
+		}
 		if err == nil && (keep.Count != 0 || keep.MaxAge != 0) {
 			// Only after a success: a failed backup never costs a good one.
 			pruned, perr := backup.Prune(ctx, b, path.Dir(strings.TrimSuffix(*location, "/")), keep, time.Now())
@@ -150,6 +158,8 @@ func backupCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 			if rep, err = backupVerify(ctx, b, *location, identity, want, stderr); err == nil {
 				report = rep
 			}
+		} else if *postgres {
+			m, err = backupConsume(ctx, b, *location, identity, want, func(ctx context.Context, r io.Reader) error { return restorePostgres(ctx, r, stderr) })
 		} else {
 			m, err = backupRestore(ctx, b, *location, identity, want, command, stderr)
 		}
@@ -210,31 +220,38 @@ func openStore(ctx context.Context, kind string, s3 backup.S3, az backup.Azure, 
 // after writing, stores nothing: its failure reaches the upload as an
 // error, which aborts it.
 func backupRun(ctx context.Context, b *blob.Bucket, location string, command []string, o backup.Options, stderr io.Writer) (*backup.Manifest, error) {
-	cmd := exec.CommandContext(ctx, command[0], command[1:]...)
-	pr, pw := io.Pipe()
-	cmd.Stdout, cmd.Stderr = pw, stderr
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting %s: %w", command[0], err)
-	}
-	waited := make(chan error, 1)
-	go func() {
-		err := cmd.Wait()
-		if err != nil {
-			err = fmt.Errorf("%s failed: %w", command[0], err)
+	return backupProduce(ctx, b, location, o, func(ctx context.Context, w io.Writer) error {
+		cmd := exec.CommandContext(ctx, command[0], command[1:]...)
+		cmd.Stdout, cmd.Stderr = w, stderr
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("%s failed: %w", command[0], err)
 		}
+		return nil
+	})
+}
+
+// backupProduce stores what produce writes. A producer that fails, even
+// after the upload began, fails the backup: no manifest is written.
+func backupProduce(ctx context.Context, b *blob.Bucket, location string, o backup.Options, produce func(context.Context, io.Writer) error) (*backup.Manifest, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	pr, pw := io.Pipe()
+	produced := make(chan error, 1)
+	go func() {
+		err := produce(ctx, pw)
 		_ = pw.CloseWithError(err) // nil: end of stream
-		waited <- err
+		produced <- err
 	}()
 	m, err := backup.Write(ctx, b, location, pr, o)
 	if err != nil {
 		_ = pr.CloseWithError(err)
-		_ = cmd.Process.Kill()
-		if cerr := <-waited; cerr != nil && !errors.Is(err, cerr) {
-			return nil, fmt.Errorf("%w (%s stopped: %v)", err, command[0], cerr)
+		cancel()
+		if perr := <-produced; perr != nil && !errors.Is(err, perr) {
+			return nil, fmt.Errorf("%w (the dump stopped: %v)", err, perr)
 		}
 		return nil, err
 	}
-	if err := <-waited; err != nil {
+	if err := <-produced; err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -243,17 +260,50 @@ func backupRun(ctx context.Context, b *blob.Bucket, location string, command []s
 // backupRestore feeds the verified stream to command's standard input;
 // command does not start when the backup does not open.
 func backupRestore(ctx context.Context, b *blob.Bucket, location, identity string, want backup.Expect, command []string, stderr io.Writer) (*backup.Manifest, error) {
+	return backupConsume(ctx, b, location, identity, want, func(ctx context.Context, r io.Reader) error {
+		cmd := exec.CommandContext(ctx, command[0], command[1:]...)
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = r, stderr, stderr
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("%s failed: %w", command[0], err)
+		}
+		return nil
+	})
+}
+
+// backupConsume opens the backup (its checksum and size checked first)
+// and gives the stream to consume; consume does not run when the backup
+// does not open.
+func backupConsume(ctx context.Context, b *blob.Bucket, location, identity string, want backup.Expect, consume func(context.Context, io.Reader) error) (*backup.Manifest, error) {
 	r, m, err := backup.Open(ctx, b, location, identity, "", want)
 	if err != nil {
 		return nil, err
 	}
 	defer r.Close()
-	cmd := exec.CommandContext(ctx, command[0], command[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = r, stderr, stderr
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("%s failed: %w", command[0], err)
+	if err := consume(ctx, r); err != nil {
+		return nil, err
 	}
 	return m, nil
+}
+
+// restorePostgres restores a backup of a PostgreSQL server into the one
+// libpq's environment reaches: a full backup (roles and every database),
+// or one database's pg_dump -Fc into "postgres", as backups were made
+// before they were full.
+func restorePostgres(ctx context.Context, r io.Reader, stderr io.Writer) error {
+	br := bufio.NewReader(r)
+	head, _ := br.Peek(len(pgfull.Magic))
+	if !pgfull.IsFull(head) {
+		cmd := exec.CommandContext(ctx, "pg_restore", "--exit-on-error", "--no-owner", "--dbname", "postgres")
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = br, stderr, stderr
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("pg_restore failed: %w", err)
+		}
+		return nil
+	}
+	if _, err := br.Discard(len(pgfull.Magic)); err != nil {
+		return err
+	}
+	return pgfull.Restore(ctx, br, nil)
 }
 
 // recipientFromEnv is the age recipient of CHARTPILOT_AGE_KEY ("" when it
@@ -286,40 +336,29 @@ type verifyReport struct {
 	Tables int `json:"tables"`
 }
 
-// backupVerify restores the backup into a throwaway database of the
+// backupVerify restores the backup into throwaway databases of the
 // server the libpq environment names (createdb, pg_restore, psql and
-// dropdb from PATH), counts its tables, and drops it whatever happened.
+// dropdb from PATH): each database of a full backup, or the one database
+// of a pg_dump -Fc; counts their tables, and drops them whatever happened.
 func backupVerify(ctx context.Context, b *blob.Bucket, location, identity string, want backup.Expect, stderr io.Writer) (*verifyReport, error) {
-	db := fmt.Sprintf("chartpilot_verify_%d", time.Now().UnixNano())
-	run := func(name string, args ...string) (string, error) {
-		cmd := exec.CommandContext(ctx, name, args...)
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, stderr
-		if err := cmd.Run(); err != nil {
-			return "", fmt.Errorf("%s failed: %w", name, err)
+	prefix := fmt.Sprintf("chartpilot_verify_%d", time.Now().UnixNano())
+	tables := 0
+	m, err := backupConsume(ctx, b, location, identity, want, func(ctx context.Context, r io.Reader) error {
+		br := bufio.NewReader(r)
+		head, _ := br.Peek(len(pgfull.Magic))
+		var err error
+		if pgfull.IsFull(head) {
+			if _, err := br.Discard(len(pgfull.Magic)); err != nil {
+				return err
+			}
+			tables, err = pgfull.Drill(ctx, br, nil, prefix)
+		} else {
+			tables, err = pgfull.DrillDump(ctx, br, nil, prefix)
 		}
-		return strings.TrimSpace(out.String()), nil
-	}
-	if _, err := run("createdb", db); err != nil {
-		return nil, err
-	}
-	defer func() {
-		if _, err := run("dropdb", "--if-exists", db); err != nil {
-			fmt.Fprintf(stderr, "dropping the throwaway database %s: %v\n", db, err)
-		}
-	}()
-	m, err := backupRestore(ctx, b, location, identity, want, []string{"pg_restore", "--exit-on-error", "--no-owner", "--dbname", db}, stderr)
+		return err
+	})
 	if err != nil {
 		return nil, err
-	}
-	out, err := run("psql", "-XAtq", "-v", "ON_ERROR_STOP=1", "--dbname", db, "-c",
-		"select count(*) from pg_catalog.pg_tables where schemaname not in ('pg_catalog', 'information_schema')")
-	if err != nil {
-		return nil, err
-	}
-	tables, err := strconv.Atoi(out)
-	if err != nil {
-		return nil, fmt.Errorf("counting the restored tables: %q", out)
 	}
 	return &verifyReport{Manifest: *m, Tables: tables}, nil
 }

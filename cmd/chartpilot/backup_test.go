@@ -205,3 +205,73 @@ func TestTamperedBackupRefused(t *testing.T) {
 		t.Fatalf("a restore without --expect-sha256: %v\n%s", err, stderr)
 	}
 }
+
+// TestBackupCommandPostgres: `backup run --postgres` stores everything a
+// server holds (roles and every database), `backup restore --postgres`
+// brings it into another server with owners and grants, `backup verify`
+// drills it database by database; a backup of one database made with
+// `-- pg_dump -Fc` (as backups were before) still restores and verifies
+// with --postgres.
+func TestBackupCommandPostgres(t *testing.T) {
+	src, dst := testpg.Start(t), testpg.Start(t)
+	src.Query(t, "postgres", "CREATE ROLE shop_owner LOGIN PASSWORD 'shop-secret'")
+	src.Query(t, "postgres", "CREATE DATABASE shop OWNER shop_owner")
+	src.Query(t, "shop", "SET ROLE shop_owner; CREATE TABLE items (id int PRIMARY KEY, name text); INSERT INTO items SELECT i, 'item ' || i FROM generate_series(1, 3000) i")
+	src.Query(t, "postgres", "CREATE TABLE notes AS SELECT 'kept' AS note")
+	store := t.TempDir()
+	useServer := func(s *testpg.Server) {
+		t.Setenv("PGHOST", "127.0.0.1")
+		t.Setenv("PGPORT", strconv.Itoa(s.Port))
+		t.Setenv("PGUSER", "postgres")
+	}
+	useServer(src)
+	if _, stderr, err := runAgent("run", "--store", "volume", "--volume-path", store, "--location", "all/1", "--postgres"); err != nil {
+		t.Fatalf("backup run --postgres: %v\n%s", err, stderr)
+	}
+	conn := []string{"-h", "127.0.0.1", "-p", strconv.Itoa(src.Port), "-U", "postgres"}
+	if _, stderr, err := runAgent(append([]string{"run", "--store", "volume", "--volume-path", store, "--location", "one/1", "--", "pg_dump", "-Fc"}, append(conn, "shop")...)...); err != nil {
+		t.Fatalf("backup run -- pg_dump: %v\n%s", err, stderr)
+	}
+	for loc, tables := range map[string]int{"all/1": 2, "one/1": 1} {
+		out, stderr, err := runAgent("verify", "--store", "volume", "--volume-path", store, "--location", loc)
+		var rep verifyReport
+		if err != nil || json.Unmarshal([]byte(out), &rep) != nil || rep.Tables != tables {
+			t.Errorf("verify %s: %v, report %s, want %d tables\n%s", loc, err, out, tables, stderr)
+		}
+	}
+
+	useServer(dst)
+	if _, stderr, err := runAgent("restore", "--store", "volume", "--volume-path", store, "--location", "all/1", "--postgres"); err != nil {
+		t.Fatalf("backup restore --postgres: %v\n%s", err, stderr)
+	}
+	rows := "SELECT count(*) || ' ' || md5(string_agg(name, ',' ORDER BY id)) || ' ' || (SELECT relowner::regrole::text FROM pg_class WHERE relname = 'items') FROM items"
+	if got, want := dst.Query(t, "shop", rows), src.Query(t, "shop", rows); got != want {
+		t.Errorf("restored shop: %s, backed up: %s", got, want)
+	}
+	owner := "SELECT datdba::regrole FROM pg_database WHERE datname = 'shop'"
+	if got := dst.Query(t, "postgres", owner); got != "shop_owner" {
+		t.Errorf("restored shop is owned by %s", got)
+	}
+	if got := dst.Query(t, "postgres", "SELECT note FROM notes"); got != "kept" {
+		t.Errorf("the postgres database's table: %q", got)
+	}
+
+	// The single database, into a third server's postgres database.
+	old := testpg.Start(t)
+	useServer(old)
+	if _, stderr, err := runAgent("restore", "--store", "volume", "--volume-path", store, "--location", "one/1", "--postgres"); err != nil {
+		t.Fatalf("restore --postgres of a pg_dump -Fc: %v\n%s", err, stderr)
+	}
+	if got := old.Query(t, "postgres", "SELECT count(*) FROM items"); got != "3000" {
+		t.Errorf("items restored from a pg_dump -Fc: %s", got)
+	}
+
+	for _, args := range [][]string{
+		{"run", "--store", "volume", "--volume-path", store, "--location", "x/1", "--postgres", "--", "pg_dump"},
+		{"verify", "--store", "volume", "--volume-path", store, "--location", "all/1", "--postgres"},
+	} {
+		if _, _, err := runAgent(args...); err == nil || !strings.Contains(err.Error(), "--postgres backs up or restores a PostgreSQL server itself") {
+			t.Errorf("%v: %v", args, err)
+		}
+	}
+}

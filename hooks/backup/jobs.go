@@ -108,8 +108,9 @@ func JobName(b *v1alpha1.Backup) string {
 	return "backup-" + name + "-" + hex.EncodeToString(sum[:])[:8]
 }
 
-// job is b's Job: the agent streams pg_dump -Fc of the target's primary
-// to the store. Credentials reach it only as references to Secrets of
+// job is b's Job: the agent streams a full backup of the target's
+// primary (its roles with pg_dumpall --globals-only, every database with
+// pg_dump -Fc) to the store. Credentials reach it only as references to Secrets of
 // b's namespace; its pod has no API token.
 func (r *BackupReconciler) job(b *v1alpha1.Backup, pg *v1alpha1.Postgres, st *resolvedStore, location string) *batchv1.Job {
 	env := pgEnv(pg)
@@ -133,7 +134,8 @@ func (r *BackupReconciler) job(b *v1alpha1.Backup, pg *v1alpha1.Postgres, st *re
 		}
 	}
 	sargs, senv, volumes, mounts := storeFlags(st)
-	args = append(append(args, sargs...), "--", "pg_dump", "-Fc")
+	// Everything the server holds: its roles and every database.
+	args = append(append(args, sargs...), "--postgres")
 	lbl := map[string]string{v1alpha1.LabelBackup: b.Name, v1alpha1.LabelComponent: "backup", "app.kubernetes.io/managed-by": "chartpilot"}
 	return placedLike(pg, withAgent(agentJob(b.Namespace, JobName(b), lbl, postgresImage(r.PostgresImage, pg), r.Deadline, args, append(env, senv...), volumes, mounts), r.Image, "backup"))
 }

@@ -98,7 +98,7 @@ func Hook(c client.Client, m *Major, pr *Restores) *hooks.Hook {
 
 // RestoreReconciler carries out spec.restore of each Postgres, once: when
 // its release is installed, a Job of the agent checks the backup's
-// SHA-256 and streams it into pg_restore; status.restore follows it, and
+// SHA-256 and restores it (roles, then every database); status.restore follows it, and
 // the resource is asked for a pass when it ends (so Ready follows).
 type RestoreReconciler struct {
 	Client client.Client
@@ -236,7 +236,9 @@ func (r *RestoreReconciler) step(ctx context.Context, pg *v1alpha1.Postgres) (ct
 	sargs, senv, volumes, mounts := storeFlags(store)
 	args := append([]string{"restore", "--location", location, "--manifest-file", "/dev/termination-log"}, sargs...)
 	args = append(args, expectFlags(sum, size)...)
-	args = append(args, "--", "pg_restore", "--exit-on-error", "--no-owner", "--dbname", "postgres")
+	// Roles, then every database with its owner and grants (a backup from
+	// before backups were full: its one database into "postgres").
+	args = append(args, "--postgres")
 	lbl := map[string]string{v1alpha1.LabelComponent: "restore", "app.kubernetes.io/managed-by": "chartpilot", v1alpha1.LabelRestore: pg.Name}
 	job := placedLike(pg, withAgent(agentJob(pg.Namespace, RestoreJobName(pg), lbl, postgresImage(r.PostgresImage, pg), r.Deadline, args, append(env, senv...), volumes, mounts), r.Image, "backup"))
 	if err := controllerutil.SetControllerReference(pg, job, r.Client.Scheme()); err != nil {

@@ -1,0 +1,375 @@
+// Package pgfull backs up everything a PostgreSQL server holds as one
+// stream, and restores such a stream into another server: the roles (with
+// their attributes, passwords and memberships) and every database that
+// accepts connections, each with its owner, its grants and the owners of
+// its objects. A logical backup of one database (pg_dump of "postgres")
+// leaves out the databases applications keep their data in, and the roles
+// that own it.
+//
+// The stream is Magic, then parts. A part is a line "part NAME\n" followed
+// by chunks, each its length in decimal, "\n" and that many bytes; a chunk
+// of length 0 ends the part. The first part is "globals" (pg_dumpall
+// --globals-only --no-tablespaces: SQL); each other is "database" and the
+// database's name quoted as Go quotes strings, holding pg_dump -Fc of it.
+// Nothing is staged on disk on either side: parts are produced and
+// consumed as they stream.
+//
+// The commands (psql, pg_dumpall, pg_dump, pg_restore) come from PATH and
+// reach the server through libpq's environment (PGHOST, PGPORT, PGUSER,
+// PGPASSWORD), as the superuser.
+package pgfull
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// Magic starts every full backup stream.
+const Magic = "chartpilot-pgfull v1\n"
+
+// maxGlobals bounds the globals part read into memory on restore (the
+// roles' SQL: kilobytes for any real server).
+const maxGlobals = 64 << 20
+
+// maxChunk bounds one chunk's length on restore.
+const maxChunk = 64 << 20
+
+// Commander makes the command that runs name with args, with libpq's
+// environment plus env (exec.CommandContext and the process's own
+// environment when nil).
+type Commander func(ctx context.Context, env []string, name string, args ...string) *exec.Cmd
+
+func (c Commander) command(ctx context.Context, env []string, name string, args ...string) *exec.Cmd {
+	if c != nil {
+		return c(ctx, env, name, args...)
+	}
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Env = append(os.Environ(), env...)
+	return cmd
+}
+
+// run runs a command with stdin (nil: none) and stdout (nil: captured and
+// returned); its standard error is kept for the error.
+func (c Commander) run(ctx context.Context, env []string, stdin io.Reader, stdout io.Writer, name string, args ...string) (string, error) {
+	cmd := c.command(ctx, env, name, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdin, cmd.Stderr = stdin, &errb
+	cmd.Stdout = &out
+	if stdout != nil {
+		cmd.Stdout = stdout
+	}
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("%s: %w: %s", name, err, strings.TrimSpace(errb.String()))
+	}
+	return out.String(), nil
+}
+
+// Databases lists the server's databases that accept connections, but
+// for the templates, sorted.
+func Databases(ctx context.Context, c Commander) ([]string, error) {
+	out, err := c.run(ctx, nil, nil, nil, "psql", "-X", "-A", "-t", "-0", "-v", "ON_ERROR_STOP=1", "--dbname", "postgres",
+		"-c", "SELECT datname FROM pg_database WHERE datallowconn AND NOT datistemplate ORDER BY datname")
+	if err != nil {
+		return nil, err
+	}
+	var dbs []string
+	for _, d := range strings.Split(out, "\x00") {
+		if d = strings.TrimSuffix(d, "\n"); d != "" {
+			dbs = append(dbs, d)
+		}
+	}
+	return dbs, nil
+}
+
+// Dump writes the full backup of the server to w.
+func Dump(ctx context.Context, w io.Writer, c Commander) error {
+	dbs, err := Databases(ctx, c)
+	if err != nil {
+		return err
+	}
+	if _, err := io.WriteString(w, Magic); err != nil {
+		return err
+	}
+	part := func(name string, produce func(io.Writer) error) error {
+		if _, err := fmt.Fprintf(w, "part %s\n", name); err != nil {
+			return err
+		}
+		cw := &chunkWriter{w: w}
+		if err := produce(cw); err != nil {
+			return err
+		}
+		_, err := io.WriteString(w, "0\n")
+		return err
+	}
+	if err := part("globals", func(cw io.Writer) error {
+		_, err := c.run(ctx, nil, nil, cw, "pg_dumpall", "--globals-only", "--no-tablespaces", "-l", "postgres")
+		return err
+	}); err != nil {
+		return err
+	}
+	for _, db := range dbs {
+		if err := part("database "+strconv.Quote(db), func(cw io.Writer) error {
+			// The name goes in the environment: as an argument, a name
+			// holding "=" would be read as a connection string.
+			_, err := c.run(ctx, []string{"PGDATABASE=" + db}, nil, cw, "pg_dump", "-Fc")
+			return err
+		}); err != nil {
+			return fmt.Errorf("database %q: %w", db, err)
+		}
+	}
+	return nil
+}
+
+// chunkWriter frames each write as a chunk.
+type chunkWriter struct{ w io.Writer }
+
+func (cw *chunkWriter) Write(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if _, err := fmt.Fprintf(cw.w, "%d\n", len(p)); err != nil {
+		return 0, err
+	}
+	return cw.w.Write(p)
+}
+
+// reader reads a stream's parts.
+type reader struct {
+	r *bufio.Reader
+}
+
+// next reads the next part's name; io.EOF after the last.
+func (rd *reader) next() (string, error) {
+	line, err := rd.r.ReadString('\n')
+	if err == io.EOF && line == "" {
+		return "", io.EOF
+	}
+	if err != nil {
+		return "", fmt.Errorf("reading a part: %w", err)
+	}
+	name, ok := strings.CutPrefix(strings.TrimSuffix(line, "\n"), "part ")
+	if !ok {
+		return "", fmt.Errorf("not a full backup's part: %.40q", line)
+	}
+	return name, nil
+}
+
+// body is the current part's content, read as it is consumed; it must be
+// read to its end before the next part.
+func (rd *reader) body() io.Reader { return &chunkReader{r: rd.r} }
+
+type chunkReader struct {
+	r    *bufio.Reader
+	left int
+	done bool
+}
+
+func (c *chunkReader) Read(p []byte) (int, error) {
+	if c.done {
+		return 0, io.EOF
+	}
+	if c.left == 0 {
+		line, err := c.r.ReadString('\n')
+		if err != nil {
+			return 0, fmt.Errorf("reading a chunk: %w", io.ErrUnexpectedEOF)
+		}
+		n, err := strconv.Atoi(strings.TrimSuffix(line, "\n"))
+		if err != nil || n < 0 || n > maxChunk {
+			return 0, fmt.Errorf("not a chunk length: %.20q", line)
+		}
+		if n == 0 {
+			c.done = true
+			return 0, io.EOF
+		}
+		c.left = n
+	}
+	if len(p) > c.left {
+		p = p[:c.left]
+	}
+	n, err := c.r.Read(p)
+	c.left -= n
+	if err == io.EOF {
+		err = io.ErrUnexpectedEOF
+	}
+	return n, err
+}
+
+// IsFull reports whether a backup stream that starts with head is a full
+// backup (else: one database's pg_dump -Fc, as backups were before).
+func IsFull(head []byte) bool { return bytes.HasPrefix(head, []byte(Magic)) }
+
+// Restore restores a full backup stream (Magic already read from r, see
+// IsFull) into the server: the roles first, then each database, created
+// with its owner and grants unless it exists (as "postgres" does), with
+// the owners of its objects. The restoring superuser's own role is not
+// touched: the new server's credentials stay its own.
+func Restore(ctx context.Context, r io.Reader, c Commander) error {
+	rd := &reader{r: bufio.NewReader(r)}
+	existing, err := Databases(ctx, c)
+	if err != nil {
+		return err
+	}
+	self, err := c.run(ctx, nil, nil, nil, "psql", "-X", "-A", "-t", "-v", "ON_ERROR_STOP=1", "--dbname", "postgres", "-c", "SELECT quote_ident(current_user)")
+	if err != nil {
+		return err
+	}
+	self = strings.TrimSpace(self)
+	first := true
+	for {
+		name, err := rd.next()
+		if err == io.EOF {
+			if first {
+				return errors.New("the backup has no parts")
+			}
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		switch {
+		case first && name == "globals":
+			sql, err := io.ReadAll(io.LimitReader(rd.body(), maxGlobals+1))
+			if err != nil {
+				return fmt.Errorf("roles: %w", err)
+			}
+			if len(sql) > maxGlobals {
+				return fmt.Errorf("roles: the globals part is over %d bytes", maxGlobals)
+			}
+			if _, err := c.run(ctx, nil, strings.NewReader(Globals(string(sql), self)), nil,
+				"psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "--dbname", "postgres", "-f", "-"); err != nil {
+				return fmt.Errorf("roles: %w", err)
+			}
+		case first:
+			return fmt.Errorf("the backup starts with %q, not its roles", name)
+		default:
+			quoted, ok := strings.CutPrefix(name, "database ")
+			db, err := strconv.Unquote(quoted)
+			if !ok || err != nil {
+				return fmt.Errorf("not a database part: %.60q", name)
+			}
+			args := []string{"--exit-on-error", "--dbname", db}
+			if !contains(existing, db) {
+				// Created from the archive: its owner, grants and settings.
+				args = []string{"--exit-on-error", "--create", "--dbname", "postgres"}
+			}
+			body := rd.body()
+			if _, err := c.run(ctx, nil, body, nil, "pg_restore", args...); err != nil {
+				return fmt.Errorf("database %q: %w", db, err)
+			}
+			if _, err := io.Copy(io.Discard, body); err != nil { // what pg_restore left unread
+				return fmt.Errorf("database %q: %w", db, err)
+			}
+		}
+		first = false
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// createRole is a role's creation as pg_dumpall writes it.
+var createRole = regexp.MustCompile(`^CREATE ROLE ("(?:[^"]|"")+"|[a-z_][a-z0-9_$]*);$`)
+
+// alterRole is the start of a role's attributes as pg_dumpall writes them.
+var alterRole = regexp.MustCompile(`^ALTER ROLE ("(?:[^"]|"")+"|[a-z_][a-z0-9_$]*) WITH `)
+
+// Globals is pg_dumpall's roles SQL made safe to run on a server that
+// already has some of them: the restoring superuser's own role (self, as
+// quote_ident writes it) is left alone (its password is the new
+// server's), and a role that exists already is kept and given the
+// backed-up attributes, instead of failing the restore.
+func Globals(sql, self string) string {
+	var out strings.Builder
+	for _, line := range strings.SplitAfter(sql, "\n") {
+		stmt := strings.TrimSuffix(line, "\n")
+		if m := createRole.FindStringSubmatch(stmt); m != nil {
+			if m[1] == self {
+				continue
+			}
+			fmt.Fprintf(&out, "DO $chartpilot$BEGIN CREATE ROLE %s; EXCEPTION WHEN duplicate_object THEN NULL; END$chartpilot$;\n", m[1])
+			continue
+		}
+		if m := alterRole.FindStringSubmatch(stmt); m != nil && m[1] == self {
+			continue
+		}
+		out.WriteString(line)
+	}
+	return out.String()
+}
+
+// Drill is a restore drill of a full backup stream (Magic already read
+// from r) on a server that keeps running for its users: each database is
+// restored into a throwaway database named prefix and its number, without
+// owners or grants (the roles are not restored: they are the server's
+// own), its tables counted, and dropped whatever happened. It returns the
+// number of tables of all databases.
+func Drill(ctx context.Context, r io.Reader, c Commander, prefix string) (int, error) {
+	rd := &reader{r: bufio.NewReader(r)}
+	tables, n := 0, 0
+	for {
+		name, err := rd.next()
+		if err == io.EOF {
+			if n == 0 {
+				return 0, errors.New("the backup holds no database")
+			}
+			return tables, nil
+		}
+		if err != nil {
+			return 0, err
+		}
+		body := rd.body()
+		if !strings.HasPrefix(name, "database ") {
+			if _, err := io.Copy(io.Discard, body); err != nil {
+				return 0, err
+			}
+			continue
+		}
+		n++
+		db := fmt.Sprintf("%s_%d", prefix, n)
+		count, err := DrillDump(ctx, body, c, db)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", name, err)
+		}
+		tables += count
+	}
+}
+
+// DrillDump restores one database's pg_dump -Fc from body into a new
+// database db (no owners, no grants), counts its tables, and drops db
+// whatever happened.
+func DrillDump(ctx context.Context, body io.Reader, c Commander, db string) (int, error) {
+	if _, err := c.run(ctx, nil, nil, nil, "createdb", "--maintenance-db", "postgres", db); err != nil {
+		return 0, err
+	}
+	defer func() {
+		// Dropped even when the pass was cancelled.
+		_, _ = c.run(context.WithoutCancel(ctx), nil, nil, nil, "dropdb", "--maintenance-db", "postgres", "--if-exists", db)
+	}()
+	if _, err := c.run(ctx, nil, body, nil, "pg_restore", "--exit-on-error", "--no-owner", "--no-acl", "--dbname", db); err != nil {
+		return 0, err
+	}
+	if _, err := io.Copy(io.Discard, body); err != nil {
+		return 0, err
+	}
+	out, err := c.run(ctx, nil, nil, nil, "psql", "-X", "-A", "-t", "-v", "ON_ERROR_STOP=1", "--dbname", db, "-c",
+		"SELECT count(*) FROM pg_catalog.pg_tables WHERE schemaname NOT IN ('pg_catalog', 'information_schema')")
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(strings.TrimSpace(out))
+}

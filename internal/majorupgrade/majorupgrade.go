@@ -87,7 +87,8 @@ func Run(ctx context.Context, p Plan) (res Result, err error) {
 			pgproc.Stop(newServer)
 		}
 		_ = os.RemoveAll(p.NewData)
-		if _, rerr := p.psql(ctx, p.OldHost, p.OldPort, "postgres", "ALTER SYSTEM RESET default_transaction_read_only", "SELECT pg_reload_conf()"); rerr != nil {
+		// This session first: the server's default is still read-only.
+		if _, rerr := p.psql(ctx, p.OldHost, p.OldPort, "postgres", "SET default_transaction_read_only = off", "ALTER SYSTEM RESET default_transaction_read_only", "SELECT pg_reload_conf()", releaseLogins); rerr != nil {
 			err = errors.Join(err, fmt.Errorf("allowing writes on the old server again: %w", rerr))
 		}
 		err = &Error{Step: step, Err: err}
@@ -104,8 +105,10 @@ func Run(ctx context.Context, p Plan) (res Result, err error) {
 	}
 	dump := filepath.Join(p.WorkDir, "dumpall.sql")
 	if err := do(StepStopWrites, func() error {
-		// New transactions are read-only; the ones running end.
-		_, err := p.psql(ctx, p.OldHost, p.OldPort, "postgres", "ALTER SYSTEM SET default_transaction_read_only = on", "SELECT pg_reload_conf()",
+		// No other role may log in (a session could turn a read-only
+		// default off; a role that cannot log in cannot write), new
+		// transactions are read-only, and the sessions running end.
+		_, err := p.psql(ctx, p.OldHost, p.OldPort, "postgres", holdLogins, "ALTER SYSTEM SET default_transaction_read_only = on", "SELECT pg_reload_conf()",
 			"SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()")
 		return err
 	}); err != nil {
@@ -153,6 +156,11 @@ func Run(ctx context.Context, p Plan) (res Result, err error) {
 		if err != nil {
 			return fmt.Errorf("restoring the dump: %w: %s", err, out)
 		}
+		// The roles were dumped with their logins held: the new server
+		// lets them in again.
+		if _, err := p.psql(ctx, p.WorkDir, p.NewPort, "postgres", releaseLogins); err != nil {
+			return fmt.Errorf("allowing logins on the new server: %w", err)
+		}
 		return nil
 	}); err != nil {
 		return res, err
@@ -178,6 +186,29 @@ func Run(ctx context.Context, p Plan) (res Result, err error) {
 	res.Took = time.Since(start)
 	return res, nil
 }
+
+// loginHeld marks, as a setting of the role (which nothing reads), a role
+// whose login the upgrade took away: it gives back exactly those, also
+// after a process that held them died (the next attempt releases them
+// when it fails, and the new server when it succeeds).
+const loginHeld = "chartpilot.login_held"
+
+// holdLogins takes the login of every role but the upgrade's own.
+const holdLogins = `DO $chartpilot$DECLARE r record; BEGIN
+  FOR r IN SELECT rolname FROM pg_roles WHERE rolcanlogin AND rolname <> current_user LOOP
+    EXECUTE format('ALTER ROLE %I SET ` + loginHeld + ` = on', r.rolname);
+    EXECUTE format('ALTER ROLE %I NOLOGIN', r.rolname);
+  END LOOP;
+END$chartpilot$`
+
+// releaseLogins gives back the logins holdLogins took.
+const releaseLogins = `DO $chartpilot$DECLARE r record; BEGIN
+  FOR r IN SELECT DISTINCT a.rolname FROM pg_roles a JOIN pg_db_role_setting s ON s.setrole = a.oid AND s.setdatabase = 0
+      WHERE s.setconfig @> ARRAY['` + loginHeld + `=on'] LOOP
+    EXECUTE format('ALTER ROLE %I LOGIN', r.rolname);
+    EXECUTE format('ALTER ROLE %I RESET ` + loginHeld + `', r.rolname);
+  END LOOP;
+END$chartpilot$`
 
 // verify compares every table of every database on both servers: rows and
 // a checksum of their text forms (a sum of per-row hashes: independent of

@@ -138,3 +138,69 @@ func TestMajorUpgradeFailureLeavesOldServing(t *testing.T) {
 		}
 	}
 }
+
+// TestMajorUpgradeStopsWrites: while the data moves, an application role
+// cannot log in (not even to turn the read-only default off and write); a
+// failure gives its login back, and after an upgrade the new server lets
+// it in with its other attributes as they were. A role that could not log
+// in before still cannot.
+func TestMajorUpgradeStopsWrites(t *testing.T) {
+	newBin := testpg.Bin17(t)
+	old := seeded(t)
+	old.Query(t, "postgres", "CREATE ROLE writer LOGIN CREATEDB; GRANT ALL ON ALL TABLES IN SCHEMA public TO writer; CREATE ROLE locked NOLOGIN")
+	old.Query(t, "app", "GRANT ALL ON ALL TABLES IN SCHEMA public TO writer; GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO writer")
+	write := func(host string, port int) error {
+		env := map[string]string{"PGHOST": host, "PGPORT": strconv.Itoa(port), "PGUSER": "writer", "PGDATABASE": "app"}
+		out, err := old.Command(env, "psql", "-XAtq", "-v", "ON_ERROR_STOP=1", "-c", "SET default_transaction_read_only = off; INSERT INTO notes (body) VALUES ('written')").CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%v: %s", err, out)
+		}
+		return nil
+	}
+	if err := write("127.0.0.1", old.Port); err != nil {
+		t.Fatalf("before the upgrade: %v", err)
+	}
+	for _, fail := range []string{majorupgrade.StepRestore, ""} {
+		p := plan(t, old, newBin)
+		p.Fail = fail
+		var during error
+		p.Log = func(step, _ string) {
+			if step == majorupgrade.StepDump {
+				during = write("127.0.0.1", old.Port)
+			}
+		}
+		_, err := majorupgrade.Run(context.Background(), p)
+		if (err != nil) != (fail != "") {
+			t.Fatalf("upgrade failing at %q: %v", fail, err)
+		}
+		if during == nil || !strings.Contains(during.Error(), "not permitted to log in") {
+			t.Errorf("failing at %q: a write while the data moved: %v", fail, during)
+		}
+		if fail != "" {
+			if err := write("127.0.0.1", old.Port); err != nil {
+				t.Errorf("after a failure at %s, the application role cannot write: %v", fail, err)
+			}
+			continue
+		}
+		port := testpg.FreePort(t)
+		srv := old.Command(nil, filepath.Join(newBin, "postgres"), "-D", p.NewData, "-c", "listen_addresses=", "-c", "port="+strconv.Itoa(port), "-c", "unix_socket_directories="+p.WorkDir)
+		if err := srv.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { testpg.StopServer(srv) })
+		if !testwait.Until(time.Minute, 200*time.Millisecond, func() bool {
+			return old.Command(nil, "pg_isready", "-h", p.WorkDir, "-p", strconv.Itoa(port)).Run() == nil
+		}) {
+			t.Fatal("the new server did not start")
+		}
+		env := map[string]string{"PGHOST": p.WorkDir, "PGPORT": strconv.Itoa(port), "PGUSER": "postgres", "PGDATABASE": "postgres"}
+		out, err := old.Command(env, "psql", "-XAtq", "-c", `SELECT string_agg(format('%s login=%s createdb=%s', rolname, rolcanlogin, rolcreatedb), ' ' ORDER BY rolname) FROM pg_roles WHERE rolname IN ('writer', 'locked');
+			SELECT count(*) FROM pg_db_role_setting WHERE array_to_string(setconfig, ',') LIKE '%chartpilot%'`).CombinedOutput()
+		if err != nil {
+			t.Fatalf("reading the new server's roles: %v: %s", err, out)
+		}
+		if got := strings.TrimSpace(string(out)); got != "locked login=f createdb=f writer login=t createdb=t\n0" {
+			t.Errorf("roles on the new server: %q", got)
+		}
+	}
+}

@@ -18,8 +18,8 @@
 //     own bootstrap: initdb on an empty volume, then postgres) runs as is;
 //   - a client in another pod connects from a non-loopback address: the
 //     test connects to this machine's own non-loopback address, so the
-//     connection comes from it (not from 127.0.0.1, which the chart trusts
-//     as the pod's own).
+//     connection comes from it (not from 127.0.0.1, the pod's own, which a
+//     port-forward also comes from and which needs the password too).
 package pgchart
 
 import (
@@ -399,5 +399,10 @@ func TestChartRunsRealPostgreSQL(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "password authentication failed") {
 		t.Errorf("a wrong password was not refused: %v\n%s", err, out)
+	}
+	// Loopback (the pod's own address, and where a port-forward arrives)
+	// is no way in without the password.
+	if out, err := r.Command(map[string]string{"PGCONNECT_TIMEOUT": "10"}, "psql", "-w", "-h", "127.0.0.1", "-p", strconv.Itoa(chartPort), "-U", rd.username, "-d", "postgres", "-XAtc", "select 1").CombinedOutput(); err == nil {
+		t.Errorf("the superuser logged in over 127.0.0.1 without a password: %s", out)
 	}
 }

@@ -71,7 +71,13 @@ func postgresImages(t *testing.T) (postgres, exporter string) {
 // machine's psql and returns the unaligned, tuples-only output.
 func psql(t *testing.T, host, user, password, sql string) (string, error) {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(testpg.Bin(t), "psql"), "-h", host, "-p", "5432", "-U", user, "-d", "postgres", "-XAtq", "-v", "ON_ERROR_STOP=1", "-c", sql)
+	return psqlIn(t, host, user, password, "postgres", sql)
+}
+
+// psqlIn is psql in database db.
+func psqlIn(t *testing.T, host, user, password, db, sql string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(testpg.Bin(t), "psql"), "-h", host, "-p", "5432", "-U", user, "-d", db, "-XAtq", "-v", "ON_ERROR_STOP=1", "-c", sql)
 	cmd.Env = []string{"PGPASSWORD=" + password, "PGCONNECT_TIMEOUT=10", "PGSSLMODE=disable"}
 	out, err := cmd.CombinedOutput()
 	if err != nil {

@@ -1,0 +1,156 @@
+package nodes
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/chartpilot/chartpilot/internal/rbac"
+	"github.com/chartpilot/chartpilot/internal/testcluster"
+)
+
+// TestBackupRestoreOnRealPods: the operator as installed (its pod on the
+// real node) backs up a Postgres 15 whose data lives in two application
+// databases of their own owners, with a group role and grants, by a real
+// Job (the agent copied in by the init container, UID 65532, read-only
+// root) to a volume store; a new Postgres restored from that Backup by a
+// real Job has the same roles (their password hashes too), memberships,
+// owners, grants and rows, and keeps its own superuser password.
+func TestBackupRestoreOnRealPods(t *testing.T) {
+	ctx := context.Background()
+	cs, dyn := clients(t)
+	pgRepo, _ := postgresImages(t)
+	ops := cluster.Namespace(t)
+	installOperator(t, ops, 1, map[string]any{"postgresImage": pgRepo})
+
+	tenant := cluster.Namespace(t)
+	if _, err := rbac.CreateDeployer(ctx, cs, tenant, rbac.DefaultDeployer, rbac.DefaultDeployer); err != nil {
+		t.Fatal(err)
+	}
+	claim := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: tenant, Name: "backups"}, Spec: corev1.PersistentVolumeClaimSpec{
+		AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+		Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}
+	if _, err := cs.CoreV1().PersistentVolumeClaims(tenant).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	create := func(gvr schema.GroupVersionResource, kind, name string, spec map[string]any) {
+		t.Helper()
+		u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "chartpilot.dev/v1alpha1", "kind": kind,
+			"metadata": map[string]any{"name": name, "namespace": tenant}, "spec": spec}}
+		var err error
+		// kube-proxy follows the webhook Service's endpoints a moment
+		// after the operator's pod is ready.
+		_ = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			_, err = dyn.Resource(gvr).Namespace(tenant).Create(ctx, u, metav1.CreateOptions{})
+			return err == nil || !strings.Contains(err.Error(), "failed calling webhook"), nil
+		})
+		if err != nil {
+			t.Fatalf("creating %s %s: %v", kind, name, err)
+		}
+	}
+	postgres := func(name string, extra map[string]any) map[string]any {
+		spec := map[string]any{
+			"version": "15", "storage": map[string]any{"size": "1Gi"},
+			"nodeSelector": map[string]any{testcluster.RealNodeLabel: "true"},
+			"tolerations":  []any{map[string]any{"key": testcluster.RealNodeTaint, "operator": "Exists", "effect": "NoSchedule"}},
+			"values":       map[string]any{"image": map[string]any{"repository": pgRepo}},
+		}
+		for k, v := range extra {
+			spec[k] = v
+		}
+		return spec
+	}
+	// query runs sql in db of Postgres name, through its Service, as its
+	// superuser.
+	query := func(name, db, sql string) string {
+		t.Helper()
+		secret, err := cs.CoreV1().Secrets(tenant).Get(ctx, name+"-auth", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		svc, err := cs.CoreV1().Services(tenant).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out string
+		var last error
+		if err := wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(context.Context) (bool, error) {
+			out, last = psqlIn(t, svc.Spec.ClusterIP, string(secret.Data["username"]), string(secret.Data["password"]), db, sql)
+			return last == nil, nil
+		}); err != nil {
+			t.Fatalf("%s on %s/%s: %v", sql, name, db, last)
+		}
+		return out
+	}
+
+	create(backupStoreGVR, "BackupStore", "local", map[string]any{"volume": map[string]any{"claimName": "backups"}})
+	create(postgresGVR, "Postgres", "src", postgres("src", nil))
+	waitReady(t, dyn, postgresGVR, tenant, "src", "True", 6*time.Minute)
+	for _, sql := range []string{
+		"CREATE ROLE shop_owner LOGIN PASSWORD 'shop-secret'",
+		"CREATE ROLE reporting NOLOGIN",
+		"CREATE ROLE analyst LOGIN PASSWORD 'analyst-secret' IN ROLE reporting",
+		"CREATE DATABASE shop OWNER shop_owner",
+		"CREATE DATABASE stock OWNER analyst",
+	} {
+		query("src", "postgres", sql)
+	}
+	query("src", "shop", "SET ROLE shop_owner; CREATE TABLE orders (id int PRIMARY KEY, total numeric); INSERT INTO orders SELECT g, g * 1.5 FROM generate_series(1, 2000) g; GRANT SELECT ON orders TO reporting")
+	query("src", "stock", "SET ROLE analyst; CREATE TABLE items AS SELECT g AS id FROM generate_series(1, 300) g")
+	state := func(name string) string {
+		roles := query(name, "postgres", `SELECT string_agg(format('%s login=%s password=%s', rolname, rolcanlogin, coalesce(left(md5(rolpassword), 8), '-')), ' ' ORDER BY rolname)
+			FROM pg_authid WHERE rolname IN ('shop_owner', 'reporting', 'analyst')`)
+		members := query(name, "postgres", `SELECT string_agg(m.rolname || '>' || r.rolname, ' ' ORDER BY 1) FROM pg_auth_members a
+			JOIN pg_roles r ON r.oid = a.roleid JOIN pg_roles m ON m.oid = a.member WHERE r.rolname = 'reporting'`)
+		dbs := query(name, "postgres", `SELECT string_agg(datname || '=' || datdba::regrole, ' ' ORDER BY datname) FROM pg_database WHERE datname IN ('shop', 'stock')`)
+		shop := query(name, "shop", `SELECT count(*) || ' ' || sum(total) || ' ' || (SELECT relowner::regrole || ' ' || relacl::text FROM pg_class WHERE relname = 'orders') FROM orders`)
+		stock := query(name, "stock", `SELECT count(*) || ' ' || (SELECT relowner::regrole::text FROM pg_class WHERE relname = 'items') FROM items`)
+		return strings.Join([]string{roles, members, dbs, shop, stock}, "\n")
+	}
+	want := state("src")
+
+	create(backupGVR, "Backup", "full", map[string]any{"target": map[string]any{"kind": "Postgres", "name": "src"}, "store": map[string]any{"name": "local"}})
+	waitBackupCompleted(t, tenant, "full")
+	job, err := cs.BatchV1().Jobs(tenant).List(ctx, metav1.ListOptions{LabelSelector: "chartpilot.dev/backup=full"})
+	if err != nil || len(job.Items) != 1 {
+		t.Fatalf("the Backup's Job: %v, %d", err, len(job.Items))
+	}
+	if pod := job.Items[0].Spec.Template.Spec; pod.SecurityContext == nil || *pod.SecurityContext.RunAsUser != 65532 ||
+		!*pod.Containers[0].SecurityContext.ReadOnlyRootFilesystem || len(pod.InitContainers) != 1 {
+		t.Errorf("the backup Job's pod: %+v", pod)
+	}
+
+	create(postgresGVR, "Postgres", "dst", postgres("dst", map[string]any{"restore": map[string]any{"fromBackup": "full"}}))
+	err = wait.PollUntilContextTimeout(ctx, 2*time.Second, 8*time.Minute, true, func(ctx context.Context) (bool, error) {
+		u, err := dyn.Resource(postgresGVR).Namespace(tenant).Get(ctx, "dst", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		phase, _, _ := unstructured.NestedString(u.Object, "status", "restore", "phase")
+		if phase == "Failed" {
+			msg, _, _ := unstructured.NestedString(u.Object, "status", "restore", "message")
+			t.Fatalf("the restore failed: %s", msg)
+		}
+		ready, _ := condition(u, "Ready")
+		return phase == "Completed" && ready == "True", nil
+	})
+	if err != nil {
+		t.Fatalf("dst not restored and Ready within 8 minutes: %v", err)
+	}
+	if got := state("dst"); got != want {
+		t.Errorf("the restored Postgres differs:\n--- backed up\n%s\n--- restored\n%s", want, got)
+	}
+	// Its superuser is its own: its Secret's password still logs in.
+	if v := query("dst", "postgres", "SELECT 1"); v != "1" {
+		t.Errorf("dst's superuser: %q", v)
+	}
+	t.Logf("restored: %s", strings.ReplaceAll(want, "\n", "; "))
+}

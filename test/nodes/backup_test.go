@@ -7,12 +7,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/chartpilot/chartpilot/internal/backup/backuptest"
 	"github.com/chartpilot/chartpilot/internal/rbac"
 	"github.com/chartpilot/chartpilot/internal/testcluster"
 )
@@ -21,24 +21,27 @@ import (
 // real node) backs up a Postgres 15 whose data lives in two application
 // databases of their own owners, with a group role and grants, by a real
 // Job (the agent copied in by the init container, UID 65532, read-only
-// root) to a volume store; a new Postgres restored from that Backup by a
+// root) to a real S3 server (versitygw) on the node network; a new
+// Postgres restored from that Backup by a
 // real Job has the same roles (their password hashes too), memberships,
 // owners, grants and rows, and keeps its own superuser password.
 func TestBackupRestoreOnRealPods(t *testing.T) {
 	ctx := context.Background()
 	cs, dyn := clients(t)
 	pgRepo, _ := postgresImages(t)
+	// The S3 server listens on the real node's bridge: the Jobs' pods and
+	// the operator's (which reads each backup's manifest back) reach it.
+	s3 := backuptest.StartS3On(t, t.TempDir(), testcluster.RealNodeIP(0))
 	ops := cluster.Namespace(t)
-	installOperator(t, ops, 1, map[string]any{"postgresImage": pgRepo})
+	installOperator(t, ops, 1, map[string]any{"postgresImage": pgRepo, "extraArgs": []any{"--backup-store-endpoints=" + s3.Endpoint}})
 
 	tenant := cluster.Namespace(t)
 	if _, err := rbac.CreateDeployer(ctx, cs, tenant, rbac.DefaultDeployer, rbac.DefaultDeployer); err != nil {
 		t.Fatal(err)
 	}
-	claim := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: tenant, Name: "backups"}, Spec: corev1.PersistentVolumeClaimSpec{
-		AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-		Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}
-	if _, err := cs.CoreV1().PersistentVolumeClaims(tenant).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
+	creds := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: tenant, Name: "s3-creds"},
+		StringData: map[string]string{"accessKeyID": s3.AccessKeyID, "secretAccessKey": s3.SecretAccessKey}}
+	if _, err := cs.CoreV1().Secrets(tenant).Create(ctx, creds, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	create := func(gvr schema.GroupVersionResource, kind, name string, spec map[string]any) {
@@ -91,7 +94,9 @@ func TestBackupRestoreOnRealPods(t *testing.T) {
 		return out
 	}
 
-	create(backupStoreGVR, "BackupStore", "local", map[string]any{"volume": map[string]any{"claimName": "backups"}})
+	create(backupStoreGVR, "BackupStore", "local", map[string]any{"s3": map[string]any{
+		"endpoint": s3.Endpoint, "bucket": s3.Bucket, "prefix": s3.Prefix, "forcePathStyle": true,
+		"credentialsSecretRef": map[string]any{"name": "s3-creds"}}})
 	create(postgresGVR, "Postgres", "src", postgres("src", nil))
 	waitReady(t, dyn, postgresGVR, tenant, "src", "True", 6*time.Minute)
 	for _, sql := range []string{

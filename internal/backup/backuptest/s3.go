@@ -4,11 +4,12 @@
 package backuptest
 
 import (
-	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -21,6 +22,13 @@ import (
 // when the test ends, and returns the store settings (prefix "tenant-a").
 // The credentials reach the server through its environment.
 func StartS3(t testpg.T, dir string) backup.S3 {
+	t.Helper()
+	return StartS3On(t, dir, "127.0.0.1")
+}
+
+// StartS3On is StartS3 listening on host (an address of this machine: a
+// real node's bridge, for pods to reach).
+func StartS3On(t testpg.T, dir, host string) backup.S3 {
 	t.Helper()
 	root, err := testcluster.ModuleRoot()
 	if err != nil {
@@ -36,14 +44,14 @@ func StartS3(t testpg.T, dir string) backup.S3 {
 		}
 	}
 	port := testpg.FreePort(t)
-	s := backup.S3{Endpoint: fmt.Sprintf("http://127.0.0.1:%d", port), Bucket: "backups", Prefix: "tenant-a", ForcePathStyle: true,
+	s := backup.S3{Endpoint: "http://" + net.JoinHostPort(host, strconv.Itoa(port)), Bucket: "backups", Prefix: "tenant-a", ForcePathStyle: true,
 		AccessKeyID: "chartpilot-test", SecretAccessKey: "s3-secret-never-shown-0123456789"}
 	logPath := filepath.Join(dir, "versitygw.log")
 	log, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "--port", fmt.Sprintf("127.0.0.1:%d", port), "--quiet", "posix", "--sidecar", filepath.Join(dir, "meta"), filepath.Join(dir, "data"))
+	cmd := exec.Command(bin, "--port", net.JoinHostPort(host, strconv.Itoa(port)), "--quiet", "posix", "--sidecar", filepath.Join(dir, "meta"), filepath.Join(dir, "data"))
 	cmd.Env = append(os.Environ(), "ROOT_ACCESS_KEY_ID="+s.AccessKeyID, "ROOT_SECRET_ACCESS_KEY="+s.SecretAccessKey)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

@@ -128,6 +128,8 @@ func TestChartFailoverCommandLines(t *testing.T) {
 	}
 	c := instancetest.New(t, instancetest.Options{
 		API: cluster, Namespace: cluster.Namespace(t), Synchronous: 1, Members: []string{"pg-0", "pg-1", "pg-2"},
+		// The chart's pg_hba.conf trusts only the socket.
+		Password: m.env["POSTGRES_PASSWORD"],
 		Command: func(s instancetest.MemberSpec) *exec.Cmd {
 			kubeconfig := s.WriteKubeconfig(t)
 			args := chartArgs(t, m.command[2:], s, configDir)

@@ -2,6 +2,9 @@ package nodes
 
 import (
 	"context"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -24,14 +27,17 @@ import (
 // root) to a real S3 server (versitygw) on the node network; a new
 // Postgres restored from that Backup by a
 // real Job has the same roles (their password hashes too), memberships,
-// owners, grants and rows, and keeps its own superuser password.
+// owners, grants and rows, and keeps its own superuser password. The same
+// backup corrupted in the store is refused by the restore Job before
+// anything reaches a third Postgres.
 func TestBackupRestoreOnRealPods(t *testing.T) {
 	ctx := context.Background()
 	cs, dyn := clients(t)
 	pgRepo, _ := postgresImages(t)
 	// The S3 server listens on the real node's bridge: the Jobs' pods and
 	// the operator's (which reads each backup's manifest back) reach it.
-	s3 := backuptest.StartS3On(t, t.TempDir(), testcluster.RealNodeIP(0))
+	s3dir := t.TempDir()
+	s3 := backuptest.StartS3On(t, s3dir, testcluster.RealNodeIP(0))
 	ops := cluster.Namespace(t)
 	installOperator(t, ops, 1, map[string]any{"postgresImage": pgRepo, "extraArgs": []any{"--backup-store-endpoints=" + s3.Endpoint}})
 
@@ -158,4 +164,56 @@ func TestBackupRestoreOnRealPods(t *testing.T) {
 		t.Errorf("dst's superuser: %q", v)
 	}
 	t.Logf("restored: %s", strings.ReplaceAll(want, "\n", "; "))
+
+	// One byte of the stored data changed: the restore is refused, and
+	// the new server gets none of it.
+	var data string
+	var size int64
+	if err := filepath.WalkDir(filepath.Join(s3dir, "data"), func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || strings.HasSuffix(p, "manifest.json") {
+			return err
+		}
+		if info, err := d.Info(); err == nil && info.Size() > size {
+			data, size = p, info.Size()
+		}
+		return nil
+	}); err != nil || data == "" {
+		t.Fatalf("the backup's data in the store: %v", err)
+	}
+	f, err := os.OpenFile(data, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 1)
+	if _, err := f.ReadAt(b, size/2); err != nil {
+		t.Fatal(err)
+	}
+	b[0] ^= 0xff
+	if _, err := f.WriteAt(b, size/2); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	create(postgresGVR, "Postgres", "bad", postgres("bad", map[string]any{"restore": map[string]any{"fromBackup": "full"}}))
+	var msg string
+	err = wait.PollUntilContextTimeout(ctx, 2*time.Second, 8*time.Minute, true, func(ctx context.Context) (bool, error) {
+		u, err := dyn.Resource(postgresGVR).Namespace(tenant).Get(ctx, "bad", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		phase, _, _ := unstructured.NestedString(u.Object, "status", "restore", "phase")
+		msg, _, _ = unstructured.NestedString(u.Object, "status", "restore", "message")
+		if phase == "Completed" {
+			t.Fatalf("a corrupted backup was restored: %s", msg)
+		}
+		return phase == "Failed", nil
+	})
+	if err != nil || !strings.Contains(msg, "corrupted") || !strings.Contains(msg, "nothing was restored") {
+		t.Fatalf("the restore of a corrupted backup: %v, message %q", err, msg)
+	}
+	if n := query("bad", "postgres", "SELECT count(*) FROM pg_database WHERE datname IN ('shop', 'stock')"); n != "0" {
+		t.Errorf("%s of the corrupted backup's databases reached the server", n)
+	}
+	if n := query("bad", "postgres", "SELECT count(*) FROM pg_roles WHERE rolname IN ('shop_owner', 'reporting', 'analyst')"); n != "0" {
+		t.Errorf("%s of the corrupted backup's roles reached the server", n)
+	}
 }

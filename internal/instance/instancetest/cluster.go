@@ -85,6 +85,9 @@ type Options struct {
 	// Command makes a member's process (not started); it must die with
 	// the caller.
 	Command func(spec MemberSpec) *exec.Cmd
+	// Password is the superuser's, for the members' pg_hba.conf that
+	// asks for it over TCP (empty: none sent).
+	Password string
 }
 
 // Cluster is a running test cluster.
@@ -302,6 +305,9 @@ func (c *Cluster) Psql(port int, timeout time.Duration, sql string) (string, boo
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "psql", "-XAtq", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-p", strconv.Itoa(port), "-U", "postgres", "-d", "postgres", "-c", sql)
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "PGCONNECT_TIMEOUT=2", "LANG=C"}
+	if c.o.Password != "" {
+		cmd.Env = append(cmd.Env, "PGPASSWORD="+c.o.Password)
+	}
 	out, err := cmd.Output()
 	return strings.TrimSpace(string(out)), err == nil
 }

@@ -210,6 +210,7 @@ func TestBackupRestoreOnRealPods(t *testing.T) {
 	if err != nil || !strings.Contains(msg, "corrupted") || !strings.Contains(msg, "nothing was restored") {
 		t.Fatalf("the restore of a corrupted backup: %v, message %q", err, msg)
 	}
+	t.Logf("the corrupted backup: %s", msg)
 	if n := query("bad", "postgres", "SELECT count(*) FROM pg_database WHERE datname IN ('shop', 'stock')"); n != "0" {
 		t.Errorf("%s of the corrupted backup's databases reached the server", n)
 	}

@@ -225,7 +225,12 @@ func (m *Major) carryOut(ctx context.Context, obj hooks.Object) error {
 			why = out.raw
 		}
 		m.record(ctx, pg, &v1alpha1.PostgresMajorUpgrade{From: ch.from, To: ch.to, Phase: MajorFailed, Job: ch.job, Step: step, Message: why}, nil)
-		return hooks.Reject("MajorUpgradeFailed", "%s failed at step %s: %s; the release stays on PostgreSQL %s with its data (writes allowed again); fix the cause and delete Job %s to try again (kubectl logs job/%s)", what, step, why, ch.from, ch.job, ch.job)
+		writes := "writes allowed again"
+		if out.report == nil {
+			// Killed before it could report (or give writes back).
+			writes = "writes may still be stopped: the Job ended without its report; the next attempt gives them back if it fails"
+		}
+		return hooks.Reject("MajorUpgradeFailed", "%s failed at step %s: %s; the release stays on PostgreSQL %s with its data (%s); fix the cause and delete Job %s to try again (kubectl logs job/%s)", what, step, why, ch.from, writes, ch.job, ch.job)
 	}
 	return hooks.Reject("MajorUpgradeRunning", "%s: Job %s moves the data (writes are stopped meanwhile)", what, ch.job)
 }

@@ -155,7 +155,7 @@ func backupCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 		}
 		if sub == "verify" {
 			var rep *verifyReport
-			if rep, err = backupVerify(ctx, b, *location, identity, want, stderr); err == nil {
+			if rep, err = backupVerify(ctx, b, *location, identity, want); err == nil {
 				report = rep
 			}
 		} else if *postgres {
@@ -340,7 +340,7 @@ type verifyReport struct {
 // server the libpq environment names (createdb, pg_restore, psql and
 // dropdb from PATH): each database of a full backup, or the one database
 // of a pg_dump -Fc; counts their tables, and drops them whatever happened.
-func backupVerify(ctx context.Context, b *blob.Bucket, location, identity string, want backup.Expect, stderr io.Writer) (*verifyReport, error) {
+func backupVerify(ctx context.Context, b *blob.Bucket, location, identity string, want backup.Expect) (*verifyReport, error) {
 	prefix := fmt.Sprintf("chartpilot_verify_%d", time.Now().UnixNano())
 	tables := 0
 	m, err := backupConsume(ctx, b, location, identity, want, func(ctx context.Context, r io.Reader) error {

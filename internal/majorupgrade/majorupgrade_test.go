@@ -71,6 +71,25 @@ func checksums(t *testing.T, s *testpg.Server, host string, port int) map[string
 	return out
 }
 
+// startNew starts a server of the new major on the upgrade's new data
+// directory, on its own (its socket in the work directory, and 127.0.0.1),
+// stopped when the test ends, and returns its port.
+func startNew(t *testing.T, old *testpg.Server, newBin string, p majorupgrade.Plan) int {
+	t.Helper()
+	port := testpg.FreePort(t)
+	srv := old.Command(nil, filepath.Join(newBin, "postgres"), "-D", p.NewData, "-c", "listen_addresses=127.0.0.1", "-c", "port="+strconv.Itoa(port), "-c", "unix_socket_directories="+p.WorkDir)
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { testpg.StopServer(srv) })
+	if !testwait.Until(time.Minute, 200*time.Millisecond, func() bool {
+		return old.Command(nil, "pg_isready", "-h", p.WorkDir, "-p", strconv.Itoa(port)).Run() == nil
+	}) {
+		t.Fatal("the new server did not start")
+	}
+	return port
+}
+
 // TestMajorUpgrade15To17: a seeded PostgreSQL 15 database moves to 17:
 // every table's rows and checksum equal after, the old data directory is
 // still 15's and untouched.
@@ -95,17 +114,7 @@ func TestMajorUpgrade15To17(t *testing.T) {
 	}
 	// The new server, started on its own, has the same tables, compared
 	// here independently of the upgrade's own check.
-	port := testpg.FreePort(t)
-	srv := old.Command(nil, filepath.Join(newBin, "postgres"), "-D", p.NewData, "-c", "listen_addresses=127.0.0.1", "-c", "port="+strconv.Itoa(port), "-c", "unix_socket_directories="+p.WorkDir)
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { testpg.StopServer(srv) })
-	if !testwait.Until(time.Minute, 200*time.Millisecond, func() bool {
-		return old.Command(nil, "pg_isready", "-h", "127.0.0.1", "-p", strconv.Itoa(port)).Run() == nil
-	}) {
-		t.Fatal("the new server did not start")
-	}
+	port := startNew(t, old, newBin, p)
 	after := checksums(t, old, p.WorkDir, port) // its socket: host connections need the password, and there is none here
 	if fmt.Sprint(after) != fmt.Sprint(before) || len(after) != 3 {
 		t.Errorf("tables after the upgrade:\n%v\nbefore:\n%v", after, before)
@@ -182,17 +191,7 @@ func TestMajorUpgradeStopsWrites(t *testing.T) {
 			}
 			continue
 		}
-		port := testpg.FreePort(t)
-		srv := old.Command(nil, filepath.Join(newBin, "postgres"), "-D", p.NewData, "-c", "listen_addresses=", "-c", "port="+strconv.Itoa(port), "-c", "unix_socket_directories="+p.WorkDir)
-		if err := srv.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { testpg.StopServer(srv) })
-		if !testwait.Until(time.Minute, 200*time.Millisecond, func() bool {
-			return old.Command(nil, "pg_isready", "-h", p.WorkDir, "-p", strconv.Itoa(port)).Run() == nil
-		}) {
-			t.Fatal("the new server did not start")
-		}
+		port := startNew(t, old, newBin, p)
 		env := map[string]string{"PGHOST": p.WorkDir, "PGPORT": strconv.Itoa(port), "PGUSER": "postgres", "PGDATABASE": "postgres"}
 		out, err := old.Command(env, "psql", "-XAtq", "-c", `SELECT string_agg(format('%s login=%s createdb=%s', rolname, rolcanlogin, rolcreatedb), ' ' ORDER BY rolname) FROM pg_roles WHERE rolname IN ('writer', 'locked');
 			SELECT count(*) FROM pg_db_role_setting WHERE array_to_string(setconfig, ',') LIKE '%chartpilot%'`).CombinedOutput()

@@ -29,6 +29,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -257,7 +258,7 @@ func Restore(ctx context.Context, r io.Reader, c Commander) error {
 				return fmt.Errorf("not a database part: %.60q", name)
 			}
 			args := []string{"--exit-on-error", "--dbname", db}
-			if !contains(existing, db) {
+			if !slices.Contains(existing, db) {
 				// Created from the archive: its owner, grants and settings.
 				args = []string{"--exit-on-error", "--create", "--dbname", "postgres"}
 			}
@@ -271,15 +272,6 @@ func Restore(ctx context.Context, r io.Reader, c Commander) error {
 		}
 		first = false
 	}
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // createRole is a role's creation as pg_dumpall writes it.

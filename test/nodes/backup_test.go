@@ -52,18 +52,7 @@ func TestBackupRestoreOnRealPods(t *testing.T) {
 	}
 	create := func(gvr schema.GroupVersionResource, kind, name string, spec map[string]any) {
 		t.Helper()
-		u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "chartpilot.dev/v1alpha1", "kind": kind,
-			"metadata": map[string]any{"name": name, "namespace": tenant}, "spec": spec}}
-		var err error
-		// kube-proxy follows the webhook Service's endpoints a moment
-		// after the operator's pod is ready.
-		_ = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-			_, err = dyn.Resource(gvr).Namespace(tenant).Create(ctx, u, metav1.CreateOptions{})
-			return err == nil || !strings.Contains(err.Error(), "failed calling webhook"), nil
-		})
-		if err != nil {
-			t.Fatalf("creating %s %s: %v", kind, name, err)
-		}
+		createThroughWebhook(t, dyn, gvr, tenant, kind, name, spec)
 	}
 	postgres := func(name string, extra map[string]any) map[string]any {
 		spec := map[string]any{

@@ -217,3 +217,21 @@ func killReportedAndBack(t *testing.T, gvr schema.GroupVersionResource, pod core
 	}
 	waitReady(t, dyn, gvr, pod.Namespace, name, "True", 4*time.Minute)
 }
+
+// createThroughWebhook creates a chartpilot.dev/v1alpha1 resource in ns
+// with the operator's admission webhook in the way: kube-proxy follows
+// the webhook Service's endpoints a moment after the operator's pod is
+// ready, so a refusal for not reaching the webhook is tried again.
+func createThroughWebhook(t *testing.T, dyn dynamic.Interface, gvr schema.GroupVersionResource, ns, kind, name string, spec map[string]any) {
+	t.Helper()
+	u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "chartpilot.dev/v1alpha1", "kind": kind,
+		"metadata": map[string]any{"name": name, "namespace": ns}, "spec": spec}}
+	var err error
+	_ = wait.PollUntilContextTimeout(context.Background(), time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err = dyn.Resource(gvr).Namespace(ns).Create(ctx, u, metav1.CreateOptions{})
+		return err == nil || !strings.Contains(err.Error(), "failed calling webhook"), nil
+	})
+	if err != nil {
+		t.Fatalf("creating %s %s: %v", kind, name, err)
+	}
+}

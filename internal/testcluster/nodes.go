@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -419,6 +420,26 @@ func (n *realNode) makeCgroupRoot() error {
 		}
 	}
 	return nil
+}
+
+// PauseKubelet stops real node i's kubelet (SIGSTOP) until resume is
+// called: the node's containers run on, but none is started, restarted or
+// stopped and no pod status is reported meanwhile, as when a node's agent
+// hangs. Resume (SIGCONT) before the node's lease runs out (40 s), or the
+// node is marked unreachable.
+func (c *Cluster) PauseKubelet(i int) (resume func(), err error) {
+	name := RealNodeName(i) + "-kubelet"
+	for _, p := range c.procs {
+		if p.name != name {
+			continue
+		}
+		if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+			return nil, fmt.Errorf("stopping %s: %w", name, err)
+		}
+		var once sync.Once
+		return func() { once.Do(func() { _ = p.cmd.Process.Signal(syscall.SIGCONT) }) }, nil
+	}
+	return nil, fmt.Errorf("no process %s in this cluster", name)
 }
 
 // stopRealNodes tears the real nodes down (after their kubelets and

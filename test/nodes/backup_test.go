@@ -54,34 +54,16 @@ func TestBackupRestoreOnRealPods(t *testing.T) {
 		t.Helper()
 		createThroughWebhook(t, dyn, gvr, tenant, kind, name, spec)
 	}
-	postgres := func(name string, extra map[string]any) map[string]any {
-		spec := map[string]any{
-			"version": "15", "storage": map[string]any{"size": "1Gi"},
-			"nodeSelector": map[string]any{testcluster.RealNodeLabel: "true"},
-			"tolerations":  []any{map[string]any{"key": testcluster.RealNodeTaint, "operator": "Exists", "effect": "NoSchedule"}},
-			"values":       map[string]any{"image": map[string]any{"repository": pgRepo}},
-		}
-		for k, v := range extra {
-			spec[k] = v
-		}
-		return spec
-	}
 	// query runs sql in db of Postgres name, through its Service, as its
 	// superuser.
 	query := func(name, db, sql string) string {
 		t.Helper()
-		secret, err := cs.CoreV1().Secrets(tenant).Get(ctx, name+"-auth", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		svc, err := cs.CoreV1().Services(tenant).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		user, password := superuser(t, cs, tenant, name)
+		host := serviceIP(t, cs, tenant, name)
 		var out string
 		var last error
 		if err := wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(context.Context) (bool, error) {
-			out, last = psqlIn(t, svc.Spec.ClusterIP, string(secret.Data["username"]), string(secret.Data["password"]), db, sql)
+			out, last = psqlIn(t, host, user, password, db, sql)
 			return last == nil, nil
 		}); err != nil {
 			t.Fatalf("%s on %s/%s: %v", sql, name, db, last)
@@ -92,7 +74,7 @@ func TestBackupRestoreOnRealPods(t *testing.T) {
 	create(backupStoreGVR, "BackupStore", "local", map[string]any{"s3": map[string]any{
 		"endpoint": s3.Endpoint, "bucket": s3.Bucket, "prefix": s3.Prefix, "forcePathStyle": true,
 		"credentialsSecretRef": map[string]any{"name": "s3-creds"}}})
-	create(postgresGVR, "Postgres", "src", postgres("src", nil))
+	create(postgresGVR, "Postgres", "src", realNodePostgres(pgRepo, "15", nil))
 	waitReady(t, dyn, postgresGVR, tenant, "src", "True", 6*time.Minute)
 	for _, sql := range []string{
 		"CREATE ROLE shop_owner LOGIN PASSWORD 'shop-secret'",
@@ -128,7 +110,7 @@ func TestBackupRestoreOnRealPods(t *testing.T) {
 		t.Errorf("the backup Job's pod: %+v", pod)
 	}
 
-	create(postgresGVR, "Postgres", "dst", postgres("dst", map[string]any{"restore": map[string]any{"fromBackup": "full"}}))
+	create(postgresGVR, "Postgres", "dst", realNodePostgres(pgRepo, "15", map[string]any{"restore": map[string]any{"fromBackup": "full"}}))
 	err = wait.PollUntilContextTimeout(ctx, 2*time.Second, 8*time.Minute, true, func(ctx context.Context) (bool, error) {
 		u, err := dyn.Resource(postgresGVR).Namespace(tenant).Get(ctx, "dst", metav1.GetOptions{})
 		if err != nil {
@@ -182,7 +164,7 @@ func TestBackupRestoreOnRealPods(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
-	create(postgresGVR, "Postgres", "bad", postgres("bad", map[string]any{"restore": map[string]any{"fromBackup": "full"}}))
+	create(postgresGVR, "Postgres", "bad", realNodePostgres(pgRepo, "15", map[string]any{"restore": map[string]any{"fromBackup": "full"}}))
 	var msg string
 	err = wait.PollUntilContextTimeout(ctx, 2*time.Second, 8*time.Minute, true, func(ctx context.Context) (bool, error) {
 		u, err := dyn.Resource(postgresGVR).Namespace(tenant).Get(ctx, "bad", metav1.GetOptions{})

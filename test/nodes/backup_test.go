@@ -20,6 +20,52 @@ import (
 	"github.com/chartpilot/chartpilot/internal/testcluster"
 )
 
+// operatorWithStore starts a real S3 server (versitygw) on the real
+// node's bridge, where the Jobs' pods and the operator's (which reads each
+// backup's manifest back) reach it, installs the operator (pgRepo its
+// PostgreSQL images) allowed to store there, and makes a tenant namespace
+// with BackupStore "local" on it. It returns the server's directory and
+// the namespace.
+func operatorWithStore(t *testing.T, pgRepo string) (string, string) {
+	t.Helper()
+	ctx := context.Background()
+	cs, dyn := clients(t)
+	s3dir := t.TempDir()
+	s3 := backuptest.StartS3On(t, s3dir, testcluster.RealNodeIP(0))
+	installOperator(t, cluster.Namespace(t), 1, map[string]any{"postgresImage": pgRepo, "extraArgs": []any{"--backup-store-endpoints=" + s3.Endpoint}})
+	tenant := cluster.Namespace(t)
+	if _, err := rbac.CreateDeployer(ctx, cs, tenant, rbac.DefaultDeployer, rbac.DefaultDeployer); err != nil {
+		t.Fatal(err)
+	}
+	creds := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: tenant, Name: "s3-creds"},
+		StringData: map[string]string{"accessKeyID": s3.AccessKeyID, "secretAccessKey": s3.SecretAccessKey}}
+	if _, err := cs.CoreV1().Secrets(tenant).Create(ctx, creds, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	createThroughWebhook(t, dyn, backupStoreGVR, tenant, "BackupStore", "local", map[string]any{"s3": map[string]any{
+		"endpoint": s3.Endpoint, "bucket": s3.Bucket, "prefix": s3.Prefix, "forcePathStyle": true,
+		"credentialsSecretRef": map[string]any{"name": "s3-creds"}}})
+	return s3dir, tenant
+}
+
+// superQuery runs sql in db of Postgres name in ns, through its Service,
+// as its superuser, waiting a minute at most for it to answer.
+func superQuery(t *testing.T, ns, name, db, sql string) string {
+	t.Helper()
+	cs, _ := clients(t)
+	user, password := superuser(t, cs, ns, name)
+	host := serviceIP(t, cs, ns, name)
+	var out string
+	var last error
+	if err := wait.PollUntilContextTimeout(context.Background(), time.Second, time.Minute, true, func(context.Context) (bool, error) {
+		out, last = psqlIn(t, host, user, password, db, sql)
+		return last == nil, nil
+	}); err != nil {
+		t.Fatalf("%s on %s/%s: %v", sql, name, db, last)
+	}
+	return out
+}
+
 // TestBackupRestoreOnRealPods: the operator as installed (its pod on the
 // real node) backs up a Postgres 15 whose data lives in two application
 // databases of their own owners, with a group role and grants, by a real
@@ -34,46 +80,16 @@ func TestBackupRestoreOnRealPods(t *testing.T) {
 	ctx := context.Background()
 	cs, dyn := clients(t)
 	pgRepo, _ := postgresImages(t)
-	// The S3 server listens on the real node's bridge: the Jobs' pods and
-	// the operator's (which reads each backup's manifest back) reach it.
-	s3dir := t.TempDir()
-	s3 := backuptest.StartS3On(t, s3dir, testcluster.RealNodeIP(0))
-	ops := cluster.Namespace(t)
-	installOperator(t, ops, 1, map[string]any{"postgresImage": pgRepo, "extraArgs": []any{"--backup-store-endpoints=" + s3.Endpoint}})
-
-	tenant := cluster.Namespace(t)
-	if _, err := rbac.CreateDeployer(ctx, cs, tenant, rbac.DefaultDeployer, rbac.DefaultDeployer); err != nil {
-		t.Fatal(err)
-	}
-	creds := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: tenant, Name: "s3-creds"},
-		StringData: map[string]string{"accessKeyID": s3.AccessKeyID, "secretAccessKey": s3.SecretAccessKey}}
-	if _, err := cs.CoreV1().Secrets(tenant).Create(ctx, creds, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	s3dir, tenant := operatorWithStore(t, pgRepo)
 	create := func(gvr schema.GroupVersionResource, kind, name string, spec map[string]any) {
 		t.Helper()
 		createThroughWebhook(t, dyn, gvr, tenant, kind, name, spec)
 	}
-	// query runs sql in db of Postgres name, through its Service, as its
-	// superuser.
 	query := func(name, db, sql string) string {
 		t.Helper()
-		user, password := superuser(t, cs, tenant, name)
-		host := serviceIP(t, cs, tenant, name)
-		var out string
-		var last error
-		if err := wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(context.Context) (bool, error) {
-			out, last = psqlIn(t, host, user, password, db, sql)
-			return last == nil, nil
-		}); err != nil {
-			t.Fatalf("%s on %s/%s: %v", sql, name, db, last)
-		}
-		return out
+		return superQuery(t, tenant, name, db, sql)
 	}
 
-	create(backupStoreGVR, "BackupStore", "local", map[string]any{"s3": map[string]any{
-		"endpoint": s3.Endpoint, "bucket": s3.Bucket, "prefix": s3.Prefix, "forcePathStyle": true,
-		"credentialsSecretRef": map[string]any{"name": "s3-creds"}}})
 	create(postgresGVR, "Postgres", "src", realNodePostgres(pgRepo, "15", nil))
 	waitReady(t, dyn, postgresGVR, tenant, "src", "True", 6*time.Minute)
 	for _, sql := range []string{

@@ -61,7 +61,8 @@ func serviceIP(t *testing.T, cs kubernetes.Interface, ns, name string) string {
 }
 
 // ack is an insert a server acknowledged: the value, the server (its
-// address and the start of its postmaster: a restarted server is another)
+// address, the start of its postmaster, so that a restarted server is
+// another, and its version number)
 // and when it was sent and acknowledged.
 type ack struct {
 	v        int
@@ -79,9 +80,9 @@ type rowWriter struct {
 	done chan struct{}
 }
 
-// startRowWriter inserts into table t (v int) at host:5432 from value
-// from on until halted.
-func startRowWriter(t *testing.T, host, user, password string, from int) *rowWriter {
+// startRowWriter inserts into table t (v int) of database db at
+// host:5432 from value from on until halted.
+func startRowWriter(t *testing.T, host, user, password, db string, from int) *rowWriter {
 	w := &rowWriter{next: from, stop: make(chan struct{}), done: make(chan struct{})}
 	psqlBin := filepath.Join(testpg.Bin(t), "psql")
 	go func() {
@@ -97,8 +98,8 @@ func startRowWriter(t *testing.T, host, user, password string, from int) *rowWri
 			// gives up (the timeout kills psql) has no acknowledgement.
 			sent := time.Now()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			cmd := exec.CommandContext(ctx, psqlBin, "-h", host, "-p", "5432", "-U", user, "-d", "postgres", "-XAtq", "-v", "ON_ERROR_STOP=1",
-				"-c", fmt.Sprintf("INSERT INTO t VALUES (%d) RETURNING host(inet_server_addr()) || '/' || pg_postmaster_start_time()", v))
+			cmd := exec.CommandContext(ctx, psqlBin, "-h", host, "-p", "5432", "-U", user, "-d", db, "-XAtq", "-v", "ON_ERROR_STOP=1",
+				"-c", fmt.Sprintf("INSERT INTO t VALUES (%d) RETURNING host(inet_server_addr()) || '/' || pg_postmaster_start_time() || '/' || current_setting('server_version_num')", v))
 			cmd.Env = []string{"PGPASSWORD=" + password, "PGCONNECT_TIMEOUT=2", "PGSSLMODE=disable"}
 			out, err := cmd.Output()
 			cancel()
@@ -215,7 +216,7 @@ func TestFailoverOnRealPods(t *testing.T) {
 		if !ok {
 			t.Fatal("no one pod labelled primary")
 		}
-		w := startRowWriter(t, host, user, password, next)
+		w := startRowWriter(t, host, user, password, "postgres", next)
 		w.waitAcks(t, "20 rows acknowledged", 2*time.Minute, func(a []ack) bool { return len(a) >= 20 })
 		oldServer := w.snapshot()[0].server
 		if !strings.HasPrefix(oldServer, old.Status.PodIP+"/") {

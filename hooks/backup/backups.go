@@ -290,7 +290,7 @@ func (r *BackupReconciler) target(ctx context.Context, b *v1alpha1.Backup) (*tar
 		return nil, fmt.Sprintf("spec.target: %s %s is not Ready", kind, name), "", nil
 	}
 	t := &target{obj: u, job: func(st *resolvedStore, location string) *batchv1.Job {
-		return r.passthroughJob(b, pk.Backup, st, location)
+		return r.passthroughJob(b, u, pk.Backup, st, location)
 	}}
 	if rel := v1alpha1.ReadReleaseStatus(u).Release; rel != nil {
 		t.chartVersion = rel.ChartVersion

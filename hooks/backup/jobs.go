@@ -15,6 +15,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
@@ -27,8 +29,9 @@ const AgentDir = "/chartpilot-agent"
 
 // passthroughJob is b's Job for a kind with a watches.yaml backup block:
 // an init container of the agent's image copies the agent into a shared
-// volume; the block's image runs it, and it runs the block's command.
-func (r *BackupReconciler) passthroughJob(b *v1alpha1.Backup, block *watches.Backup, st *resolvedStore, location string) *batchv1.Job {
+// volume; the block's image runs it, and it runs the block's command. It
+// is placed as target's pods (a passthrough kind's spec is its values).
+func (r *BackupReconciler) passthroughJob(b *v1alpha1.Backup, target *unstructured.Unstructured, block *watches.Backup, st *resolvedStore, location string) *batchv1.Job {
 	env := []corev1.EnvVar{
 		{Name: "CHARTPILOT_TARGET_NAME", Value: b.Spec.Target.Name},
 		{Name: "CHARTPILOT_TARGET_NAMESPACE", Value: b.Namespace},
@@ -42,7 +45,50 @@ func (r *BackupReconciler) passthroughJob(b *v1alpha1.Backup, block *watches.Bac
 	sargs, senv, volumes, mounts := storeFlags(st)
 	args = append(append(append(args, sargs...), "--"), block.Command...)
 	lbl := map[string]string{v1alpha1.LabelBackup: b.Name, v1alpha1.LabelComponent: "backup", "app.kubernetes.io/managed-by": "chartpilot"}
-	return withAgent(agentJob(b.Namespace, JobName(b), lbl, block.Image, r.Deadline, args, append(env, senv...), volumes, mounts), r.Image, "backup")
+	job := agentJob(b.Namespace, JobName(b), lbl, block.Image, r.Deadline, args, append(env, senv...), volumes, mounts)
+	return withAgent(placedByValues(job, block, func(p []string) (any, bool) {
+		v, ok, _ := unstructured.NestedFieldNoCopy(target.Object, append([]string{"spec"}, p...)...)
+		return v, ok
+	}), r.Image, "backup")
+}
+
+// placedByValues gives job's pod the node selector and tolerations the
+// release's pods have, read by at at the block's values paths (a value of
+// another shape than a chart takes is left out: the release fails on it
+// already).
+func placedByValues(job *batchv1.Job, block *watches.Backup, at func(path []string) (any, bool)) *batchv1.Job {
+	spec := &job.Spec.Template.Spec
+	if block.NodeSelectorValue != "" {
+		if v, ok := at(strings.Split(block.NodeSelectorValue, ".")); ok {
+			if m, ok := v.(map[string]any); ok {
+				sel := map[string]string{}
+				for k, v := range m {
+					if s, ok := v.(string); ok {
+						sel[k] = s
+					}
+				}
+				if len(sel) > 0 {
+					spec.NodeSelector = sel
+				}
+			}
+		}
+	}
+	if block.TolerationsValue != "" {
+		if v, ok := at(strings.Split(block.TolerationsValue, ".")); ok {
+			list, _ := v.([]any)
+			for _, item := range list {
+				m, ok := item.(map[string]any)
+				if !ok {
+					continue
+				}
+				var tol corev1.Toleration
+				if err := runtime.DefaultUnstructuredConverter.FromUnstructured(m, &tol); err == nil {
+					spec.Tolerations = append(spec.Tolerations, tol)
+				}
+			}
+		}
+	}
+	return job
 }
 
 // withAgent makes job's container (of another image: the database's own,

@@ -9,9 +9,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
+	"github.com/chartpilot/chartpilot/internal/watches"
 )
 
 func testBackup(name, uid string) *v1alpha1.Backup {
@@ -212,5 +214,37 @@ func TestAgentJobVolumes(t *testing.T) {
 	}
 	if len(volumes) != 1 || volumes[0].PersistentVolumeClaim == nil || volumes[0].PersistentVolumeClaim.ClaimName != "backups" || len(mounts) != 1 || mounts[0].MountPath != "/backups" {
 		t.Errorf("volume store: volumes %+v, mounts %+v", volumes, mounts)
+	}
+}
+
+// TestPassthroughJobsPlacedAsPods: a passthrough kind's backup and restore
+// Jobs take the node selector and tolerations of the release's pods from
+// the values paths its backup block names; values of another shape are
+// left out, and a block naming none places the Jobs anywhere.
+func TestPassthroughJobsPlacedAsPods(t *testing.T) {
+	block := &watches.Backup{Image: "redis:7.4", Command: []string{"redis-cli"}, NodeSelectorValue: "nodeSelector", TolerationsValue: "placement.tolerations"}
+	values := map[string]any{
+		"nodeSelector": map[string]any{"pool": "cache", "bad": int64(3)},
+		"placement": map[string]any{"tolerations": []any{
+			map[string]any{"key": "cache", "operator": "Exists", "effect": "NoSchedule"},
+			"not a toleration",
+			map[string]any{"key": "x", "tolerationSeconds": "soon"},
+		}},
+	}
+	at := func(p []string) (any, bool) {
+		v, ok, _ := unstructured.NestedFieldNoCopy(values, p...)
+		return v, ok
+	}
+	job := placedByValues(agentJob("shop", "j", nil, "redis:7.4", time.Minute, nil, nil, nil, nil), block, at)
+	pod := job.Spec.Template.Spec
+	if len(pod.NodeSelector) != 1 || pod.NodeSelector["pool"] != "cache" {
+		t.Errorf("node selector %v, want pool=cache only", pod.NodeSelector)
+	}
+	if len(pod.Tolerations) != 1 || pod.Tolerations[0].Key != "cache" || pod.Tolerations[0].Effect != corev1.TaintEffectNoSchedule {
+		t.Errorf("tolerations %+v, want the one of key cache", pod.Tolerations)
+	}
+	none := placedByValues(agentJob("shop", "j", nil, "redis:7.4", time.Minute, nil, nil, nil, nil), &watches.Backup{Image: "redis:7.4", Command: []string{"redis-cli"}}, at)
+	if p := none.Spec.Template.Spec; p.NodeSelector != nil || p.Tolerations != nil {
+		t.Errorf("a block naming no values placed the Job: %v %v", p.NodeSelector, p.Tolerations)
 	}
 }

@@ -177,7 +177,7 @@ func (r *Restores) start(ctx context.Context, obj hooks.Object, pk PassthroughKi
 	default:
 		return err
 	}
-	job := r.job(u, pk, b, store, claim.Name)
+	job := r.job(obj, pk, b, store, claim.Name)
 	job.Annotations = map[string]string{v1alpha1.AnnotationRestoreBackup: b.Name, v1alpha1.AnnotationRestoreSHA256: b.Status.SHA256}
 	job.OwnerReferences = []metav1.OwnerReference{{APIVersion: u.GetAPIVersion(), Kind: u.GetKind(), Name: u.GetName(), UID: u.GetUID()}}
 	if err := r.Identity.createJob(ctx, r.Client, u, job); err != nil {
@@ -210,7 +210,8 @@ func refusal(err error) error {
 // job is the restore Job: the kind's restore image with chartpilot copied
 // in; the agent reads the backup, checks its SHA-256 and pipes it into the
 // restore command, the claim mounted where the command expects it.
-func (r *Restores) job(u *unstructured.Unstructured, pk PassthroughKind, b *v1alpha1.Backup, store *resolvedStore, claim string) *batchv1.Job {
+func (r *Restores) job(obj hooks.Object, pk PassthroughKind, b *v1alpha1.Backup, store *resolvedStore, claim string) *batchv1.Job {
+	u := obj.Resource
 	rs := pk.Backup.Restore
 	env := []corev1.EnvVar{
 		{Name: "CHARTPILOT_TARGET_NAME", Value: u.GetName()},
@@ -234,7 +235,7 @@ func (r *Restores) job(u *unstructured.Unstructured, pk PassthroughKind, b *v1al
 	}
 	lbl := map[string]string{v1alpha1.LabelRestoreInto: u.GetName(), v1alpha1.LabelComponent: "restore", "app.kubernetes.io/managed-by": "chartpilot"}
 	job := agentJob(u.GetNamespace(), restoreJobName(u.GetNamespace(), u.GetName(), u.GetUID()), lbl, image, deadline, args, append(env, senv...), volumes, mounts)
-	return withAgent(job, r.AgentImage, "backup")
+	return withAgent(placedByValues(job, pk.Backup, func(p []string) (any, bool) { return valueAt(obj, p) }), r.AgentImage, "backup")
 }
 
 // follow reads the restore Job: complete with the manifest of the Backup

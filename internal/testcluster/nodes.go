@@ -442,6 +442,25 @@ func (c *Cluster) PauseKubelet(i int) (resume func(), err error) {
 	return nil, fmt.Errorf("no process %s in this cluster", name)
 }
 
+// PodLogs returns what each container of pod ns/name wrote on the real
+// nodes (the kubelets' pod log files), by container name; a container
+// restarted has its runs joined.
+func (c *Cluster) PodLogs(ns, name string) map[string]string {
+	out := map[string]string{}
+	for _, n := range c.realNodes {
+		files, _ := filepath.Glob(filepath.Join(n.dir, "logs", ns+"_"+name+"_*", "*", "*.log"))
+		for _, f := range files {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				continue
+			}
+			container := filepath.Base(filepath.Dir(f))
+			out[container] += string(b)
+		}
+	}
+	return out
+}
+
 // stopRealNodes tears the real nodes down (after their kubelets and
 // containerds were stopped with the other processes).
 func (c *Cluster) stopRealNodes() {

@@ -80,6 +80,13 @@ type Backup struct {
 	Image   string      `json:"image"`
 	Command []string    `json:"command"`
 	Env     []BackupEnv `json:"env,omitempty"`
+	// NodeSelectorValue and TolerationsValue are the values paths of the
+	// release pods' node selector and tolerations (e.g. nodeSelector,
+	// tolerations): the backup and restore Jobs are placed as they are,
+	// so that they run where the release's pods may, also on nodes
+	// tainted for them alone. Unset: the Jobs are placed anywhere.
+	NodeSelectorValue string `json:"nodeSelectorValue,omitempty"`
+	TolerationsValue  string `json:"tolerationsValue,omitempty"`
 	// Restore, when set, restores a backup into a new resource annotated
 	// chartpilot.dev/restore-from: BACKUP before its release is installed.
 	Restore *BackupRestore `json:"restore,omitempty"`
@@ -392,6 +399,11 @@ func validate(e entry, baseDir string, lookupEnv func(string) (string, bool)) (W
 		for i, env := range b.Env {
 			if !envName.MatchString(env.Name) || env.Secret == "" || env.Key == "" {
 				return w, fmt.Errorf("field backup.env[%d]: name (a variable name), secret and key are required", i)
+			}
+		}
+		for field, v := range map[string]string{"nodeSelectorValue": b.NodeSelectorValue, "tolerationsValue": b.TolerationsValue} {
+			if v != "" && slices.Contains(strings.Split(v, "."), "") {
+				return w, fmt.Errorf("field backup.%s %q is not a values path: write the dotted path of the release's %s value, e.g. %s", field, v, strings.TrimSuffix(field, "Value"), strings.TrimSuffix(field, "Value"))
 			}
 		}
 		if r := b.Restore; r != nil {

@@ -140,6 +140,7 @@ func TestParseErrorsNameEntryAndField(t *testing.T) {
 		"restore claim no name":   {base + "  hooks: [backup]\n" + restoreBlock("claim: data-0"), []string{"field backup.restore.claim", "{name}"}},
 		"restore relative mount":  {base + "  hooks: [backup]\n" + strings.Replace(restoreBlock("claim: \"data-{name}-0\""), "mountPath: /data", "mountPath: data", 1), []string{"field backup.restore.mountPath"}},
 		"restore bad size":        {base + "  hooks: [backup]\n" + strings.Replace(restoreBlock("claim: \"data-{name}-0\""), "size: 1Gi", "size: big", 1), []string{"field backup.restore.size"}},
+		"bad placement path":      {base + "  backup:\n    image: redis\n    command: [redis-cli]\n    tolerationsValue: placement..tolerations\n", []string{"field backup.tolerationsValue", "values path"}},
 		"restore no command":      {base + "  hooks: [backup]\n" + strings.Replace(restoreBlock("claim: \"data-{name}-0\""), "command: [sh]", "command: []", 1), []string{"field backup.restore.command"}},
 	} {
 		t.Run(name, func(t *testing.T) {

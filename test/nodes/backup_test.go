@@ -2,6 +2,7 @@ package nodes
 
 import (
 	"context"
+	"encoding/json"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -9,12 +10,14 @@ import (
 	"testing"
 	"time"
 
+	"filippo.io/age"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/chartpilot/chartpilot/internal/backup"
 	"github.com/chartpilot/chartpilot/internal/backup/backuptest"
 	"github.com/chartpilot/chartpilot/internal/rbac"
 	"github.com/chartpilot/chartpilot/internal/testcluster"
@@ -22,17 +25,21 @@ import (
 
 // operatorWithStore starts a real S3 server (versitygw) on the real
 // node's bridge, where the Jobs' pods and the operator's (which reads each
-// backup's manifest back) reach it, installs the operator (pgRepo its
-// PostgreSQL images) allowed to store there, and makes a tenant namespace
+// backup's manifest back) reach it, installs the operator (values over
+// charts/chartpilot's) allowed to store there, and makes a tenant namespace
 // with BackupStore "local" on it. It returns the server's directory and
 // the namespace.
-func operatorWithStore(t *testing.T, pgRepo string) (string, string) {
+func operatorWithStore(t *testing.T, values map[string]any) (string, string) {
 	t.Helper()
 	ctx := context.Background()
 	cs, dyn := clients(t)
 	s3dir := t.TempDir()
 	s3 := backuptest.StartS3On(t, s3dir, testcluster.RealNodeIP(0))
-	installOperator(t, cluster.Namespace(t), 1, map[string]any{"postgresImage": pgRepo, "extraArgs": []any{"--backup-store-endpoints=" + s3.Endpoint}})
+	vals := map[string]any{"extraArgs": []any{"--backup-store-endpoints=" + s3.Endpoint}}
+	for k, v := range values {
+		vals[k] = v
+	}
+	installOperator(t, cluster.Namespace(t), 1, vals)
 	tenant := cluster.Namespace(t)
 	if _, err := rbac.CreateDeployer(ctx, cs, tenant, rbac.DefaultDeployer, rbac.DefaultDeployer); err != nil {
 		t.Fatal(err)
@@ -46,6 +53,38 @@ func operatorWithStore(t *testing.T, pgRepo string) (string, string) {
 		"endpoint": s3.Endpoint, "bucket": s3.Bucket, "prefix": s3.Prefix, "forcePathStyle": true,
 		"credentialsSecretRef": map[string]any{"name": "s3-creds"}}})
 	return s3dir, tenant
+}
+
+// corruptLargest changes one byte in the middle of the largest object
+// (a backup's data) of the S3 server's directory s3dir.
+func corruptLargest(t *testing.T, s3dir string) {
+	t.Helper()
+	var data string
+	var size int64
+	if err := filepath.WalkDir(filepath.Join(s3dir, "data"), func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || strings.HasSuffix(p, "manifest.json") {
+			return err
+		}
+		if info, err := d.Info(); err == nil && info.Size() > size {
+			data, size = p, info.Size()
+		}
+		return nil
+	}); err != nil || data == "" {
+		t.Fatalf("the backup's data in the store: %v", err)
+	}
+	f, err := os.OpenFile(data, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b := make([]byte, 1)
+	if _, err := f.ReadAt(b, size/2); err != nil {
+		t.Fatal(err)
+	}
+	b[0] ^= 0xff
+	if _, err := f.WriteAt(b, size/2); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // superQuery runs sql in db of Postgres name in ns, through its Service,
@@ -70,17 +109,17 @@ func superQuery(t *testing.T, ns, name, db, sql string) string {
 // real node) backs up a Postgres 15 whose data lives in two application
 // databases of their own owners, with a group role and grants, by a real
 // Job (the agent copied in by the init container, UID 65532, read-only
-// root) to a real S3 server (versitygw) on the node network; a new
-// Postgres restored from that Backup by a
-// real Job has the same roles (their password hashes too), memberships,
-// owners, grants and rows, and keeps its own superuser password. The same
-// backup corrupted in the store is refused by the restore Job before
-// anything reaches a third Postgres.
+// root) to a real S3 server (versitygw) on the node network, encrypted
+// for the Postgres's age key; a new Postgres restored from that Backup by
+// a real Job has the same roles (their password hashes too), memberships,
+// owners, grants and rows, and keeps its own superuser password. Restored
+// with another key, and with one byte of the stored data changed, the
+// restore Job refuses the backup before anything reaches the new server.
 func TestBackupRestoreOnRealPods(t *testing.T) {
 	ctx := context.Background()
 	cs, dyn := clients(t)
 	pgRepo, _ := postgresImages(t)
-	s3dir, tenant := operatorWithStore(t, pgRepo)
+	s3dir, tenant := operatorWithStore(t, map[string]any{"postgresImage": pgRepo})
 	create := func(gvr schema.GroupVersionResource, kind, name string, spec map[string]any) {
 		t.Helper()
 		createThroughWebhook(t, dyn, gvr, tenant, kind, name, spec)
@@ -90,7 +129,23 @@ func TestBackupRestoreOnRealPods(t *testing.T) {
 		return superQuery(t, tenant, name, db, sql)
 	}
 
-	create(postgresGVR, "Postgres", "src", realNodePostgres(pgRepo, "15", nil))
+	// Backups of src are encrypted for its key; another key is at hand.
+	for secret := range map[string]bool{"backup-key": true, "other-key": true} {
+		id, err := age.GenerateX25519Identity()
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: tenant, Name: secret}, StringData: map[string]string{"age": id.String()}}
+		if _, err := cs.CoreV1().Secrets(tenant).Create(ctx, key, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	withKey := func(secret string) map[string]any {
+		return map[string]any{"keySecretRef": map[string]any{"name": secret, "key": "age"}}
+	}
+	create(postgresGVR, "Postgres", "src", realNodePostgres(pgRepo, "15", map[string]any{
+		"backup": map[string]any{"store": map[string]any{"name": "local"}, "schedule": "0 3 * * *", "encryption": withKey("backup-key")},
+	}))
 	waitReady(t, dyn, postgresGVR, tenant, "src", "True", 6*time.Minute)
 	for _, sql := range []string{
 		"CREATE ROLE shop_owner LOGIN PASSWORD 'shop-secret'",
@@ -126,7 +181,7 @@ func TestBackupRestoreOnRealPods(t *testing.T) {
 		t.Errorf("the backup Job's pod: %+v", pod)
 	}
 
-	create(postgresGVR, "Postgres", "dst", realNodePostgres(pgRepo, "15", map[string]any{"restore": map[string]any{"fromBackup": "full"}}))
+	create(postgresGVR, "Postgres", "dst", realNodePostgres(pgRepo, "15", map[string]any{"restore": map[string]any{"fromBackup": "full", "encryption": withKey("backup-key")}}))
 	err = wait.PollUntilContextTimeout(ctx, 2*time.Second, 8*time.Minute, true, func(ctx context.Context) (bool, error) {
 		u, err := dyn.Resource(postgresGVR).Namespace(tenant).Get(ctx, "dst", metav1.GetOptions{})
 		if err != nil {
@@ -152,56 +207,63 @@ func TestBackupRestoreOnRealPods(t *testing.T) {
 	}
 	t.Logf("restored: %s", strings.ReplaceAll(want, "\n", "; "))
 
-	// One byte of the stored data changed: the restore is refused, and
-	// the new server gets none of it.
-	var data string
-	var size int64
-	if err := filepath.WalkDir(filepath.Join(s3dir, "data"), func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || strings.HasSuffix(p, "manifest.json") {
-			return err
-		}
-		if info, err := d.Info(); err == nil && info.Size() > size {
-			data, size = p, info.Size()
+	// The backup is stored encrypted; restored with another key it is
+	// refused, naming both keys' recipients, before anything is read.
+	var manifest backup.Manifest
+	_ = filepath.WalkDir(filepath.Join(s3dir, "data"), func(p string, d fs.DirEntry, err error) error {
+		if err == nil && strings.HasSuffix(p, "manifest.json") {
+			b, _ := os.ReadFile(p)
+			_ = json.Unmarshal(b, &manifest)
 		}
 		return nil
-	}); err != nil || data == "" {
-		t.Fatalf("the backup's data in the store: %v", err)
+	})
+	if manifest.Encryption != "age" || manifest.Recipient == "" {
+		t.Errorf("the stored manifest does not say the data is encrypted: %+v", manifest)
 	}
-	f, err := os.OpenFile(data, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := make([]byte, 1)
-	if _, err := f.ReadAt(b, size/2); err != nil {
-		t.Fatal(err)
-	}
-	b[0] ^= 0xff
-	if _, err := f.WriteAt(b, size/2); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	create(postgresGVR, "Postgres", "bad", realNodePostgres(pgRepo, "15", map[string]any{"restore": map[string]any{"fromBackup": "full"}}))
+	refused(t, tenant, "wrongkey", realNodePostgres(pgRepo, "15", map[string]any{"restore": map[string]any{"fromBackup": "full", "encryption": withKey("other-key")}}),
+		"was encrypted for", "use the key it was made with")
+
+	// One byte of the stored data changed: the restore is refused, and
+	// the new server gets none of it.
+	corruptLargest(t, s3dir)
+	refused(t, tenant, "bad", realNodePostgres(pgRepo, "15", map[string]any{"restore": map[string]any{"fromBackup": "full", "encryption": withKey("backup-key")}}),
+		"corrupted", "nothing was restored")
+}
+
+// refused creates Postgres name in ns with spec (a restore) and waits for
+// the restore to fail with a message holding each of says; nothing of the
+// backup (test/nodes' shop and stock databases and their roles) may reach
+// its server.
+func refused(t *testing.T, ns, name string, spec map[string]any, says ...string) {
+	t.Helper()
+	_, dyn := clients(t)
+	createThroughWebhook(t, dyn, postgresGVR, ns, "Postgres", name, spec)
 	var msg string
-	err = wait.PollUntilContextTimeout(ctx, 2*time.Second, 8*time.Minute, true, func(ctx context.Context) (bool, error) {
-		u, err := dyn.Resource(postgresGVR).Namespace(tenant).Get(ctx, "bad", metav1.GetOptions{})
+	err := wait.PollUntilContextTimeout(context.Background(), 2*time.Second, 8*time.Minute, true, func(ctx context.Context) (bool, error) {
+		u, err := dyn.Resource(postgresGVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
 		phase, _, _ := unstructured.NestedString(u.Object, "status", "restore", "phase")
 		msg, _, _ = unstructured.NestedString(u.Object, "status", "restore", "message")
 		if phase == "Completed" {
-			t.Fatalf("a corrupted backup was restored: %s", msg)
+			t.Fatalf("%s: restored: %s", name, msg)
 		}
 		return phase == "Failed", nil
 	})
-	if err != nil || !strings.Contains(msg, "corrupted") || !strings.Contains(msg, "nothing was restored") {
-		t.Fatalf("the restore of a corrupted backup: %v, message %q", err, msg)
+	if err != nil {
+		t.Fatalf("%s: the restore did not fail: %v, message %q", name, err, msg)
 	}
-	t.Logf("the corrupted backup: %s", msg)
-	if n := query("bad", "postgres", "SELECT count(*) FROM pg_database WHERE datname IN ('shop', 'stock')"); n != "0" {
-		t.Errorf("%s of the corrupted backup's databases reached the server", n)
+	for _, s := range says {
+		if !strings.Contains(msg, s) {
+			t.Errorf("%s: the refusal %q does not say %q", name, msg, s)
+		}
 	}
-	if n := query("bad", "postgres", "SELECT count(*) FROM pg_roles WHERE rolname IN ('shop_owner', 'reporting', 'analyst')"); n != "0" {
-		t.Errorf("%s of the corrupted backup's roles reached the server", n)
+	t.Logf("%s: %s", name, msg)
+	if n := superQuery(t, ns, name, "postgres", "SELECT count(*) FROM pg_database WHERE datname IN ('shop', 'stock')"); n != "0" {
+		t.Errorf("%s: %s of the backup's databases reached the server", name, n)
+	}
+	if n := superQuery(t, ns, name, "postgres", "SELECT count(*) FROM pg_roles WHERE rolname IN ('shop_owner', 'reporting', 'analyst')"); n != "0" {
+		t.Errorf("%s: %s of the backup's roles reached the server", name, n)
 	}
 }

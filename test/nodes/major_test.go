@@ -31,7 +31,7 @@ func TestMajorUpgradeOnRealPods(t *testing.T) {
 	ctx := context.Background()
 	cs, dyn := clients(t)
 	pgRepo, _ := postgresImages(t)
-	_, tenant := operatorWithStore(t, pgRepo)
+	_, tenant := operatorWithStore(t, map[string]any{"postgresImage": pgRepo})
 	const name = "up"
 	createThroughWebhook(t, dyn, postgresGVR, tenant, "Postgres", name, realNodePostgres(pgRepo, "15", map[string]any{
 		"backup": map[string]any{"store": map[string]any{"name": "local"}, "schedule": "0 3 * * *"},

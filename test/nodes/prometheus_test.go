@@ -470,18 +470,36 @@ func prometheusOf(t *testing.T, ops, tenant string) *promServer {
 func waitBackupCompleted(t *testing.T, ns, name string) {
 	t.Helper()
 	_, dyn := clients(t)
-	var phase, message string
+	var phase, message, job string
 	err := wait.PollUntilContextTimeout(context.Background(), 2*time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
 		b, err := dyn.Resource(backupGVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
+		job, _, _ = unstructured.NestedString(b.Object, "status", "job")
 		phase, _, _ = unstructured.NestedString(b.Object, "status", "phase")
 		message, _, _ = unstructured.NestedString(b.Object, "status", "message")
 		return phase == "Completed" || phase == "Failed", nil
 	})
 	if err != nil || phase != "Completed" {
+		logJobPods(t, ns, "job-name="+job)
 		t.Fatalf("Backup %s: phase %q: %s", name, phase, message)
+	}
+}
+
+// logJobPods logs what the containers of the pods selected in ns wrote.
+func logJobPods(t *testing.T, ns, selector string) {
+	t.Helper()
+	cs, _ := clients(t)
+	pods, err := cs.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		t.Logf("pods %s: %v", selector, err)
+		return
+	}
+	for _, p := range pods.Items {
+		for container, log := range cluster.PodLogs(ns, p.Name) {
+			t.Logf("pod %s, container %s:\n%s", p.Name, container, log)
+		}
 	}
 }
 

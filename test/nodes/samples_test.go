@@ -224,14 +224,19 @@ func killReportedAndBack(t *testing.T, gvr schema.GroupVersionResource, pod core
 // ready, so a refusal for not reaching the webhook is tried again.
 func createThroughWebhook(t *testing.T, dyn dynamic.Interface, gvr schema.GroupVersionResource, ns, kind, name string, spec map[string]any) {
 	t.Helper()
-	u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "chartpilot.dev/v1alpha1", "kind": kind,
-		"metadata": map[string]any{"name": name, "namespace": ns}, "spec": spec}}
+	createObjectThroughWebhook(t, dyn, gvr, &unstructured.Unstructured{Object: map[string]any{"apiVersion": "chartpilot.dev/v1alpha1", "kind": kind,
+		"metadata": map[string]any{"name": name, "namespace": ns}, "spec": spec}})
+}
+
+// createObjectThroughWebhook is createThroughWebhook of a whole object.
+func createObjectThroughWebhook(t *testing.T, dyn dynamic.Interface, gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
+	t.Helper()
 	var err error
 	_ = wait.PollUntilContextTimeout(context.Background(), time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		_, err = dyn.Resource(gvr).Namespace(ns).Create(ctx, u, metav1.CreateOptions{})
+		_, err = dyn.Resource(gvr).Namespace(u.GetNamespace()).Create(ctx, u, metav1.CreateOptions{})
 		return err == nil || !strings.Contains(err.Error(), "failed calling webhook"), nil
 	})
 	if err != nil {
-		t.Fatalf("creating %s %s: %v", kind, name, err)
+		t.Fatalf("creating %s %s: %v", u.GetKind(), u.GetName(), err)
 	}
 }

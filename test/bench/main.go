@@ -34,7 +34,12 @@
 //     PostgreSQL 15 to 17 (dump, restore, checksums compared);
 //   - backup (-backup-mb 1024): a database of that size backed up and
 //     restored through chartpilot's data path to a local S3 server, beside
-//     plain pg_dump | zstd to a file, in the same run.
+//     plain pg_dump | zstd to a file, in the same run;
+//   - real pods (-real-failovers 5 -real-mb 1024): test/nodes' failover,
+//     backup and major-upgrade tests on real pods, the primary kept down
+//     past its Lease that many times and that many MiB added to the
+//     databases: failover times, backup and restore time and size, major
+//     upgrade time, rows lost.
 package main
 
 import (
@@ -91,6 +96,8 @@ func main() {
 	majorMB := flag.Int("major-mb", 1024, "MiB of the database moved from PostgreSQL 15 to 17 in the major upgrade table (0: skip)")
 	failovers := flag.Int("failovers", 5, "primary failovers measured in the failover table (0: skip)")
 	backupMB := flag.Int("backup-mb", 1024, "MiB of the database backed up and restored in the backup table (0: skip)")
+	realFailovers := flag.Int("real-failovers", 5, "failovers of a primary kept down past its Lease on real pods, with test/nodes' backup and major-upgrade tests (0: skip the real pods' tables; needs root)")
+	realMB := flag.Int("real-mb", 1024, "MiB added to the databases backed up and upgraded on real pods")
 	flag.IntVar(&gcPercent, "gc-percent", 0, "the operator's --gc-percent (0: its default)")
 	flag.StringVar(&profileDir, "profile", "", "write the operator's heap profile after install and after upgrade, and its CPU profile of the upgrade wave's first 60 s, into this directory (go tool pprof reads them)")
 	flag.Parse()
@@ -182,6 +189,13 @@ func main() {
 		}
 		major = &r
 	}
+	var realPods *realPodsResult
+	if *realFailovers > 0 {
+		var err error
+		if realPods, err = runRealPodsBench(root, *realFailovers, *realMB); err != nil {
+			fail(fmt.Errorf("real pods' tables: %w", err))
+		}
+	}
 	printTable(rows, *concurrency, *economyBound)
 	printWave(waves)
 	printCrashes(crashRows)
@@ -190,6 +204,7 @@ func main() {
 	printFailover(failoverRows)
 	printMajor(major)
 	printCLI(*cliN, cliRows)
+	printRealPods(realPods)
 }
 
 func fail(err error) {

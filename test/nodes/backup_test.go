@@ -14,9 +14,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/backup"
 	"github.com/chartpilot/chartpilot/internal/backup/backuptest"
 	"github.com/chartpilot/chartpilot/internal/rbac"
@@ -168,10 +170,20 @@ func TestBackupRestoreOnRealPods(t *testing.T) {
 		stock := query(name, "stock", `SELECT count(*) || ' ' || (SELECT relowner::regrole::text FROM pg_class WHERE relname = 'items') FROM items`)
 		return strings.Join([]string{roles, members, dbs, shop, stock}, "\n")
 	}
+	fillMB(t, tenant, "src", "shop", *dataMB)
 	want := state("src")
 
 	create(backupGVR, "Backup", "full", map[string]any{"target": map[string]any{"kind": "Postgres", "name": "src"}, "store": map[string]any{"name": "local"}})
 	waitBackupCompleted(t, tenant, "full")
+	full, err := dyn.Resource(backupGVR).Namespace(tenant).Get(ctx, "full", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bst v1alpha1.BackupStatus
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(full.Object["status"].(map[string]any), &bst); err != nil || bst.StartedAt == nil || bst.CompletedAt == nil {
+		t.Fatalf("Backup full's status: %+v, %v", bst, err)
+	}
+	dbBytes := query("src", "postgres", "SELECT sum(pg_database_size(datname)) FROM pg_database")
 	job, err := cs.BatchV1().Jobs(tenant).List(ctx, metav1.ListOptions{LabelSelector: "chartpilot.dev/backup=full"})
 	if err != nil || len(job.Items) != 1 {
 		t.Fatalf("the Backup's Job: %v, %d", err, len(job.Items))
@@ -181,6 +193,7 @@ func TestBackupRestoreOnRealPods(t *testing.T) {
 		t.Errorf("the backup Job's pod: %+v", pod)
 	}
 
+	restoreStart := time.Now()
 	create(postgresGVR, "Postgres", "dst", realNodePostgres(pgRepo, "15", map[string]any{"restore": map[string]any{"fromBackup": "full", "encryption": withKey("backup-key")}}))
 	err = wait.PollUntilContextTimeout(ctx, 2*time.Second, 8*time.Minute, true, func(ctx context.Context) (bool, error) {
 		u, err := dyn.Resource(postgresGVR).Namespace(tenant).Get(ctx, "dst", metav1.GetOptions{})
@@ -197,6 +210,13 @@ func TestBackupRestoreOnRealPods(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatalf("dst not restored and Ready within 8 minutes: %v", err)
+	}
+	report(t, "backup", map[string]any{"bytes": dbBytes, "stored": bst.Size, "backupSeconds": bst.CompletedAt.Sub(bst.StartedAt.Time).Seconds(),
+		"restoreSeconds": time.Since(restoreStart).Seconds()})
+	if *dataMB > 0 {
+		if a, b := query("src", "shop", "SELECT count(*) FROM bulk"), query("dst", "shop", "SELECT count(*) FROM bulk"); a != b {
+			t.Errorf("bulk rows: %s backed up, %s restored", a, b)
+		}
 	}
 	if got := state("dst"); got != want {
 		t.Errorf("the restored Postgres differs:\n--- backed up\n%s\n--- restored\n%s", want, got)

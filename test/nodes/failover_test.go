@@ -277,6 +277,7 @@ func TestFailoverOnRealPods(t *testing.T) {
 		}
 		t.Logf("%s → %s: the first row acknowledged %s after, %d of %d acknowledged rows lost",
 			old.Name, primary.Name, took.Round(100*time.Millisecond), lostRows, len(acks))
+		report(t, "failover", map[string]any{"case": t.Name(), "from": old.Name, "to": primary.Name, "seconds": took.Seconds(), "acked": len(acks), "lost": lostRows})
 		if lostRows != 0 {
 			t.Errorf("%d acknowledged rows lost", lostRows)
 		}
@@ -299,16 +300,18 @@ func TestFailoverOnRealPods(t *testing.T) {
 	// Kept down past its Lease (the node's kubelet paused: the container
 	// is not restarted), a standby takes over; resumed, the kubelet
 	// restarts the old member, which rewinds and follows.
-	t.Run("container killed, kept down", func(t *testing.T) {
-		lose(t, true, func(p corev1.Pod) func() {
-			resume, err := cluster.PauseKubelet(0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			killContainer(t, string(p.UID), "chartpilot")
-			return resume
+	for range *failoverRuns {
+		t.Run("container killed, kept down", func(t *testing.T) {
+			lose(t, true, func(p corev1.Pod) func() {
+				resume, err := cluster.PauseKubelet(0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				killContainer(t, string(p.UID), "chartpilot")
+				return resume
+			})
 		})
-	})
+	}
 	// Deleted with no grace period, its replacement held unscheduled (a
 	// taint on the node) until a standby took over; then it starts on the
 	// old volume and follows.

@@ -44,6 +44,7 @@ func TestMajorUpgradeOnRealPods(t *testing.T) {
 		superQuery(t, tenant, name, "postgres", sql)
 	}
 	superQuery(t, tenant, name, "app", "SET ROLE app; CREATE TABLE t (v int PRIMARY KEY); CREATE TABLE seeded AS SELECT g AS id, md5(g::text) AS note FROM generate_series(1, 20000) g")
+	fillMB(t, tenant, name, "app", *dataMB)
 	const sum = "SELECT count(*) || ' ' || md5(string_agg(id || note, ',' ORDER BY id)) FROM seeded"
 	want := superQuery(t, tenant, name, "app", sum)
 
@@ -116,6 +117,9 @@ func TestMajorUpgradeOnRealPods(t *testing.T) {
 	if lost != 0 {
 		t.Errorf("%d acknowledged rows lost", lost)
 	}
+	size := superQuery(t, tenant, name, "postgres", "SELECT sum(pg_database_size(datname)) FROM pg_database")
+	report(t, "major", map[string]any{"bytes": size, "seconds": first17.at.Sub(asked).Seconds(), "refusedSeconds": first17.at.Sub(last15.at).Seconds(),
+		"acked": len(acks), "lost": lost, "tables": st.MajorUpgrade.Tables, "rows": st.MajorUpgrade.Rows})
 	if v := superQuery(t, tenant, name, "postgres", "SHOW server_version_num"); !strings.HasPrefix(v, "17") {
 		t.Errorf("server_version_num %s after the upgrade", v)
 	}

@@ -4,6 +4,8 @@ package nodes
 
 import (
 	"context"
+	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -24,6 +26,50 @@ import (
 )
 
 var cluster *testcluster.Cluster
+
+// Measurements make bench asks for (the defaults keep make test short).
+var (
+	failoverRuns = flag.Int("failover-runs", 1, "how often TestFailoverOnRealPods keeps the primary down past its Lease")
+	dataMB       = flag.Int("data-mb", 0, "MiB of rows added to the databases TestBackupRestoreOnRealPods backs up and TestMajorUpgradeOnRealPods moves")
+	reportPath   = flag.String("report", "", "append each measurement to this file as a line of JSON")
+)
+
+// report appends measurement kind with its fields to -report, when set.
+func report(t *testing.T, kind string, fields map[string]any) {
+	t.Helper()
+	if *reportPath == "" {
+		return
+	}
+	fields["kind"] = kind
+	line, err := json.Marshal(fields)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(*reportPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Write(append(line, '\n')); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// fillMB adds a table of about mb MiB (rows of 1 KiB of hex digits, which
+// compress to about half) to database db of Postgres name in ns, if mb > 0.
+func fillMB(t *testing.T, ns, name, db string, mb int) {
+	t.Helper()
+	if mb <= 0 {
+		return
+	}
+	const chunk = 16 * 1024 // rows: 16 MiB a statement
+	for from := 0; from < mb*1024; from += chunk {
+		sql := fmt.Sprintf("CREATE TABLE IF NOT EXISTS bulk (id bigint PRIMARY KEY, pad text); INSERT INTO bulk SELECT g, string_agg(md5((g * 32 + i)::text), '') FROM generate_series(%d, %d) g, generate_series(1, 32) i GROUP BY g",
+			from+1, min(from+chunk, mb*1024))
+		superQuery(t, ns, name, db, sql)
+	}
+	t.Logf("%s/%s: %s", name, db, superQuery(t, ns, name, db, "SELECT pg_size_pretty(pg_database_size(current_database()))"))
+}
 
 func TestMain(m *testing.M) {
 	ctrl.SetLogger(logr.Discard()) // the in-process operator's (startOperator)

@@ -128,7 +128,13 @@ func (r *BackupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		return ctrl.Result{}, err
 	}
 	if !equalJSON(before.Status, b.Status) {
-		if err := r.Client.Status().Patch(ctx, b, client.MergeFrom(before)); err != nil {
+		// With the resourceVersion read: a pass on a stale copy (a
+		// Pending one whose Running status, Job and location are already
+		// written) must not write Pending or Failed over them.
+		if err := r.Client.Status().Patch(ctx, b, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+			if apierrors.IsConflict(err) {
+				return ctrl.Result{Requeue: true}, nil
+			}
 			return ctrl.Result{}, fmt.Errorf("writing status: %w", err)
 		}
 	}

@@ -115,6 +115,22 @@ func startRowWriter(t *testing.T, host, user, password, db string, from int) *ro
 	return w
 }
 
+// lostOf counts the acknowledged rows missing from stored (the values of
+// t, separated by white space) and the values stored.
+func lostOf(acks []ack, stored string) (lost, n int) {
+	have := map[int]bool{}
+	for _, f := range strings.Fields(stored) {
+		v, _ := strconv.Atoi(f)
+		have[v] = true
+	}
+	for _, a := range acks {
+		if !have[a.v] {
+			lost++
+		}
+	}
+	return lost, len(have)
+}
+
 func (w *rowWriter) snapshot() []ack {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -275,17 +291,7 @@ func TestFailoverOnRealPods(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		have := map[int]bool{}
-		for _, f := range strings.Fields(rows) {
-			v, _ := strconv.Atoi(f)
-			have[v] = true
-		}
-		lostRows := 0
-		for _, a := range acks {
-			if !have[a.v] {
-				lostRows++
-			}
-		}
+		lostRows, stored := lostOf(acks, rows)
 		t.Logf("%s → %s: the first row acknowledged %s after, %d of %d acknowledged rows lost",
 			old.Name, primary.Name, took.Round(100*time.Millisecond), lostRows, len(acks))
 		report(t, "failover", map[string]any{"case": t.Name(), "from": old.Name, "to": primary.Name, "seconds": took.Seconds(), "acked": len(acks), "lost": lostRows})
@@ -294,7 +300,7 @@ func TestFailoverOnRealPods(t *testing.T) {
 		}
 		for _, m := range members {
 			if m != primary.Name {
-				rejoined(t, cs, ns, m, user, password, len(have))
+				rejoined(t, cs, ns, m, user, password, stored)
 			}
 		}
 	}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -94,24 +93,13 @@ func TestMajorUpgradeOnRealPods(t *testing.T) {
 			last15 = a
 		case on(a, "17") && first17.server == "":
 			first17 = a
-		default:
 		}
 		if !on(a, "15") && !on(a, "17") {
 			t.Errorf("row %d acknowledged by %s", a.v, a.server)
 		}
 	}
 	rows := superQuery(t, tenant, name, "app", "SELECT string_agg(v::text, ' ') FROM t")
-	have := map[int]bool{}
-	for _, f := range strings.Fields(rows) {
-		v, _ := strconv.Atoi(f)
-		have[v] = true
-	}
-	lost := 0
-	for _, a := range acks {
-		if !have[a.v] {
-			lost++
-		}
-	}
+	lost, _ := lostOf(acks, rows)
 	t.Logf("15 → 17 in %s (from the patch to the first row on 17); writes refused for %s (the last row on 15 to the first on 17); %d of %d acknowledged rows lost; the Job compared %d tables, %d rows",
 		first17.at.Sub(asked).Round(time.Second), first17.at.Sub(last15.at).Round(time.Second), lost, len(acks), st.MajorUpgrade.Tables, st.MajorUpgrade.Rows)
 	if lost != 0 {

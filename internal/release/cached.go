@@ -104,6 +104,16 @@ func (r *Reconciler) fromCaches(ctx context.Context, p *pass, d *desired, driftD
 			// Every slot is taken: the upgrade waits its turn without
 			// reading anything (a freed slot wakes it).
 			return r.queued(p), true
+		case actUpgrade:
+			// The slot is taken before the full pass reads the resource
+			// and the history: passes that lose the race for the last
+			// slot queue here, having read nothing.
+			newly, ok := r.slots.reserve(p.key)
+			if !ok {
+				return r.queued(p), true
+			}
+			p.reserved = newly
+			return ctrl.Result{}, false
 		case actHoldRollout:
 			return r.waitRollout(p, *v.c.rollout), true
 		default:

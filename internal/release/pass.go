@@ -46,6 +46,9 @@ type pass struct {
 	// settling: the pass deployed a revision and ends waiting a moment for
 	// its health; its status may be owed to the next pass (see owe).
 	settling bool
+	// reserved: the cache path took an upgrade slot for this pass before
+	// its fresh read; given back at the end unless an upgrade began.
+	reserved bool
 }
 
 func (r *Reconciler) newPass(key types.NamespacedName, obj *unstructured.Unstructured) *pass {

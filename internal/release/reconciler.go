@@ -237,6 +237,7 @@ func (r *Reconciler) run(ctx context.Context, p *pass, d *desired, o Observation
 			if !r.slots.begin(p.key) {
 				return r.queued(p), nil
 			}
+			p.reserved = false // the upgrade holds the slot now
 			r.setWaiting(p.key, "")
 			return r.upgrade(ctx, p, d, o)
 		case actRollback:
@@ -275,6 +276,9 @@ func (r *Reconciler) run(ctx context.Context, p *pass, d *desired, o Observation
 // finish writes the pass's outcome: Ready summarised from the other
 // conditions, the status written once if it changed, metrics.
 func (r *Reconciler) finish(ctx context.Context, p *pass, start time.Time, res ctrl.Result, err error) (ctrl.Result, error) {
+	if p.reserved {
+		r.slots.end(p.key) // reserved for an upgrade the full pass did not begin
+	}
 	result := "success"
 	switch {
 	case err != nil:

@@ -45,6 +45,22 @@ func (s *slots) begin(key types.NamespacedName) bool {
 	return true
 }
 
+// reserve takes a slot for key before its upgrade is certain: newly is
+// true when key held none (the caller gives it back with end if no
+// upgrade begins); ok is false when the kind is at its bound.
+func (s *slots) reserve(key types.NamespacedName) (newly, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.held[key] {
+		return false, true
+	}
+	if len(s.held) >= s.max {
+		return false, false
+	}
+	s.holdLocked(key)
+	return true, true
+}
+
 // hold counts key as upgrading even beyond the bound: its upgrade is
 // already applied and settling, so new upgrades wait for it.
 func (s *slots) hold(key types.NamespacedName) {

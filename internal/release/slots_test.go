@@ -53,3 +53,36 @@ func TestSlots(t *testing.T) {
 		t.Errorf("in use %d after ending an unknown key, want 1", inUse)
 	}
 }
+
+func TestSlotReservation(t *testing.T) {
+	k := func(n string) types.NamespacedName { return types.NamespacedName{Namespace: "ns", Name: n} }
+	var woken []string
+	s := &slots{max: 1, wake: func(key types.NamespacedName) { woken = append(woken, key.Name) }}
+	newly, ok := s.reserve(k("a"))
+	if !newly || !ok {
+		t.Fatalf("reserve of a free slot = (%v, %v), want (true, true)", newly, ok)
+	}
+	// Another pass of the same resource (or its upgrade) finds its slot
+	// held and must not give it back at its end.
+	if newly, ok := s.reserve(k("a")); newly || !ok {
+		t.Errorf("reserve of a held slot = (%v, %v), want (false, true)", newly, ok)
+	}
+	if !s.begin(k("a")) {
+		t.Error("the reserving resource's upgrade gets its slot")
+	}
+	if newly, ok := s.reserve(k("b")); newly || ok {
+		t.Fatalf("reserve beyond the bound = (%v, %v), want (false, false)", newly, ok)
+	}
+	s.enqueue(k("b"))
+	// A reservation given back (no upgrade began) wakes the queue.
+	s.end(k("a"))
+	if !slices.Equal(woken, []string{"b"}) {
+		t.Errorf("a returned reservation woke %v, want [b]", woken)
+	}
+	if newly, ok := s.reserve(k("b")); !newly || !ok {
+		t.Errorf("the woken resource's reserve = (%v, %v), want (true, true)", newly, ok)
+	}
+	if slices.Contains(s.queue, k("b")) {
+		t.Error("a resource that reserved a slot leaves the queue")
+	}
+}

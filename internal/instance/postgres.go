@@ -50,6 +50,15 @@ func (s *server) run(name string, args ...string) (string, error) {
 	return out.String(), nil
 }
 
+// logTail is the last n lines of the server's log file, on one line.
+func logTail(file string, n int) string {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return err.Error()
+	}
+	return strings.ReplaceAll(lastLines(string(b), n), "\n", " | ")
+}
+
 func lastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	if len(lines) > n {
@@ -263,6 +272,9 @@ func (s *server) start(ctx context.Context) error {
 	if s.running() {
 		return nil
 	}
+	if err := s.clearStaleLocks(); err != nil {
+		return err
+	}
 	args := []string{"-D", s.cfg.DataDir}
 	if s.cfg.ConfigFile != "" {
 		args = append(args, "-c", "config_file="+s.cfg.ConfigFile)
@@ -295,7 +307,7 @@ func (s *server) start(ctx context.Context) error {
 	deadline := time.Now().Add(2 * time.Minute)
 	for time.Now().Before(deadline) {
 		if !s.running() {
-			return fmt.Errorf("postgres exited at start (log %s)", logf.Name())
+			return fmt.Errorf("postgres exited at start: %s (log %s)", logTail(logf.Name(), 3), logf.Name())
 		}
 		if _, err := s.run("pg_isready", "-h", s.cfg.SocketDir, "-p", strconv.Itoa(s.cfg.Port), "-U", s.cfg.User, "-t", "1"); err == nil {
 			return nil
@@ -345,6 +357,9 @@ func (s *server) query(sql string) (string, error) {
 // (single-user mode), so that a data directory left by a crash can be
 // rewound.
 func (s *server) recoverCleanly() error {
+	if err := s.clearStaleLocks(); err != nil {
+		return err
+	}
 	cmd := s.command("postgres", "--single", "-D", s.cfg.DataDir, "-c", "listen_addresses=", "postgres")
 	cmd.Stdin = strings.NewReader("")
 	var out bytes.Buffer

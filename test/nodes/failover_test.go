@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 
 	"github.com/chartpilot/chartpilot/internal/rbac"
 	"github.com/chartpilot/chartpilot/internal/testcluster"
@@ -229,6 +230,11 @@ func TestFailoverOnRealPods(t *testing.T) {
 	// over. Then every member but the primary is a standby with every row.
 	lose := func(t *testing.T, newMember bool, loseIt func(old corev1.Pod) (back func())) {
 		t.Helper()
+		t.Cleanup(func() {
+			if t.Failed() {
+				describeMembers(t, cs, ns, name)
+			}
+		})
 		old, ok := primaryPod(cs, ns, name)
 		if !ok {
 			t.Fatal("no one pod labelled primary")
@@ -377,6 +383,46 @@ func holdScheduling(t *testing.T, cs kubernetes.Interface, node string) func() {
 	}
 	t.Cleanup(untaint)
 	return untaint
+}
+
+// describeMembers logs what a failed case needs to be understood: the
+// kubelet's process state, the primary's Lease, and for each pod of
+// Postgres name its readiness, containers' states and the last lines of
+// their logs.
+func describeMembers(t *testing.T, cs kubernetes.Interface, ns, name string) {
+	t.Helper()
+	ctx := context.Background()
+	t.Logf("real node 0's kubelet: state %s", cluster.KubeletState(0))
+	if l, err := cs.CoordinationV1().Leases(ns).Get(ctx, name+"-primary", metav1.GetOptions{}); err == nil {
+		t.Logf("lease %s: holder %q, renewed %v, transitions %d", l.Name, ptr.Deref(l.Spec.HolderIdentity, ""), l.Spec.RenewTime, ptr.Deref(l.Spec.LeaseTransitions, 0))
+	}
+	pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + name})
+	if err != nil {
+		t.Logf("pods of %s: %v", name, err)
+		return
+	}
+	for _, p := range pods.Items {
+		t.Logf("pod %s: phase %s, ready %v, role %q, ip %s, deleting %v", p.Name, p.Status.Phase, podReady(&p), p.Labels["chartpilot.dev/role"], p.Status.PodIP, p.DeletionTimestamp != nil)
+		for _, c := range p.Status.ContainerStatuses {
+			t.Logf("  container %s: ready %v, restarts %d, state %s, last %s", c.Name, c.Ready, c.RestartCount, containerState(c.State), containerState(c.LastTerminationState))
+		}
+		for container, log := range cluster.PodLogs(ns, p.Name) {
+			lines := strings.Split(strings.TrimSpace(log), "\n")
+			t.Logf("  %s's log, last %d of %d lines:\n%s", container, min(len(lines), 40), len(lines), strings.Join(lines[max(0, len(lines)-40):], "\n"))
+		}
+	}
+}
+
+func containerState(s corev1.ContainerState) string {
+	switch {
+	case s.Running != nil:
+		return "running since " + s.Running.StartedAt.Format(time.TimeOnly)
+	case s.Waiting != nil:
+		return "waiting: " + s.Waiting.Reason + " " + s.Waiting.Message
+	case s.Terminated != nil:
+		return fmt.Sprintf("terminated %s: %s, exit %d", s.Terminated.FinishedAt.Format(time.TimeOnly), s.Terminated.Reason, s.Terminated.ExitCode)
+	}
+	return "none"
 }
 
 // rejoined waits until member pod of ns is Ready, in recovery (a standby)

@@ -37,7 +37,9 @@ func instanceCommand(ctx context.Context, args []string) error {
 	fs.StringVar(&c.Address, "address", "", "host:port where the other members reach this server (e.g. POD.HEADLESS-SERVICE:5432)")
 	fs.StringVar(&c.ListenAddress, "listen-address", "*", "listen_addresses of the server")
 	fs.IntVar(&c.Port, "port", 5432, "the server's port")
-	fs.StringVar(&c.User, "user", "postgres", "the superuser, also used for replication (default $POSTGRES_USER, else postgres)")
+	fs.StringVar(&c.User, "user", "postgres", "the superuser (default $POSTGRES_USER, else postgres)")
+	fs.StringVar(&c.ReplicationUser, "replication-user", "", "the role standbys clone, rewind and stream as, made by the primary with LOGIN REPLICATION and no superuser (empty: the superuser)")
+	replicationPasswordFile := fs.String("replication-password-file", "", "file holding --replication-user's password (default $REPLICATION_PASSWORD; empty: standbys use the superuser)")
 	fs.StringVar(&c.HostAuth, "host-auth", "scram-sha-256", "pg_hba method for connections from other hosts")
 	fs.StringVar(&c.ReplicationNetwork, "replication-network", "0.0.0.0/0", "CIDR the other members connect from")
 	fs.DurationVar(&c.LeaseDuration, "lease-duration", 10*time.Second, "how long the primary's Lease lasts unrenewed")
@@ -60,6 +62,18 @@ func instanceCommand(ctx context.Context, args []string) error {
 		c.Password = strings.TrimSpace(string(b))
 	} else {
 		c.Password = os.Getenv("POSTGRES_PASSWORD")
+	}
+	if *replicationPasswordFile != "" {
+		b, err := os.ReadFile(*replicationPasswordFile)
+		if err != nil {
+			return fmt.Errorf("--replication-password-file: %w", err)
+		}
+		c.ReplicationPassword = strings.TrimSpace(string(b))
+	} else {
+		c.ReplicationPassword = os.Getenv("REPLICATION_PASSWORD")
+	}
+	if c.ReplicationUser != "" && c.ReplicationPassword == "" {
+		log.Info("No password for the replication role (the Secret has no replication-password key): standbys replicate as the superuser", "role", c.ReplicationUser)
 	}
 	if u := os.Getenv("POSTGRES_USER"); u != "" && !userSet(fs) {
 		c.User = u

@@ -77,8 +77,8 @@ func renderFailover(t *testing.T) chartMember {
 			}
 		}
 	}
-	if sts == nil || out.config == nil || secret["password"] == "" {
-		t.Fatal("the manifest lacks the StatefulSet, the ConfigMap or the Secret's password")
+	if sts == nil || out.config == nil || secret["password"] == "" || secret["replication-password"] == "" {
+		t.Fatal("the manifest lacks the StatefulSet, the ConfigMap or the Secret's passwords")
 	}
 	c := sts.Spec.Template.Spec.Containers[0]
 	out.command = append(c.Command, c.Args...)
@@ -97,13 +97,15 @@ func renderFailover(t *testing.T) chartMember {
 // failover (three pods, one synchronous standby) with real servers: each
 // member is the container's own command line, the real chartpilot
 // binary, with the chart's postgresql.conf and pg_hba.conf (replication
-// with the Secret's password, which the managers set at initdb). Stand-ins
+// as the replication role with the Secret's replication-password; the
+// superuser's password set at initdb). Stand-ins
 // for what a node gives a pod, and nothing else: the mount paths are
 // directories, the binaries are Debian's PostgreSQL's, every pod's address
 // is loopback with a port of its own, the downward API's POD_NAME and
 // POD_NAMESPACE are set, and a kubeconfig replaces the in-cluster token.
 // Then the primary is SIGKILLed under writes: a standby takes over within
-// 15 s, no acknowledged row is lost, and the old primary rejoins.
+// 15 s, no acknowledged row is lost, the old primary rejoins (rewound as
+// the replication role), and every standby streams as that role.
 func TestChartFailoverCommandLines(t *testing.T) {
 	cluster.Skip(t)
 	m := renderFailover(t)
@@ -151,6 +153,21 @@ func TestChartFailoverCommandLines(t *testing.T) {
 		t.Errorf("%d acknowledged rows lost with the chart's synchronous standby", res.Lost)
 	}
 	c.Rejoin(old, res.To)
+	// Every standby, the rewound old primary too, streams as the
+	// chart's replication role, which is no superuser.
+	c.WaitFor("both standbys streaming as replicator", time.Minute, func() (bool, string) {
+		out, _ := c.Psql(c.Ports[res.To], 5*time.Second, "SELECT string_agg(application_name || '=' || usename, ',' ORDER BY application_name) FROM pg_stat_replication")
+		var want []string
+		for _, mem := range c.Members {
+			if mem != res.To {
+				want = append(want, mem+"=replicator")
+			}
+		}
+		return out == strings.Join(want, ","), out
+	})
+	if out, _ := c.Psql(c.Ports[res.To], 5*time.Second, "SELECT rolsuper, rolreplication FROM pg_roles WHERE rolname = 'replicator'"); out != "f|t" {
+		t.Errorf("the replication role's rolsuper|rolreplication = %q, want f|t", out)
+	}
 }
 
 // chartArgs maps the chart's flags to this machine (the stand-ins above);

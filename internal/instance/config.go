@@ -43,6 +43,10 @@ type Config struct {
 	// hosts (scram-sha-256; trust only on a private test network);
 	// ReplicationNetwork the CIDR members connect from.
 	User, Password, HostAuth, ReplicationNetwork string
+	// ReplicationUser, when set, is the role standbys clone, rewind and
+	// stream as (made by the primary: LOGIN REPLICATION, no superuser),
+	// with ReplicationPassword (empty: standbys use the superuser).
+	ReplicationUser, ReplicationPassword string
 	// Credential runs the server as another user (nil: this process's).
 	Credential *syscall.Credential
 	// LeaseDuration is how long a primary's Lease lasts unrenewed;
@@ -99,5 +103,5 @@ func (c *Config) Check() error {
 	case c.Synchronous < 0 || c.Synchronous > 1:
 		return fmt.Errorf("--synchronous %d: 0 or 1", c.Synchronous)
 	}
-	return nil
+	return c.checkReplication()
 }

@@ -94,6 +94,12 @@ func (m *Manager) bootstrap(ctx context.Context, lease *coordinationv1.Lease, no
 	if err := m.renewOwn(bctx); err != nil {
 		return err
 	}
+	// Made before this member first reports itself primary: the standbys
+	// that clone from it find the role.
+	if err := m.pg.ensureReplicationRole(); err != nil {
+		return err
+	}
+	m.roleCheckedAt = m.cfg.Now()
 	return m.synchronous()
 }
 

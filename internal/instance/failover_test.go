@@ -75,14 +75,17 @@ func newCluster(t *testing.T, synchronous int) *instancetest.Cluster {
 	cluster.Skip(t)
 	return instancetest.New(t, instancetest.Options{
 		API: cluster, Namespace: cluster.Namespace(t), Synchronous: synchronous, Members: []string{"pg-0", "pg-1", "pg-2"},
-		Command: func(spec instancetest.MemberSpec) *exec.Cmd {
-			b, _ := json.Marshal(spec)
-			cmd := exec.Command(os.Args[0], "-test.run=^$")
-			cmd.Env = append(os.Environ(), memberEnv+"="+string(b))
-			cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-			return cmd
-		},
+		Command: memberCommand,
 	})
+}
+
+// memberCommand runs a member as a process of this test binary.
+func memberCommand(spec instancetest.MemberSpec) *exec.Cmd {
+	b, _ := json.Marshal(spec)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), memberEnv+"="+string(b))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	return cmd
 }
 
 // checkFailover checks what every failover must give: a new primary within

@@ -49,8 +49,11 @@ type Manager struct {
 	fenced    atomic.Bool
 	// lastPrimaryLSN is the newest position the primary reported.
 	lastPrimaryLSN uint64
-	// following is the primary's address this standby was pointed at.
-	following string
+	// following is the primary's address this standby was pointed at;
+	// followingAs the role it streams as ("": not known, asked again);
+	// probedAt when the primary was last asked which.
+	following, followingAs string
+	probedAt               time.Time
 	// podLabelled is the pod's role label as last written (nil: unknown).
 	podLabelled *bool
 	// unlabel is the old primary's pod whose role label a promotion could
@@ -60,6 +63,9 @@ type Manager struct {
 	waitingFor string
 	// reported is the position this member last reported.
 	reported uint64
+	// roleCheckedAt is when this primary last made sure of the
+	// replication role (zero: not since it leads).
+	roleCheckedAt time.Time
 }
 
 // New checks cfg and makes a Manager.
@@ -75,6 +81,9 @@ func New(cfg Config) (*Manager, error) {
 
 // Run runs the member until ctx ends; the server is stopped (fast) then.
 func (m *Manager) Run(ctx context.Context) error {
+	if err := m.pg.writePassfile(); err != nil {
+		return fmt.Errorf("writing the passfile %s: %w", m.pg.passfile(), err)
+	}
 	defer m.pg.stop(false)
 	go m.watchdog(ctx)
 	t := time.NewTicker(m.cfg.Period)
@@ -166,6 +175,15 @@ func (m *Manager) lead(ctx context.Context, lease *coordinationv1.Lease, now tim
 		m.unlabel = ""
 	}
 	m.labelPod(ctx, true)
+	if now.Sub(m.roleCheckedAt) >= roleCheckEvery {
+		// At once when it leads (after a promotion usually there
+		// already, replicated from the old primary), then now and then:
+		// a restored backup's roles or a changed password are repaired.
+		if err := m.pg.ensureReplicationRole(); err != nil {
+			return err
+		}
+		m.roleCheckedAt = now
+	}
 	return m.synchronous()
 }
 
@@ -197,6 +215,9 @@ func (m *Manager) renewed(now time.Time) {
 
 // setRole records the member's role (and tells the watchdog whether it leads).
 func (m *Manager) setRole(role string) {
+	if role != RolePrimary {
+		m.roleCheckedAt = time.Time{} // checked again when it leads
+	}
 	m.role = role
 	m.leading.Store(role == RolePrimary)
 }
@@ -276,25 +297,61 @@ func (m *Manager) follow(ctx context.Context, holder string) error {
 	if m.moved() {
 		return nil // moved data is the cluster's newest: it waits for the Lease to expire and leads
 	}
+	// The role to replicate as, asked of the primary once per step and
+	// only when it is needed.
+	var as string
+	user := func() (string, error) {
+		if as != "" {
+			return as, nil
+		}
+		u, err := m.pg.replicationUser(p.address)
+		as = u
+		return u, err
+	}
 	switch {
 	case !m.pg.initialized():
-		m.cfg.Log.Info("Cloning from the primary", "primary", holder)
-		if err := m.pg.basebackup(p.address); err != nil {
+		u, err := user()
+		if err != nil {
+			return err
+		}
+		m.cfg.Log.Info("Cloning from the primary", "primary", holder, "as", u)
+		if err := m.pg.basebackup(p.address, u); err != nil {
 			return err
 		}
 	case !m.pg.isStandby():
 		// This data was a primary's: rewind it onto the new timeline.
+		u, err := user()
+		if err != nil {
+			return err
+		}
 		m.pg.stop(false)
-		m.cfg.Log.Info("Rewinding onto the new primary", "primary", holder)
-		if err := m.pg.rewind(p.address); err != nil {
+		m.cfg.Log.Info("Rewinding onto the new primary", "primary", holder, "as", u)
+		if err := m.pg.rewind(p.address, u); err != nil {
 			return err
 		}
 	}
-	if m.following != p.address || !m.pg.running() {
-		if err := m.pg.follow(p.address); err != nil && m.pg.running() {
-			return err
+	// A standby streaming as the superuser (the primary had no
+	// replication role) asks again now and then.
+	reprobe := m.cfg.replicating() && m.followingAs != m.cfg.ReplicationUser && m.cfg.Now().Sub(m.probedAt) >= reprobeEvery
+	if m.following != p.address || !m.pg.running() || reprobe {
+		u, err := user()
+		m.probedAt = m.cfg.Now()
+		if err != nil {
+			// The primary did not answer: stream as the replication role
+			// meanwhile (asked again shortly).
+			m.cfg.Log.Info("Could not ask the primary which role to replicate as", "error", err.Error())
+			u = m.cfg.User
+			if m.cfg.replicating() {
+				u = m.cfg.ReplicationUser
+			}
+			as = ""
 		}
-		m.following = p.address
+		if m.following != p.address || m.followingAs != as || !m.pg.running() {
+			if err := m.pg.follow(p.address, u); err != nil && m.pg.running() {
+				return err
+			}
+		}
+		m.following, m.followingAs = p.address, as
 	}
 	if !m.pg.running() {
 		if err := m.pg.start(ctx); err != nil {

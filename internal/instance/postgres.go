@@ -31,10 +31,9 @@ func (s *server) bin(name string) string { return filepath.Join(s.cfg.Bin, name)
 // command is a binary of the server's installation as the server's user.
 func (s *server) command(name string, args ...string) *exec.Cmd {
 	cmd := exec.Command(s.bin(name), args...)
-	cmd.Env = []string{"PATH=" + s.cfg.Bin + ":/usr/bin:/bin", "LANG=C", "PGCONNECT_TIMEOUT=3"}
-	if s.cfg.Password != "" {
-		cmd.Env = append(cmd.Env, "PGPASSWORD="+s.cfg.Password)
-	}
+	// Passwords come from the passfile (see writePassfile): the server's
+	// WAL receiver reads it too.
+	cmd.Env = []string{"PATH=" + s.cfg.Bin + ":/usr/bin:/bin", "LANG=C", "PGCONNECT_TIMEOUT=3", "PGPASSFILE=" + s.passfile()}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cfg.Credential, Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	return cmd
 }
@@ -141,11 +140,11 @@ func (s *server) running() bool {
 	}
 }
 
-// conninfo reaches a member's server for replication and rewinds.
-func (s *server) conninfo(address string) string {
+// conninfo reaches a member's server as user, for replication and
+// rewinds (the password is the passfile's).
+func (s *server) conninfo(address, user string) string {
 	host, port, _ := strings.Cut(address, ":")
-	ci := fmt.Sprintf("host=%s port=%s user=%s application_name=%s connect_timeout=3", host, port, s.cfg.User, s.cfg.Member)
-	return ci
+	return fmt.Sprintf("host=%s port=%s user=%s application_name=%s connect_timeout=3", host, port, user, s.cfg.Member)
 }
 
 // overrides are the settings replication and rewinds need, over any
@@ -238,10 +237,10 @@ func writeAs(cfg *Config, path string, b []byte) error {
 	return nil
 }
 
-// basebackup clones a new standby from the primary at address.
+// basebackup clones a new standby from the primary at address, as user.
 // The old data directory, judged unusable, goes first: a volume need not
 // hold two copies.
-func (s *server) basebackup(address string) error {
+func (s *server) basebackup(address, user string) error {
 	host, port, _ := strings.Cut(address, ":")
 	if err := os.RemoveAll(s.cfg.DataDir); err != nil {
 		return err
@@ -251,7 +250,7 @@ func (s *server) basebackup(address string) error {
 	}
 	return s.made(func(dir string) error {
 		// --no-sync: made syncs the directory once it is configured.
-		_, err := s.run("pg_basebackup", "-h", host, "-p", port, "-U", s.cfg.User, "-D", dir, "-X", "stream", "-R", "--no-sync",
+		_, err := s.run("pg_basebackup", "-h", host, "-p", port, "-U", user, "-D", dir, "-X", "stream", "-R", "--no-sync",
 			"-d", "application_name="+s.cfg.Member)
 		return err
 	})
@@ -353,6 +352,27 @@ func (s *server) query(sql string) (string, error) {
 	return strings.TrimSpace(out), err
 }
 
+// script runs a SQL script on the local server, read from standard input
+// (what it holds appears on no command line), in one session.
+func (s *server) script(sql string) (string, error) {
+	cmd := s.command("psql", "-X", "-A", "-t", "-q", "-h", s.cfg.SocketDir, "-p", strconv.Itoa(s.cfg.Port), "-U", s.cfg.User, "-d", "postgres", "-v", "ON_ERROR_STOP=1", "-f", "-")
+	cmd.Stdin = strings.NewReader(sql)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		// Neither the script nor a line quoting it is repeated: it may
+		// carry a verifier.
+		var lines []string
+		for _, l := range strings.Split(lastLines(out.String(), 5), "\n") {
+			if !strings.Contains(l, "SCRAM-SHA-256$") {
+				lines = append(lines, l)
+			}
+		}
+		return "", fmt.Errorf("psql script: %w: %s", err, strings.TrimSpace(strings.Join(lines, "\n")))
+	}
+	return strings.TrimSpace(out.String()), nil
+}
+
 // recoverCleanly runs crash recovery without accepting any connection
 // (single-user mode), so that a data directory left by a crash can be
 // rewound.
@@ -371,8 +391,9 @@ func (s *server) recoverCleanly() error {
 }
 
 // rewind makes a stopped server a standby of the primary at address,
-// undoing what it wrote after the two diverged.
-func (s *server) rewind(address string) error {
+// undoing what it wrote after the two diverged; it reads the primary's
+// files as user.
+func (s *server) rewind(address, user string) error {
 	if err := s.recoverCleanly(); err != nil {
 		return err
 	}
@@ -385,7 +406,7 @@ func (s *server) rewind(address string) error {
 	if err := syncDir(filepath.Dir(s.cfg.DataDir)); err != nil {
 		return err
 	}
-	if _, err := s.run("pg_rewind", "-D", s.cfg.DataDir, "--source-server="+s.conninfo(address)+" dbname=postgres", "-R"); err != nil {
+	if _, err := s.run("pg_rewind", "-D", s.cfg.DataDir, "--source-server="+s.conninfo(address, user)+" dbname=postgres", "-R"); err != nil {
 		return err
 	}
 	if err := s.configure(s.cfg.DataDir); err != nil {
@@ -400,9 +421,9 @@ func (s *server) rewind(address string) error {
 	return syncDir(filepath.Dir(s.cfg.DataDir))
 }
 
-// follow points this standby at the primary at address (written for the
-// next start, and reloaded when running).
-func (s *server) follow(address string) error {
+// follow points this standby at the primary at address, streaming as
+// user (written for the next start, and reloaded when running).
+func (s *server) follow(address, user string) error {
 	auto := filepath.Join(s.cfg.DataDir, "postgresql.auto.conf")
 	b, _ := os.ReadFile(auto)
 	var keep []string
@@ -412,7 +433,7 @@ func (s *server) follow(address string) error {
 		}
 		keep = append(keep, l)
 	}
-	keep = append(keep, fmt.Sprintf("primary_conninfo = '%s'", strings.ReplaceAll(s.conninfo(address), "'", "''")))
+	keep = append(keep, fmt.Sprintf("primary_conninfo = '%s'", strings.ReplaceAll(s.conninfo(address, user), "'", "''")))
 	if err := writeAs(s.cfg, auto, []byte(strings.Join(keep, "\n")+"\n")); err != nil {
 		return err
 	}

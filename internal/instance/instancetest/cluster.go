@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -60,6 +61,9 @@ type MemberSpec struct {
 	Port                                              int
 	UID, GID                                          uint32
 	Synchronous                                       int
+	// ReplicationUser and ReplicationPassword: the member's replication
+	// role (none: the superuser).
+	ReplicationUser, ReplicationPassword string
 }
 
 // Config is the instance manager's configuration for the spec.
@@ -71,7 +75,8 @@ func (s MemberSpec) Config() instance.Config {
 		HostAuth: "trust", ReplicationNetwork: "127.0.0.1/32",
 		Credential:    &syscall.Credential{Uid: s.UID, Gid: s.GID},
 		LeaseDuration: LeaseDuration, RenewDeadline: RenewDeadline, Period: Period,
-		Synchronous: s.Synchronous,
+		Synchronous:     s.Synchronous,
+		ReplicationUser: s.ReplicationUser, ReplicationPassword: s.ReplicationPassword,
 	}
 }
 
@@ -88,6 +93,12 @@ type Options struct {
 	// Password is the superuser's, for the members' pg_hba.conf that
 	// asks for it over TCP (empty: none sent).
 	Password string
+	// Replication names the members that replicate as a role of their
+	// own (member → role; its password is "replication"); the others use
+	// the superuser.
+	Replication map[string]string
+	// Later are members New does not start (Start starts them).
+	Later []string
 }
 
 // Cluster is a running test cluster.
@@ -137,7 +148,9 @@ func New(t T, o Options) *Cluster {
 	}
 	c.RWPort = c.readWriteEndpoint()
 	for _, m := range o.Members {
-		c.Start(m)
+		if !slices.Contains(o.Later, m) {
+			c.Start(m)
+		}
 	}
 	return c
 }
@@ -162,11 +175,15 @@ func (c *Cluster) dumpLogsOnFailure() {
 func (c *Cluster) Start(m string) {
 	c.t.Helper()
 	c.runner.Mkdir(c.t, filepath.Join(c.Dir, m))
-	cmd := c.o.Command(MemberSpec{
+	spec := MemberSpec{
 		Kubeconfig: c.o.API.KubeconfigPath, APIServer: "https://" + c.apis[m].addr(), Namespace: c.NS, Cluster: ClusterName, Member: m,
 		Bin: c.bin, DataDir: filepath.Join(c.Dir, m, "data"), SocketDir: filepath.Join(c.Dir, m), LogDir: filepath.Join(c.Dir, m),
 		Port: c.Ports[m], UID: uint32(c.runner.UID), GID: uint32(c.runner.GID), Synchronous: c.o.Synchronous,
-	})
+	}
+	if r := c.o.Replication[m]; r != "" {
+		spec.ReplicationUser, spec.ReplicationPassword = r, "replication"
+	}
+	cmd := c.o.Command(spec)
 	logf, err := os.OpenFile(filepath.Join(c.Dir, m+"-manager.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		c.t.Fatal(err)

@@ -40,6 +40,7 @@ func instanceCommand(ctx context.Context, args []string) error {
 	fs.StringVar(&c.User, "user", "postgres", "the superuser (default $POSTGRES_USER, else postgres)")
 	fs.StringVar(&c.ReplicationUser, "replication-user", "", "the role standbys clone, rewind and stream as, made by the primary with LOGIN REPLICATION and no superuser (empty: the superuser)")
 	replicationPasswordFile := fs.String("replication-password-file", "", "file holding --replication-user's password (default $REPLICATION_PASSWORD; empty: standbys use the superuser)")
+	fs.StringVar(&c.TLSCAFile, "tls-ca-file", "", "CA file the other members' certificates are verified against, with their names (sslmode=verify-full); empty: libpq's default (TLS when the server offers it, unverified)")
 	fs.StringVar(&c.HostAuth, "host-auth", "scram-sha-256", "pg_hba method for connections from other hosts")
 	fs.StringVar(&c.ReplicationNetwork, "replication-network", "0.0.0.0/0", "CIDR the other members connect from")
 	fs.DurationVar(&c.LeaseDuration, "lease-duration", 10*time.Second, "how long the primary's Lease lasts unrenewed")

@@ -29,6 +29,8 @@ type chartMember struct {
 	command []string
 	env     map[string]string
 	config  map[string]string
+	// tls is the TLS Secret's files.
+	tls map[string]string
 }
 
 func renderFailover(t *testing.T) chartMember {
@@ -53,7 +55,7 @@ func renderFailover(t *testing.T) chartMember {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := chartMember{env: map[string]string{}}
+	out := chartMember{env: map[string]string{}, tls: map[string]string{}}
 	secret := map[string]string{}
 	var sts *appsv1.StatefulSet
 	for _, o := range objs {
@@ -68,7 +70,11 @@ func renderFailover(t *testing.T) chartMember {
 			data, _ := o.Object["data"].(map[string]any)
 			for k, v := range data {
 				b, _ := base64.StdEncoding.DecodeString(fmt.Sprint(v))
-				secret[k] = string(b)
+				if o.GetName() == instancetest.ClusterName+"-tls" {
+					out.tls[k] = string(b)
+				} else {
+					secret[k] = string(b)
+				}
 			}
 		case "StatefulSet":
 			sts = &appsv1.StatefulSet{}
@@ -77,8 +83,8 @@ func renderFailover(t *testing.T) chartMember {
 			}
 		}
 	}
-	if sts == nil || out.config == nil || secret["password"] == "" || secret["replication-password"] == "" {
-		t.Fatal("the manifest lacks the StatefulSet, the ConfigMap or the Secret's passwords")
+	if sts == nil || out.config == nil || secret["password"] == "" || secret["replication-password"] == "" || out.tls["tls.key"] == "" || out.tls["ca.crt"] == "" {
+		t.Fatal("the manifest lacks the StatefulSet, the ConfigMap, the Secret's passwords or the TLS Secret")
 	}
 	c := sts.Spec.Template.Spec.Containers[0]
 	out.command = append(c.Command, c.Args...)
@@ -121,9 +127,23 @@ func TestChartFailoverCommandLines(t *testing.T) {
 	if err := os.Chmod(chartpilot, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// The TLS Secret's files, as its volume gives them: the key readable
+	// by the server's user only.
+	tlsDir := filepath.Join(dir, "tls")
+	r.Mkdir(t, tlsDir)
+	for name, content := range m.tls {
+		f := filepath.Join(tlsDir, name)
+		if err := os.WriteFile(f, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(f, r.UID, r.GID); err != nil {
+			t.Fatal(err)
+		}
+	}
 	configDir := filepath.Join(dir, "config")
 	r.Mkdir(t, configDir)
 	for name, content := range m.config {
+		content = strings.ReplaceAll(content, "/etc/postgresql-tls/", tlsDir+"/")
 		if err := os.WriteFile(filepath.Join(configDir, name), []byte(content), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -154,13 +174,14 @@ func TestChartFailoverCommandLines(t *testing.T) {
 	}
 	c.Rejoin(old, res.To)
 	// Every standby, the rewound old primary too, streams as the
-	// chart's replication role, which is no superuser.
-	c.WaitFor("both standbys streaming as replicator", time.Minute, func() (bool, string) {
-		out, _ := c.Psql(c.Ports[res.To], 5*time.Second, "SELECT string_agg(application_name || '=' || usename, ',' ORDER BY application_name) FROM pg_stat_replication")
+	// chart's replication role, which is no superuser, over TLS (the
+	// members verify each other's certificates: verify-full).
+	c.WaitFor("both standbys streaming as replicator over TLS", time.Minute, func() (bool, string) {
+		out, _ := c.Psql(c.Ports[res.To], 5*time.Second, "SELECT string_agg(application_name || '=' || usename || '/' || s.ssl, ',' ORDER BY application_name) FROM pg_stat_replication JOIN pg_stat_ssl s USING (pid)")
 		var want []string
 		for _, mem := range c.Members {
 			if mem != res.To {
-				want = append(want, mem+"=replicator")
+				want = append(want, mem+"=replicator/true")
 			}
 		}
 		return out == strings.Join(want, ","), out
@@ -185,6 +206,7 @@ func chartArgs(t *testing.T, args []string, s instancetest.MemberSpec, configDir
 		"--hba-file":    filepath.Join(configDir, "pg_hba.conf"),
 		"--address":     "127.0.0.1:" + strconv.Itoa(s.Port),
 		"--port":        strconv.Itoa(s.Port),
+		"--tls-ca-file": filepath.Join(filepath.Dir(configDir), "tls", "ca.crt"),
 	}
 	seen := map[string]bool{}
 	var out []string

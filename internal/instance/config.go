@@ -3,7 +3,9 @@ package instance
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -47,6 +49,9 @@ type Config struct {
 	// stream as (made by the primary: LOGIN REPLICATION, no superuser),
 	// with ReplicationPassword (empty: standbys use the superuser).
 	ReplicationUser, ReplicationPassword string
+	// TLSCAFile, when set, is the CA members' certificates are checked
+	// against (sslmode=verify-full for clones, rewinds and streaming).
+	TLSCAFile string
 	// Credential runs the server as another user (nil: this process's).
 	Credential *syscall.Credential
 	// LeaseDuration is how long a primary's Lease lasts unrenewed;
@@ -102,6 +107,14 @@ func (c *Config) Check() error {
 		return fmt.Errorf("--renew-deadline %s must be shorter than --lease-duration %s: a primary must stop before its lease can pass to another", c.RenewDeadline, c.LeaseDuration)
 	case c.Synchronous < 0 || c.Synchronous > 1:
 		return fmt.Errorf("--synchronous %d: 0 or 1", c.Synchronous)
+	}
+	if c.TLSCAFile != "" {
+		if strings.ContainsAny(c.TLSCAFile, " \t\n'\"\\") {
+			return fmt.Errorf("--tls-ca-file %q: a path without spaces, quotes or backslashes (it goes into connection strings)", c.TLSCAFile)
+		}
+		if _, err := os.Stat(c.TLSCAFile); err != nil {
+			return fmt.Errorf("--tls-ca-file: %w (the CA that signed the members' certificates; the chart mounts it from the Secret NAME-tls)", err)
+		}
 	}
 	return c.checkReplication()
 }

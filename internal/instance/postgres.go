@@ -144,7 +144,12 @@ func (s *server) running() bool {
 // rewinds (the password is the passfile's).
 func (s *server) conninfo(address, user string) string {
 	host, port, _ := strings.Cut(address, ":")
-	return fmt.Sprintf("host=%s port=%s user=%s application_name=%s connect_timeout=3", host, port, user, s.cfg.Member)
+	ci := fmt.Sprintf("host=%s port=%s user=%s application_name=%s connect_timeout=3", host, port, user, s.cfg.Member)
+	if s.cfg.TLSCAFile != "" {
+		// The member's certificate must be the cluster CA's, for its name.
+		ci += " sslmode=verify-full sslrootcert=" + s.cfg.TLSCAFile
+	}
+	return ci
 }
 
 // overrides are the settings replication and rewinds need, over any
@@ -241,7 +246,6 @@ func writeAs(cfg *Config, path string, b []byte) error {
 // The old data directory, judged unusable, goes first: a volume need not
 // hold two copies.
 func (s *server) basebackup(address, user string) error {
-	host, port, _ := strings.Cut(address, ":")
 	if err := os.RemoveAll(s.cfg.DataDir); err != nil {
 		return err
 	}
@@ -250,8 +254,7 @@ func (s *server) basebackup(address, user string) error {
 	}
 	return s.made(func(dir string) error {
 		// --no-sync: made syncs the directory once it is configured.
-		_, err := s.run("pg_basebackup", "-h", host, "-p", port, "-U", user, "-D", dir, "-X", "stream", "-R", "--no-sync",
-			"-d", "application_name="+s.cfg.Member)
+		_, err := s.run("pg_basebackup", "-d", s.conninfo(address, user), "-D", dir, "-X", "stream", "-R", "--no-sync")
 		return err
 	})
 }

@@ -101,7 +101,7 @@ func startRowWriter(t *testing.T, host, user, password, db string, from int) *ro
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			cmd := exec.CommandContext(ctx, psqlBin, "-h", host, "-p", "5432", "-U", user, "-d", db, "-XAtq", "-v", "ON_ERROR_STOP=1",
 				"-c", fmt.Sprintf("INSERT INTO t VALUES (%d) RETURNING host(inet_server_addr()) || '/' || pg_postmaster_start_time() || '/' || current_setting('server_version_num')", v))
-			cmd.Env = []string{"PGPASSWORD=" + password, "PGCONNECT_TIMEOUT=2", "PGSSLMODE=disable"}
+			cmd.Env = []string{"PGPASSWORD=" + password, "PGCONNECT_TIMEOUT=2", "PGSSLMODE=require"}
 			out, err := cmd.Output()
 			cancel()
 			if err == nil {
@@ -221,6 +221,7 @@ func TestFailoverOnRealPods(t *testing.T) {
 	if v, err := psql(t, host, user, password, "SHOW synchronous_standby_names"); err != nil || v == "" {
 		t.Errorf("the primary names no synchronous standby: %q, %v", v, err)
 	}
+	checkLinks(t, cs, ns, name, host, user, password, 2)
 
 	members := []string{name + "-0", name + "-1", name + "-2"}
 	next := 1

@@ -78,7 +78,7 @@ func psql(t *testing.T, host, user, password, sql string) (string, error) {
 func psqlIn(t *testing.T, host, user, password, db, sql string) (string, error) {
 	t.Helper()
 	cmd := exec.Command(filepath.Join(testpg.Bin(t), "psql"), "-h", host, "-p", "5432", "-U", user, "-d", db, "-XAtq", "-v", "ON_ERROR_STOP=1", "-c", sql)
-	cmd.Env = []string{"PGPASSWORD=" + password, "PGCONNECT_TIMEOUT=10", "PGSSLMODE=disable"}
+	cmd.Env = []string{"PGPASSWORD=" + password, "PGCONNECT_TIMEOUT=10", "PGSSLMODE=require"}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("%v: %s", err, strings.TrimSpace(string(out)))

@@ -54,6 +54,8 @@ type rendered struct {
 	password string
 	sts      *appsv1.StatefulSet
 	testPod  *corev1.Pod
+	// tls is the TLS Secret's files (tls.crt, tls.key, ca.crt).
+	tls map[string]string
 }
 
 func render(t *testing.T, vals map[string]any) rendered {
@@ -78,6 +80,14 @@ func render(t *testing.T, vals map[string]any) rendered {
 			must(t, runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &cm))
 			out.config = cm.Data
 		case "Secret":
+			if strings.HasSuffix(o.GetName(), "-tls") {
+				out.tls = map[string]string{}
+				for k, v := range o.Object["data"].(map[string]any) {
+					b, _ := base64.StdEncoding.DecodeString(fmt.Sprint(v))
+					out.tls[k] = string(b)
+				}
+				continue
+			}
 			var s corev1.Secret
 			must(t, runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &s))
 			out.username, out.password = string(s.Data["username"]), string(s.Data["password"])
@@ -96,8 +106,8 @@ func render(t *testing.T, vals map[string]any) rendered {
 			must(t, runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, out.testPod))
 		}
 	}
-	if out.config == nil || out.password == "" || out.sts == nil || out.testPod == nil {
-		t.Fatalf("the manifest lacks a ConfigMap, a Secret with a password, the StatefulSet or the test Pod")
+	if out.config == nil || out.password == "" || out.sts == nil || out.testPod == nil || out.tls["tls.key"] == "" {
+		t.Fatalf("the manifest lacks a ConfigMap, a Secret with a password, the TLS Secret, the StatefulSet or the test Pod")
 	}
 	return out
 }
@@ -140,18 +150,23 @@ func newPod(t *testing.T, r *testpg.Runner, rd rendered, root string, ordinal, p
 		p.subst = append(p.subst, mp, p.mounts[mp])
 	}
 	p.subst = append(p.subst, fmt.Sprintf("%s-0.%s-headless", rd.fullname, rd.fullname), "127.0.0.1")
-	// The ConfigMap volume's files.
+	// The ConfigMap's and the TLS Secret's volumes' files (the key
+	// readable by the server's user only, as the Secret's volume gives it).
 	for _, v := range rd.sts.Spec.Template.Spec.Volumes {
-		if v.ConfigMap == nil {
+		files, mode := rd.config, os.FileMode(0o644)
+		switch {
+		case v.Secret != nil && v.Secret.SecretName == rd.fullname+"-tls":
+			files, mode = rd.tls, 0o600
+		case v.ConfigMap == nil:
 			continue
 		}
 		for _, m := range c.VolumeMounts {
 			if m.Name != v.Name {
 				continue
 			}
-			for name, content := range rd.config {
+			for name, content := range files {
 				f := filepath.Join(p.mounts[m.MountPath], name)
-				must(t, os.WriteFile(f, []byte(content), 0o644))
+				must(t, os.WriteFile(f, []byte(p.apply(content)), mode))
 				must(t, os.Chown(f, r.UID, r.GID))
 			}
 		}
@@ -317,15 +332,32 @@ func TestChartRunsRealPostgreSQL(t *testing.T) {
 	init := rd.sts.Spec.Template.Spec.InitContainers[0]
 	main := rd.sts.Spec.Template.Spec.Containers[0]
 
+	// The init container's own settings (TLS verification of pod 0).
+	initEnv := map[string]string{}
+	for _, e := range init.Env {
+		if e.ValueFrom == nil {
+			initEnv[e.Name] = e.Value
+		}
+	}
+	if initEnv["PGSSLMODE"] != "verify-full" {
+		t.Errorf("the init container clones with PGSSLMODE %q, want verify-full", initEnv["PGSSLMODE"])
+	}
+	podEnv := func(p *pod) map[string]string {
+		env := map[string]string{}
+		for k, v := range initEnv {
+			env[k] = p.apply(v)
+		}
+		return env
+	}
 	primary := newPod(t, r, rd, root, 0, ports[0])
-	if out, err := primary.sh(init.Command[2], nil); err != nil {
+	if out, err := primary.sh(init.Command[2], podEnv(primary)); err != nil {
 		t.Fatalf("pod 0: init script: %v\n%s", err, out)
 	}
 	primary.start(rd)
 	primary.waitProbe(main.StartupProbe, chartPort)
 
 	replica := newPod(t, r, rd, root, 1, ports[1])
-	if out, err := replica.sh(init.Command[2], nil); err != nil {
+	if out, err := replica.sh(init.Command[2], podEnv(replica)); err != nil {
 		t.Fatalf("pod 1: init script (clone from pod 0): %v\n%s", err, out)
 	}
 	if _, err := os.Stat(filepath.Join(replica.env["PGDATA"], "standby.signal")); err != nil {
@@ -353,6 +385,16 @@ func TestChartRunsRealPostgreSQL(t *testing.T) {
 	}
 	if got := q(replica, "select pg_is_in_recovery()"); got != "t" {
 		t.Fatalf("pod 1 is not a standby: pg_is_in_recovery() = %s", got)
+	}
+	// Every TCP connection is TLS: the replica's stream, and clients (one
+	// without TLS is refused).
+	if !testwait.Until(time.Minute, 200*time.Millisecond, func() bool {
+		return q(primary, "select string_agg(s.ssl::text, ',') from pg_stat_replication r join pg_stat_ssl s using (pid)") == "true"
+	}) {
+		t.Errorf("the replica does not stream over TLS: %q", q(primary, "select string_agg(s.ssl::text, ',') from pg_stat_replication r join pg_stat_ssl s using (pid)"))
+	}
+	if out, err := r.Command(map[string]string{"PGPASSWORD": rd.password, "PGSSLMODE": "disable", "PGCONNECT_TIMEOUT": "10"}, "psql", "-h", outside, "-p", strconv.Itoa(primary.port), "-U", rd.username, "-d", "postgres", "-XAtc", "select 1").CombinedOutput(); err == nil || !strings.Contains(string(out), "no encryption") {
+		t.Errorf("a client without TLS was not refused: %v %s", err, out)
 	}
 	q(primary, "create table probe (id int primary key, note text); insert into probe values (1, 'written on the primary')")
 	var note string

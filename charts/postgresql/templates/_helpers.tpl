@@ -22,6 +22,10 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 {{- end -}}
 
+{{- define "postgresql.tlsSecretName" -}}
+{{- .Values.tls.existingSecret | default (printf "%s-tls" (include "postgresql.fullname" .)) -}}
+{{- end -}}
+
 {{/* Directory of the PostgreSQL binaries in the image: image.binDir, or
 Debian's layout for the tag's major (/usr/lib/postgresql/MAJOR/bin), which
 the official image and Debian's packages share. */}}

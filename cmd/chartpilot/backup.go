@@ -61,24 +61,8 @@ func backupCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, backupUsage); fs.PrintDefaults() }
 	location := fs.String("location", "", "key prefix of the backup in the store, e.g. orders/2026-11-30T120000Z (required)")
-	store := fs.String("store", "", "kind of store: s3, gcs, azure or volume (required)")
-	var s3 backup.S3
-	fs.StringVar(&s3.Endpoint, "s3-endpoint", "", "URL of an S3-compatible server (empty: AWS)")
-	fs.StringVar(&s3.Bucket, "s3-bucket", "", "bucket")
-	fs.StringVar(&s3.Prefix, "s3-prefix", "", "key prefix inside the bucket")
-	fs.StringVar(&s3.Region, "s3-region", "us-east-1", "region")
-	fs.BoolVar(&s3.ForcePathStyle, "s3-force-path-style", false, "address the bucket in the path, not the host name")
-	caFile := fs.String("s3-ca-file", "", "PEM file of the CAs the endpoint's certificate is checked against")
-	var az backup.Azure
-	fs.StringVar(&az.Endpoint, "azure-endpoint", "", "URL of the blob service (empty: https://ACCOUNT.blob.core.windows.net)")
-	fs.StringVar(&az.AccountName, "azure-account", "", "storage account")
-	fs.StringVar(&az.Container, "azure-container", "", "container")
-	fs.StringVar(&az.Prefix, "azure-prefix", "", "key prefix inside the container")
-	var gcs backup.GCS
-	fs.StringVar(&gcs.Endpoint, "gcs-endpoint", "", "URL of the JSON API (empty: Google's)")
-	fs.StringVar(&gcs.Bucket, "gcs-bucket", "", "bucket")
-	fs.StringVar(&gcs.Prefix, "gcs-prefix", "", "key prefix inside the bucket")
-	volumePath := fs.String("volume-path", "", "directory of the volume store")
+	var sf storeFlags
+	sf.register(fs)
 	recipient := fs.String("recipient", "", "run: age X25519 public key (age1…) to encrypt for; empty: not encrypted")
 	compression := fs.String("compression", backup.CompressionZstd, "run: zstd or none")
 	identityFile := fs.String("identity-file", "", "restore: file holding the age X25519 secret key of an encrypted backup")
@@ -111,7 +95,7 @@ func backupCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	case len(command) == 0 && sub != "verify" && !*postgres:
 		return fmt.Errorf("the command to %s is required after -- (or --postgres for a PostgreSQL server)", map[string]string{"run": "back up", "restore": "restore into"}[sub])
 	}
-	b, err := openStore(ctx, *store, s3, az, gcs, *caFile, *volumePath)
+	b, err := sf.open(ctx)
 	if err != nil {
 		return err
 	}
@@ -180,6 +164,54 @@ func backupCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 		}
 	}
 	return json.NewEncoder(stdout).Encode(report)
+}
+
+// storeFlags are the flags that name a store; its credentials come from
+// the environment (openStore).
+type storeFlags struct {
+	kind               string
+	s3                 backup.S3
+	az                 backup.Azure
+	gcs                backup.GCS
+	caFile, volumePath string
+	// fs is the flag set registered on (args).
+	fs *flag.FlagSet
+}
+
+func (f *storeFlags) register(fs *flag.FlagSet) {
+	f.fs = fs
+	fs.StringVar(&f.kind, "store", "", "kind of store: s3, gcs, azure or volume (required)")
+	fs.StringVar(&f.s3.Endpoint, "s3-endpoint", "", "URL of an S3-compatible server (empty: AWS)")
+	fs.StringVar(&f.s3.Bucket, "s3-bucket", "", "bucket")
+	fs.StringVar(&f.s3.Prefix, "s3-prefix", "", "key prefix inside the bucket")
+	fs.StringVar(&f.s3.Region, "s3-region", "us-east-1", "region")
+	fs.BoolVar(&f.s3.ForcePathStyle, "s3-force-path-style", false, "address the bucket in the path, not the host name")
+	fs.StringVar(&f.caFile, "s3-ca-file", "", "PEM file of the CAs the endpoint's certificate is checked against")
+	fs.StringVar(&f.az.Endpoint, "azure-endpoint", "", "URL of the blob service (empty: https://ACCOUNT.blob.core.windows.net)")
+	fs.StringVar(&f.az.AccountName, "azure-account", "", "storage account")
+	fs.StringVar(&f.az.Container, "azure-container", "", "container")
+	fs.StringVar(&f.az.Prefix, "azure-prefix", "", "key prefix inside the container")
+	fs.StringVar(&f.gcs.Endpoint, "gcs-endpoint", "", "URL of the JSON API (empty: Google's)")
+	fs.StringVar(&f.gcs.Bucket, "gcs-bucket", "", "bucket")
+	fs.StringVar(&f.gcs.Prefix, "gcs-prefix", "", "key prefix inside the bucket")
+	fs.StringVar(&f.volumePath, "volume-path", "", "directory of the volume store")
+}
+
+// args are the store flags given, as flags again (a command line that
+// opens the same store: credentials stay in the environment).
+func (f *storeFlags) args() []string {
+	var out []string
+	f.fs.Visit(func(fl *flag.Flag) {
+		if fl.Name == "store" || strings.HasPrefix(fl.Name, "s3-") || strings.HasPrefix(fl.Name, "azure-") ||
+			strings.HasPrefix(fl.Name, "gcs-") || fl.Name == "volume-path" {
+			out = append(out, "--"+fl.Name+"="+fl.Value.String())
+		}
+	})
+	return out
+}
+
+func (f *storeFlags) open(ctx context.Context) (*blob.Bucket, error) {
+	return openStore(ctx, f.kind, f.s3, f.az, f.gcs, f.caFile, f.volumePath)
 }
 
 func openStore(ctx context.Context, kind string, s3 backup.S3, az backup.Azure, gcs backup.GCS, caFile, volumePath string) (*blob.Bucket, error) {

@@ -3,6 +3,9 @@
 //	chartpilot run      the manager: reconciles the kinds listed in watches.yaml
 //	chartpilot rbac     prints the manager's ClusterRole, derived from watches.yaml
 //	chartpilot backup   backs a stream up to a store, or restores one (a backup Job's command)
+//	chartpilot wal-push, wal-fetch   archive_command and restore_command: WAL to and from a store
+//	chartpilot base-backup           a physical base backup beside the WAL
+//	chartpilot recover               a base backup and the WAL replayed to a point in time
 //	chartpilot get      lists the resources chartpilot manages, one line each
 //	chartpilot describe shows one resource: conditions, history, last failure, events
 //	chartpilot rollout  shows where a kind's fleet stands on chart versions
@@ -36,6 +39,9 @@ Usage:
   chartpilot backup run|restore [flags] -- COMMAND   back up COMMAND's output, or restore into its input
   chartpilot backup verify [flags]                   restore drill into a throwaway database
   chartpilot install-agent DIR                       copy this binary to DIR/chartpilot (backup Jobs of other images)
+  chartpilot wal-push|wal-fetch [flags] ...          archive_command / restore_command of WAL (chartpilot wal-push --help)
+  chartpilot base-backup [flags]                     a physical base backup stored beside the archived WAL
+  chartpilot recover [flags]                         restore a base backup and replay the WAL to a point in time
   chartpilot store                                   the store helper: one request of the manager on stdin, its answer on stdout
   chartpilot get [KIND] [-n NS | -A] [-o wide|json]  list the resources chartpilot manages
   chartpilot describe KIND/NAME [-n NS]              conditions, history, last failure and events of one
@@ -76,6 +82,8 @@ func dispatch(args []string) int {
 		err = instanceCommand(signalContext(), rest)
 	case "major-upgrade":
 		err = majorUpgradeCommand(signalContext(), rest, os.Stdout)
+	case "wal-push", "wal-fetch", "base-backup", "recover":
+		err = walCommand(signalContext(), name, rest, os.Stdout, os.Stderr)
 	case "store":
 		err = storeCommand(signalContext(), rest, os.Stdin, os.Stdout)
 	case "install-agent":

@@ -21,3 +21,5 @@ func backupCommand(context.Context, []string, io.Writer, io.Writer) error { retu
 func storeCommand(context.Context, []string, io.Reader, io.Writer) error { return errNoDataPath }
 
 func installAgent([]string) error { return errNoDataPath }
+
+func walCommand(context.Context, string, []string, io.Writer, io.Writer) error { return errNoDataPath }

@@ -10,12 +10,12 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"maps"
 	"os"
 	"strings"
 	"time"
 
 	"filippo.io/age"
-	"github.com/klauspost/compress/zstd"
 	"gocloud.dev/blob"
 	"gocloud.dev/gcerrors"
 )
@@ -57,6 +57,10 @@ type Options struct {
 	// X25519 public key, "age1…"); the store never sees plaintext.
 	Recipient string
 	Labels    map[string]string
+	// LateLabels, when set, is called once the stream has ended; what it
+	// returns is added to the labels (facts known only at the end, such as
+	// where a base backup stopped).
+	LateLabels func() map[string]string
 	// Now is the clock (tests).
 	Now func() time.Time
 }
@@ -138,6 +142,15 @@ func Write(ctx context.Context, b *blob.Bucket, location string, src io.Reader, 
 		return nil, fmt.Errorf("uploading %s: %w", dataKey(location), upErr)
 	}
 	m.Size, m.SHA256, m.PlainSize = stored.n, hex.EncodeToString(stored.h.Sum(nil)), plain.n
+	if o.LateLabels != nil {
+		late := o.LateLabels()
+		if len(late) > 0 && m.Labels == nil {
+			m.Labels = map[string]string{}
+		} else if len(late) > 0 {
+			m.Labels = maps.Clone(m.Labels)
+		}
+		maps.Copy(m.Labels, late)
+	}
 	body, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return nil, err
@@ -149,38 +162,6 @@ func Write(ctx context.Context, b *blob.Bucket, location string, src io.Reader, 
 }
 
 func isNotFound(err error) bool { return gcerrors.Code(err) == gcerrors.NotFound }
-
-// encode copies src (counted in plain) to dst, compressed and, with a
-// recipient, encrypted, and closes the encoders so that dst holds it all.
-func encode(dst io.Writer, src io.Reader, plain *counter, compression string, recipient age.Recipient) error {
-	var closers []io.Closer
-	out := dst
-	if recipient != nil {
-		ew, err := age.Encrypt(out, recipient)
-		if err != nil {
-			return err
-		}
-		closers = append(closers, ew)
-		out = ew
-	}
-	if compression == CompressionZstd {
-		zw, err := zstd.NewWriter(out, zstd.WithEncoderLevel(zstd.SpeedDefault))
-		if err != nil {
-			return err
-		}
-		closers = append(closers, zw)
-		out = zw
-	}
-	if _, err := io.Copy(io.MultiWriter(out, plain), src); err != nil {
-		return err
-	}
-	for i := len(closers) - 1; i >= 0; i-- {
-		if err := closers[i].Close(); err != nil {
-			return err
-		}
-	}
-	return nil
-}
 
 // ReadManifest reads the manifest of the backup at location.
 //
@@ -293,36 +274,10 @@ func Open(ctx context.Context, b *blob.Bucket, location, identity, tmpDir string
 		cleanup()
 		return nil, m, err
 	}
-	var in io.Reader = f
-	if m.Encryption == "age" {
-		if identity == "" {
-			cleanup()
-			return nil, m, fmt.Errorf("the backup at %s is encrypted (for %s) and no key was given", location, m.Recipient)
-		}
-		id, err := age.ParseX25519Identity(strings.TrimSpace(identity))
-		if err != nil {
-			cleanup()
-			return nil, m, errors.New("encryption key: not an age X25519 secret key (AGE-SECRET-KEY-1…)")
-		}
-		if id.Recipient().String() != m.Recipient {
-			cleanup()
-			return nil, m, fmt.Errorf("the backup at %s was encrypted for %s and the key given is for %s: use the key it was made with", location, m.Recipient, id.Recipient())
-		}
-		dr, err := age.Decrypt(in, id)
-		if err != nil {
-			cleanup()
-			return nil, m, fmt.Errorf("decrypting %s: %w", location, err)
-		}
-		in = dr
-	}
-	var closeFn func()
-	if m.Compression == CompressionZstd {
-		zr, err := zstd.NewReader(in)
-		if err != nil {
-			cleanup()
-			return nil, m, err
-		}
-		in, closeFn = zr, zr.Close
+	in, closeFn, err := Decode(f, m, identity)
+	if err != nil {
+		cleanup()
+		return nil, m, fmt.Errorf("%s: %w", location, err)
 	}
 	return &restoreReader{Reader: in, close: func() {
 		if closeFn != nil {

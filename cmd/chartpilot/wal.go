@@ -1,0 +1,164 @@
+//go:build !manager
+
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/chartpilot/chartpilot/internal/backup"
+	"github.com/chartpilot/chartpilot/internal/wal"
+)
+
+const walUsage = `Usage:
+  chartpilot wal-push  [flags] PATH        archive_command: archive the WAL file at PATH (%p)
+  chartpilot wal-fetch [flags] NAME PATH   restore_command: fetch WAL file NAME (%f) to PATH (%p);
+                                           exit code 1 when the archive has no such file
+  chartpilot base-backup [flags]           a physical base backup (pg_basebackup) of the server
+                                           libpq's environment (PGHOST…) reaches, stored beside the WAL
+  chartpilot recover [flags]               restore a base backup into --data-dir and replay the
+                                           archived WAL to a target, then promote
+
+Every command names the store as chartpilot backup does (--store, --s3-…)
+and the archive's --prefix in it; credentials and keys come from the
+environment (CHARTPILOT_S3_ACCESS_KEY_ID…, CHARTPILOT_AGE_KEY), never from
+flags. What is pushed is compressed (zstd), encrypted for CHARTPILOT_AGE_KEY
+when it is set, and checksummed; nothing archived is ever overwritten.
+
+Flags:
+`
+
+// walCommand is wal-push, wal-fetch, base-backup and recover.
+func walCommand(ctx context.Context, name string, args []string, stdout, stderr io.Writer) error {
+	if helpRequested(args) {
+		return printHelp(stdout, walUsage)
+	}
+	fs := flag.NewFlagSet("chartpilot "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { io.WriteString(stderr, walUsage); fs.PrintDefaults() }
+	var sf storeFlags
+	sf.register(fs)
+	prefix := fs.String("prefix", "", "the archive's key prefix in the store, e.g. shop/orders (required)")
+	segSize := fs.Int64("segment-size", wal.DefaultSegmentSize, "the server's wal_segment_size in bytes")
+	parallel := fs.Int("parallel", 4, "wal-push: segments uploaded at once (the one asked for and the next ones ready)")
+	compression := fs.String("compression", backup.CompressionZstd, "wal-push, base-backup: zstd or none")
+	dataDir := fs.String("data-dir", "", "recover: the data directory to restore into (absent or empty)")
+	base := fs.String("base", "", "recover: the base backup's location (default: the newest that ends before the target)")
+	targetTime := fs.String("target-time", "", "recover: stop after the last transaction committed at or before this time (RFC 3339)")
+	targetLSN := fs.String("target-lsn", "", "recover: stop at this LSN (such as 0/3000028)")
+	targetXID := fs.String("target-xid", "", "recover: stop after this transaction")
+	stagingDir := fs.String("staging-dir", "", "recover: where the base backup is checked before it is restored (default: beside --data-dir)")
+	var options []string
+	fs.Func("postgres-option", "recover: NAME=VALUE passed to postgres during the replay (repeatable)", func(v string) error {
+		if !strings.Contains(v, "=") {
+			return fmt.Errorf("%q is not NAME=VALUE", v)
+		}
+		options = append(options, v)
+		return nil
+	})
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *prefix == "" {
+		return errors.New("--prefix is required")
+	}
+	b, err := sf.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	a := &wal.Archive{Bucket: b, Prefix: *prefix, Compression: *compression, SegmentSize: *segSize}
+	if a.Recipient, err = recipientFromEnv(); err != nil {
+		return err
+	}
+	if k := strings.TrimSpace(os.Getenv("CHARTPILOT_AGE_KEY")); strings.HasPrefix(k, "AGE-SECRET-KEY-1") {
+		a.Identity = k
+	}
+	rest := fs.Args()
+	switch name {
+	case "wal-push":
+		if len(rest) != 1 {
+			return errors.New("usage: chartpilot wal-push [flags] PATH")
+		}
+		return a.PushReady(ctx, rest[0], *parallel)
+	case "wal-fetch":
+		if len(rest) != 2 {
+			return errors.New("usage: chartpilot wal-fetch [flags] NAME PATH")
+		}
+		return a.Fetch(ctx, rest[0], rest[1])
+	case "base-backup":
+		m, err := a.BaseBackup(ctx, nil, time.Now())
+		if err != nil {
+			return err
+		}
+		return json.NewEncoder(stdout).Encode(m)
+	}
+	// recover
+	if *dataDir == "" {
+		return errors.New("--data-dir is required")
+	}
+	var t wal.Target
+	if *targetTime != "" {
+		if t.Time, err = time.Parse(time.RFC3339Nano, *targetTime); err != nil {
+			return fmt.Errorf("--target-time %q: not an RFC 3339 time (2026-12-04T10:00:00Z)", *targetTime)
+		}
+	}
+	t.LSN, t.XID = *targetLSN, *targetXID
+	plan, err := a.Plan(ctx, t, *base)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "recovering to %s from base backup %s (timeline %d, %s), the archive's timeline %d up to %s\n",
+		t, plan.Base, plan.Start.TLI, plan.Manifest.Labels[wal.LabelStopTime], plan.Timeline, plan.Last)
+	if plan.Gap != "" {
+		fmt.Fprintf(stderr, "the archive has a gap at segment %s: recovery cannot pass it\n", plan.Gap)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	fetch := append([]string{self, "wal-fetch"}, sf.args()...)
+	fetch = append(fetch, "--prefix="+*prefix, fmt.Sprintf("--segment-size=%d", *segSize))
+	var quoted []string
+	for _, w := range fetch {
+		quoted = append(quoted, shellQuote(w))
+	}
+	restoreCommand := strings.Join(quoted, " ") + " %f %p"
+	staging := *stagingDir
+	if staging == "" {
+		staging = filepath.Dir(filepath.Clean(*dataDir))
+	}
+	if err := a.Prepare(ctx, plan, *dataDir, staging, restoreCommand, t, backup.Expect{}); err != nil {
+		return err
+	}
+	socketDir, err := os.MkdirTemp("", "chartpilot-recover-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(socketDir)
+	logPath := filepath.Join(staging, "chartpilot-recover.log")
+	if err := wal.Replay(ctx, *dataDir, socketDir, logPath, options); err != nil {
+		if plan.Gap != "" {
+			return fmt.Errorf("%w; the archive has a gap at segment %s (missing while %s, newer, is there)", err, plan.Gap, plan.Last)
+		}
+		return err
+	}
+	fmt.Fprintf(stderr, "recovered to %s and promoted; the server's messages are in %s\n", t, logPath)
+	return nil
+}
+
+// shellQuote quotes s for sh (restore_command runs through it).
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_=/.:,@+") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}

@@ -82,7 +82,7 @@ func dispatch(args []string) int {
 		err = instanceCommand(signalContext(), rest)
 	case "major-upgrade":
 		err = majorUpgradeCommand(signalContext(), rest, os.Stdout)
-	case "wal-push", "wal-fetch", "base-backup", "recover":
+	case "wal-push", "wal-fetch", "wal-status", "wal-prune", "base-backup", "recover":
 		err = walCommand(signalContext(), name, rest, os.Stdout, os.Stderr)
 	case "store":
 		err = storeCommand(signalContext(), rest, os.Stdin, os.Stdout)

@@ -24,6 +24,10 @@ const walUsage = `Usage:
                                            exit code 1 when the archive has no such file
   chartpilot base-backup [flags]           a physical base backup (pg_basebackup) of the server
                                            libpq's environment (PGHOST…) reaches, stored beside the WAL
+  chartpilot wal-status [flags]            what the archive can recover to: the first and last point,
+                                           its base backups and WAL files (JSON)
+  chartpilot wal-prune [flags] --recovery-window 7d
+                                           delete the base backups and WAL no point of the window needs
   chartpilot recover [flags]               restore a base backup into --data-dir and replay the
                                            archived WAL to a target, then promote
 
@@ -56,6 +60,7 @@ func walCommand(ctx context.Context, name string, args []string, stdout, stderr 
 	targetLSN := fs.String("target-lsn", "", "recover: stop at this LSN (such as 0/3000028)")
 	targetXID := fs.String("target-xid", "", "recover: stop after this transaction")
 	stagingDir := fs.String("staging-dir", "", "recover: where the base backup is checked before it is restored (default: beside --data-dir)")
+	window := fs.String("recovery-window", "", "wal-prune: keep what recovers to any point this far back (such as 7d or 36h)")
 	var options []string
 	fs.Func("postgres-option", "recover: NAME=VALUE passed to postgres during the replay (repeatable)", func(v string) error {
 		if !strings.Contains(v, "=") {
@@ -100,6 +105,25 @@ func walCommand(ctx context.Context, name string, args []string, stdout, stderr 
 			return err
 		}
 		return json.NewEncoder(stdout).Encode(m)
+	case "wal-status":
+		w, err := a.Window(ctx)
+		if err != nil {
+			return err
+		}
+		return json.NewEncoder(stdout).Encode(w)
+	case "wal-prune":
+		d, err := parseWindow(*window)
+		if err != nil {
+			return fmt.Errorf("--recovery-window: %w", err)
+		}
+		p, err := a.Prune(ctx, d, time.Now())
+		if p != nil {
+			for _, b := range p.Bases {
+				fmt.Fprintf(stderr, "pruned base backup %s\n", b)
+			}
+			fmt.Fprintf(stderr, "pruned %d WAL files\n", p.Files)
+		}
+		return err
 	}
 	// recover
 	if *dataDir == "" {
@@ -161,4 +185,25 @@ func shellQuote(s string) string {
 		return s
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// parseWindow reads a duration that may be in days ("7d") as well as
+// Go's units ("36h").
+func parseWindow(s string) (time.Duration, error) {
+	var d time.Duration
+	var err error
+	if n, ok := strings.CutSuffix(s, "d"); ok {
+		var days int
+		if _, err = fmt.Sscanf(n, "%d", &days); err == nil && fmt.Sprint(days) == n {
+			d = time.Duration(days) * 24 * time.Hour
+		} else {
+			err = errors.New("not a number of days")
+		}
+	} else {
+		d, err = time.ParseDuration(s)
+	}
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("%q is not a positive duration (7d, 36h)", s)
+	}
+	return d, nil
 }

@@ -96,12 +96,22 @@ func Prune(ctx context.Context, b *blob.Bucket, series string, r Retention, now 
 		if !beyondCount && !tooOld {
 			continue
 		}
-		for _, key := range []string{manifestKey(s.Location), dataKey(s.Location)} {
-			if err := b.Delete(ctx, key); err != nil && !isNotFound(err) {
-				return pruned, fmt.Errorf("pruning %s: %w", s.Location, err)
-			}
+		if err := Delete(ctx, b, s.Location); err != nil {
+			return pruned, err
 		}
 		pruned = append(pruned, s.Location)
 	}
 	return pruned, nil
+}
+
+// Delete deletes the backup at location: its manifest first, then its
+// data, so that one cut short is incomplete, never a manifest without
+// data.
+func Delete(ctx context.Context, b *blob.Bucket, location string) error {
+	for _, key := range []string{manifestKey(location), dataKey(location)} {
+		if err := b.Delete(ctx, key); err != nil && !isNotFound(err) {
+			return fmt.Errorf("pruning %s: %w", location, err)
+		}
+	}
+	return nil
 }

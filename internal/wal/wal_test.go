@@ -3,6 +3,7 @@ package wal_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -284,6 +285,20 @@ func TestPointInTimeRecovery(t *testing.T) {
 	t.Logf("a time past the gap: %s", lastLine(out))
 	if _, err := os.Stat(filepath.Join(dataE, "recovery.signal")); err != nil {
 		t.Fatalf("the refused recovery's data directory was promoted (no recovery.signal): %v", err)
+	}
+
+	// The window, and a prune that keeps it: the one base backup stays,
+	// the segment before its start goes.
+	out, err = p.agentRun(p.env, append([]string{"wal-status"}, p.storeArgs()...)...)
+	if err != nil || !strings.Contains(out, `"Bases":1`) || !strings.Contains(out, `"LastWAL":"0000000`) {
+		t.Fatalf("wal-status: %v\n%s", err, out)
+	}
+	out, err = p.agentRun(p.env, append([]string{"wal-prune", "--recovery-window=7d"}, p.storeArgs()...)...)
+	if err != nil || !strings.Contains(out, "pruned 1 WAL files") {
+		t.Fatalf("wal-prune: %v\n%s", err, out)
+	}
+	if _, err := arch.Read(context.Background(), "000000010000000000000001"); !errors.Is(err, wal.ErrNotFound) {
+		t.Fatalf("the segment before the only base backup after pruning: %v", err)
 	}
 }
 

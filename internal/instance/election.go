@@ -78,7 +78,9 @@ type electionStep struct {
 // standby, the one the last primary named must be among those reporting
 // (or be this one): a commit acknowledged to a client may exist only on
 // it, so without it no one promotes (writes wait; nothing acknowledged is
-// lost). A standby further behind the last primary than maxLagBytes does
+// lost). A last primary that named none (it stopped within a step of a
+// standby's first acknowledgement) makes every member one that must
+// report. A standby further behind the last primary than maxLagBytes does
 // not promote.
 func decideElection(v electionView) electionStep {
 	if v.role == RolePrimary {
@@ -126,9 +128,22 @@ func mayPromote(v electionView) (electionStep, bool) {
 	if v.lsn != v.reported {
 		return wait("this standby's position is still moving", "lsn", formatLSN(v.lsn))
 	}
-	if p, ok := find(v.members, v.previous); ok && v.synchronous > 0 && len(p.synchronous) > 0 {
+	if p, ok := find(v.members, v.previous); ok && v.synchronous > 0 {
+		named, reason := p.synchronous, "the last primary's synchronous standby has not reported since it stopped: commits acknowledged by it alone would be lost"
+		if len(named) == 0 {
+			// The last primary stopped before it named a synchronous
+			// standby (it names the one acknowledging at its next step):
+			// any member may hold commits acknowledged by it alone, so
+			// every one reports, a server still starting too.
+			reason = "the last primary named no synchronous standby before it stopped: every member must report, one may hold commits acknowledged by it alone"
+			for _, o := range v.members {
+				if o.name != v.previous {
+					named = append(named, o.name)
+				}
+			}
+		}
 		var missing []string
-		for _, name := range p.synchronous {
+		for _, name := range named {
 			if name == v.self {
 				continue
 			}
@@ -137,7 +152,7 @@ func mayPromote(v electionView) (electionStep, bool) {
 			}
 		}
 		if len(missing) > 0 {
-			return wait("the last primary's synchronous standby has not reported since it stopped: commits acknowledged by it alone would be lost", "synchronous", missing)
+			return wait(reason, "synchronous", missing)
 		}
 	}
 	for _, o := range v.members {

@@ -80,6 +80,16 @@ func TestDecideElection(t *testing.T) {
 				v.members[0] = syncPrimary
 				v.members[0].synchronous = []string{"pg-1"}
 			}), electPromote, 100},
+		{"the last primary named no synchronous standby: a standby whose server does not answer yet is waited for",
+			with(failover(member{name: "pg-2", role: RoleStandby, at: after, fresh: true}), func(v *electionView) { v.synchronous = 1 }), electWait, 0},
+		{"the last primary named no synchronous standby: a member still starting (no role yet) is waited for",
+			with(failover(member{name: "pg-2", at: after, fresh: true}), func(v *electionView) { v.synchronous = 1 }), electWait, 0},
+		{"the last primary named no synchronous standby: a member not heard from is waited for",
+			with(failover(func() member { m := standby("pg-2", 1, 800); m.fresh = false; return m }()), func(v *electionView) { v.synchronous = 1 }), electWait, 0},
+		{"the last primary named no synchronous standby: every member final, the most advanced promotes",
+			with(failover(standby("pg-2", 1, 950)), func(v *electionView) { v.synchronous = 1 }), electNothing, 0},
+		{"the last primary named no synchronous standby: this one, the most advanced, promotes",
+			with(failover(standby("pg-2", 1, 800)), func(v *electionView) { v.synchronous = 1 }), electPromote, 100},
 		{"without synchronous standbys configured the primary's list is not waited for",
 			with(failover(), func(v *electionView) { v.members[0] = syncPrimary }), electPromote, 100},
 		{"further behind the last primary than maxLagBytes: it waits",

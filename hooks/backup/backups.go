@@ -253,6 +253,21 @@ type target struct {
 	job func(st *resolvedStore, location string) *batchv1.Job
 }
 
+// serving reports whether pg serves as its release made it: Ready, or held
+// only by the wait for its backup before a major upgrade (which waits for
+// this very Backup: the release is as it was), released with its
+// workloads available.
+func serving(pg *v1alpha1.Postgres) bool {
+	get := func(t string) *metav1.Condition { return apimeta.FindStatusCondition(pg.Status.Conditions, t) }
+	ready := get(v1alpha1.ConditionReady)
+	if ready == nil || ready.Status == metav1.ConditionTrue {
+		return ready != nil
+	}
+	released, workloads := get(v1alpha1.ConditionReleased), get(v1alpha1.ConditionWorkloadsAvailable)
+	return ready.Reason == conditionBeforeMajor && released != nil && released.Status == metav1.ConditionTrue &&
+		(workloads == nil || workloads.Status != metav1.ConditionFalse)
+}
+
 // target finds b's target and checks that it is Ready; a reason to wait,
 // or one to fail, otherwise.
 func (r *BackupReconciler) target(ctx context.Context, b *v1alpha1.Backup) (*target, string, string, error) {
@@ -265,8 +280,7 @@ func (r *BackupReconciler) target(ctx context.Context, b *v1alpha1.Backup) (*tar
 			}
 			return nil, "", "", err
 		}
-		ready := apimeta.FindStatusCondition(pg.Status.Conditions, v1alpha1.ConditionReady)
-		if ready == nil || ready.Status != metav1.ConditionTrue || pg.Status.Endpoints == nil || pg.Status.Endpoints.ReadWrite == "" || pg.Status.Endpoints.Secret == "" {
+		if !serving(pg) || pg.Status.Endpoints == nil || pg.Status.Endpoints.ReadWrite == "" || pg.Status.Endpoints.Secret == "" {
 			return nil, fmt.Sprintf("spec.target: Postgres %s is not Ready", pg.Name), "", nil
 		}
 		t := &target{obj: asUnstructured(pg), databaseVersion: pg.Spec.Version, job: func(st *resolvedStore, location string) *batchv1.Job { return r.job(b, pg, st, location) }}

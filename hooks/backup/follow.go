@@ -27,7 +27,7 @@ import (
 // only a manifest found there completes the Backup.
 func (r *BackupReconciler) follow(ctx context.Context, b *v1alpha1.Backup) (ctrl.Result, error) {
 	job := &batchv1.Job{}
-	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: b.Namespace, Name: b.Status.Job}, job); err != nil {
+	if err := getJob(ctx, r.Client, r.Reader, types.NamespacedName{Namespace: b.Namespace, Name: b.Status.Job}, job); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.fail(b, fmt.Sprintf("Job %s was deleted before it finished; create a new Backup", b.Status.Job))
 			return ctrl.Result{}, nil
@@ -68,6 +68,18 @@ func (r *BackupReconciler) follow(ctx context.Context, b *v1alpha1.Backup) (ctrl
 		return ctrl.Result{}, nil
 	}
 	return ctrl.Result{}, nil // the Job's next change wakes the Backup
+}
+
+// getJob reads a Job this hook created: from the cache, and when the
+// cache has not seen it yet (created a moment ago, its watch event still
+// on the way), from the API server, so that a Job just created is never
+// taken for one deleted.
+func getJob(ctx context.Context, cached client.Reader, live client.Reader, key types.NamespacedName, job *batchv1.Job) error {
+	err := cached.Get(ctx, key, job)
+	if apierrors.IsNotFound(err) && live != nil {
+		err = live.Get(ctx, key, job)
+	}
+	return err
 }
 
 func encrypted(m *backup.Manifest) string {

@@ -157,7 +157,7 @@ type jobOutcome struct {
 func (m *Major) outcome(ctx context.Context, ch *majorChange) (jobOutcome, error) {
 	return hooks.Remember(ctx, "major-upgrade/"+ch.pg.Namespace+"/"+ch.job, func() (jobOutcome, error) {
 		job := &batchv1.Job{}
-		err := m.Client.Get(ctx, types.NamespacedName{Namespace: ch.pg.Namespace, Name: ch.job}, job)
+		err := getJob(ctx, m.Client, m.Reader, types.NamespacedName{Namespace: ch.pg.Namespace, Name: ch.job}, job)
 		if apierrors.IsNotFound(err) {
 			return jobOutcome{}, nil
 		}

@@ -89,7 +89,7 @@ func (r *Restores) PreInstall(ctx context.Context, obj hooks.Object) error {
 		}
 	}
 	job := &batchv1.Job{}
-	err := r.Client.Get(ctx, types.NamespacedName{Namespace: u.GetNamespace(), Name: restoreJobName(u.GetNamespace(), u.GetName(), u.GetUID())}, job)
+	err := getJob(ctx, r.Client, r.Reader, types.NamespacedName{Namespace: u.GetNamespace(), Name: restoreJobName(u.GetNamespace(), u.GetName(), u.GetUID())}, job)
 	switch {
 	case err == nil:
 		return r.follow(ctx, u, from, job)

@@ -41,10 +41,14 @@ const HookName = "backup"
 // With pr, a new resource of a passthrough kind annotated
 // chartpilot.dev/restore-from is restored before its first install (see
 // Restores).
+// conditionBeforeMajor is the hook's condition, and the reason of its
+// hold while the backup before a major upgrade runs.
+const conditionBeforeMajor = "BackupBeforeMajorUpgrade"
+
 func Hook(c client.Client, m *Major, pr *Restores) *hooks.Hook {
 	h := &hooks.Hook{
 		Name:          HookName,
-		ConditionType: "BackupBeforeMajorUpgrade",
+		ConditionType: conditionBeforeMajor,
 		PreUpgrade: hooks.PreUpgradeFunc(func(ctx context.Context, obj hooks.Object, _, _ string) error {
 			if err := beforeMajor(ctx, c, obj); err != nil || m == nil {
 				return err
@@ -261,7 +265,7 @@ func (r *RestoreReconciler) step(ctx context.Context, pg *v1alpha1.Postgres) (ct
 func (r *RestoreReconciler) follow(ctx context.Context, pg *v1alpha1.Postgres) (ctrl.Result, error) {
 	st := pg.Status.Restore
 	job := &batchv1.Job{}
-	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: pg.Namespace, Name: st.Job}, job); err != nil {
+	if err := getJob(ctx, r.Client, r.Reader, types.NamespacedName{Namespace: pg.Namespace, Name: st.Job}, job); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.set(pg, v1alpha1.BackupFailed, fmt.Sprintf("Job %s was deleted before it finished", st.Job))
 			return ctrl.Result{}, nil
@@ -321,7 +325,7 @@ func beforeMajor(ctx context.Context, c client.Client, obj hooks.Object) error {
 		if err := c.Create(ctx, b); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("making Backup %s before the PostgreSQL %s → %s upgrade: %w", name, haveMajor, wantMajor, err)
 		}
-		return hooks.Reject("BackupBeforeMajorUpgrade", "the PostgreSQL %s → %s upgrade waits for Backup %s, started now", haveMajor, wantMajor, name)
+		return hooks.Reject(conditionBeforeMajor, "the PostgreSQL %s → %s upgrade waits for Backup %s, started now", haveMajor, wantMajor, name)
 	case err != nil:
 		return err
 	}
@@ -331,7 +335,7 @@ func beforeMajor(ctx context.Context, c client.Client, obj hooks.Object) error {
 	case v1alpha1.BackupFailed:
 		return hooks.Reject("BackupFailed", "the PostgreSQL %s → %s upgrade is held: Backup %s failed (%s); fix the cause and delete that Backup to take a new one", haveMajor, wantMajor, name, b.Status.Message)
 	}
-	return hooks.Reject("BackupBeforeMajorUpgrade", "the PostgreSQL %s → %s upgrade waits for Backup %s (%s)", haveMajor, wantMajor, name, orPending(b.Status.Phase))
+	return hooks.Reject(conditionBeforeMajor, "the PostgreSQL %s → %s upgrade waits for Backup %s (%s)", haveMajor, wantMajor, name, orPending(b.Status.Phase))
 }
 
 func majorOf(v string) string {

@@ -373,7 +373,7 @@ func truncate(s string, n int) string {
 func (r *ScheduleReconciler) followDrill(ctx context.Context, pg *v1alpha1.Postgres) error {
 	st := pg.Status.Backup
 	job := &batchv1.Job{}
-	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: pg.Namespace, Name: st.VerifyJob}, job); err != nil {
+	if err := getJob(ctx, r.Client, r.Reader, types.NamespacedName{Namespace: pg.Namespace, Name: st.VerifyJob}, job); err != nil {
 		if apierrors.IsNotFound(err) {
 			st.VerifyJob, st.LastVerifyResult = "", "Failed: Job "+st.VerifyJob+" was deleted before it finished"
 			return nil

@@ -85,3 +85,10 @@ func TestPassfile(t *testing.T) {
 		t.Errorf("passfile mode %v: libpq ignores a file others can read", fi.Mode().Perm())
 	}
 }
+
+func TestAgentEnv(t *testing.T) {
+	got := agentEnv([]string{"POSTGRES_PASSWORD=secret", "CHARTPILOT_S3_ACCESS_KEY_ID=id", "PATH=/bin", "CHARTPILOT_AGE_KEY=k", "XCHARTPILOT_A=b"})
+	if strings.Join(got, " ") != "CHARTPILOT_S3_ACCESS_KEY_ID=id CHARTPILOT_AGE_KEY=k" {
+		t.Errorf("agentEnv passes %q, want only the CHARTPILOT_ variables", got)
+	}
+}

@@ -33,3 +33,17 @@ the official image and Debian's packages share. */}}
 {{- $major := index (splitList "." (toString .Values.image.tag | splitList "-" | first)) 0 -}}
 {{- .Values.image.binDir | default (printf "/usr/lib/postgresql/%s/bin" $major) -}}
 {{- end -}}
+
+{{/* The agent's command line for archive_command: walArchive's store flags,
+prefix and parallelism. Every word is checked against a set of characters
+that needs no quoting in postgresql.conf or sh (credentials never go here). */}}
+{{- define "postgresql.walPush" -}}
+{{- $w := .Values.walArchive -}}
+{{- $prefix := $w.prefix | default (printf "%s/%s" .Release.Namespace (include "postgresql.fullname" .)) -}}
+{{- $words := list "/chartpilot/bin/chartpilot" "wal-push" (printf "--prefix=%s" $prefix) (printf "--parallel=%d" (int $w.parallel)) -}}
+{{- range $w.storeArgs }}{{ $words = append $words (toString .) }}{{ end -}}
+{{- range $words }}
+{{- if not (regexMatch "^[A-Za-z0-9_./:=@+,-]+$" .) }}{{ fail (printf "walArchive: %q holds a character other than letters, digits and _./:=@+,- (storeArgs and prefix go into archive_command)" .) }}{{ end }}
+{{- end -}}
+{{ join " " $words }} %p
+{{- end }}

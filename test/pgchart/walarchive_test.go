@@ -1,0 +1,171 @@
+package pgchart
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"filippo.io/age"
+
+	"github.com/chartpilot/chartpilot/internal/backup/backuptest"
+	"github.com/chartpilot/chartpilot/internal/blobstore"
+	"github.com/chartpilot/chartpilot/internal/testpg"
+	"github.com/chartpilot/chartpilot/internal/testwait"
+	"github.com/chartpilot/chartpilot/internal/wal"
+)
+
+// TestChartArchivesWAL renders charts/postgresql with walArchive on and
+// runs pod 0 as the kubelet would, with a real S3 server: the chart's own
+// archive_command runs the agent (built into the directory the chart's
+// install-agent init container fills) with the store's credentials and the
+// archive's key from the Secrets walArchive.secretEnv names. A WAL file
+// switched out reaches the store, pg_stat_archiver counts it with no
+// failure, it is fetched back decrypted with the key, and nothing the
+// chart renders into files or command lines holds a credential.
+func TestChartArchivesWAL(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a real PostgreSQL server and an S3 server")
+	}
+	r := testpg.NewRunner(t, testpg.Bin(t))
+	s3 := backuptest.StartS3(t, t.TempDir())
+	id, err := age.GenerateX25519Identity()
+	must(t, err)
+	secrets := map[string]map[string]string{
+		"store-credentials": {"accessKeyID": s3.AccessKeyID, "secretAccessKey": s3.SecretAccessKey},
+		"archive-key":       {"key": id.String()},
+	}
+	port := testpg.FreePort(t)
+	rd := render(t, map[string]any{
+		"image":    map[string]any{"binDir": testpg.Bin(t)},
+		"replicas": 1,
+		"service":  map[string]any{"port": port},
+		"walArchive": map[string]any{
+			"enabled": true, "prefix": "shop/orders", "timeout": "60s",
+			"storeArgs": []any{"--store=s3", "--s3-endpoint=" + s3.Endpoint, "--s3-bucket=" + s3.Bucket, "--s3-prefix=" + s3.Prefix, "--s3-force-path-style"},
+			"secretEnv": []any{
+				map[string]any{"name": "CHARTPILOT_S3_ACCESS_KEY_ID", "secretName": "store-credentials", "key": "accessKeyID"},
+				map[string]any{"name": "CHARTPILOT_S3_SECRET_ACCESS_KEY", "secretName": "store-credentials", "key": "secretAccessKey"},
+				map[string]any{"name": "CHARTPILOT_AGE_KEY", "secretName": "archive-key", "key": "key"},
+			},
+		},
+	})
+	spec := rd.sts.Spec.Template.Spec
+	main := spec.Containers[0]
+	var installs bool
+	for _, c := range spec.InitContainers {
+		if c.Name == "install-agent" && strings.Join(c.Command, " ") == "/usr/local/bin/chartpilot install-agent /chartpilot/bin" {
+			installs = true
+		}
+	}
+	if !installs {
+		t.Fatal("no init container copies the agent into /chartpilot/bin")
+	}
+	conf := rd.config["postgresql.conf"]
+	for _, want := range []string{"archive_mode = on", "archive_timeout = '60s'", "archive_command = '/chartpilot/bin/chartpilot wal-push --prefix=shop/orders --parallel=4 --store=s3 "} {
+		if !strings.Contains(conf, want) {
+			t.Errorf("postgresql.conf lacks %q:\n%s", want, conf)
+		}
+	}
+	// No credential in what is rendered into files or command lines.
+	rendered := conf + strings.Join(main.Command, " ") + strings.Join(main.Args, " ")
+	for _, c := range spec.InitContainers {
+		rendered += strings.Join(c.Command, " ")
+	}
+	for _, e := range main.Env {
+		rendered += e.Value
+	}
+	for _, s := range []string{s3.SecretAccessKey, s3.AccessKeyID, id.String()} {
+		if strings.Contains(rendered, s) {
+			t.Fatal("a credential is in the rendered configuration or a command line")
+		}
+	}
+
+	p := newPod(t, r, rd, r.TempDir(t), 0, port)
+	// The Secrets' values, as the kubelet gives them, by the references
+	// the chart rendered.
+	n := 0
+	for _, e := range main.Env {
+		if ref := e.ValueFrom; ref != nil && ref.SecretKeyRef != nil {
+			if v, ok := secrets[ref.SecretKeyRef.Name][ref.SecretKeyRef.Key]; ok {
+				p.env[e.Name] = v
+				n++
+			}
+		}
+	}
+	if n != 3 {
+		t.Fatalf("%d of the 3 Secret references of walArchive.secretEnv are in the postgresql container's environment", n)
+	}
+	// What install-agent copies: the agent, where the chart's mount is.
+	bin := p.mounts["/chartpilot/bin"]
+	if bin == "" {
+		t.Fatal("the postgresql container does not mount /chartpilot/bin")
+	}
+	if out, err := exec.Command("go", "build", "-o", filepath.Join(bin, "chartpilot"), "../../cmd/chartpilot").CombinedOutput(); err != nil {
+		t.Fatalf("building the agent: %v\n%s", err, out)
+	}
+	p.start(rd)
+	p.waitProbe(main.StartupProbe, port)
+
+	q := func(query string) string {
+		t.Helper()
+		out, err := psql(r, "127.0.0.1", port, rd.username, rd.password, query)
+		if err != nil {
+			t.Fatalf("%s: %v", query, err)
+		}
+		return out
+	}
+	q("CREATE TABLE orders (id int); INSERT INTO orders SELECT generate_series(1, 1000)")
+	switched := q("SELECT pg_walfile_name(pg_switch_wal())")
+	var last, seen string
+	if !testwait.Until(2*time.Minute, 200*time.Millisecond, func() bool {
+		out, err := psql(r, "127.0.0.1", port, rd.username, rd.password, "SELECT archived_count || ' ' || failed_count || ' ' || COALESCE(last_archived_wal, '-') FROM pg_stat_archiver")
+		seen = out + " " + errString(err)
+		f := strings.Fields(out)
+		if err != nil || len(f) < 3 {
+			return false
+		}
+		if f[1] != "0" {
+			log, _ := os.ReadFile(p.logPath)
+			t.Fatalf("archive_command failed %s times:\n%s", f[1], log)
+		}
+		last = f[2]
+		return last != "-" && last >= switched
+	}) {
+		log, _ := os.ReadFile(p.logPath)
+		t.Fatalf("%s not archived within 2 minutes; pg_stat_archiver: %s\n%s", switched, seen, log)
+	}
+
+	b, err := blobstore.OpenS3(context.Background(), s3)
+	must(t, err)
+	defer b.Close()
+	a := &wal.Archive{Bucket: b, Prefix: "shop/orders", Identity: id.String()}
+	w, err := a.Window(context.Background())
+	must(t, err)
+	if w.LastWAL < switched || w.Files < 1 {
+		t.Fatalf("the store holds %d WAL files up to %q, want %s", w.Files, w.LastWAL, switched)
+	}
+	dest := filepath.Join(t.TempDir(), switched)
+	if err := a.Fetch(context.Background(), switched, dest); err != nil {
+		t.Fatalf("fetching %s back with the archive's key: %v", switched, err)
+	}
+	if fi, err := os.Stat(dest); err != nil || fi.Size() != wal.DefaultSegmentSize {
+		t.Fatalf("the fetched %s: %v (%v bytes), want a whole segment", switched, err, fi)
+	}
+	// Without the key it cannot be read: the stored object is encrypted.
+	plain := &wal.Archive{Bucket: b, Prefix: "shop/orders"}
+	if err := plain.Fetch(context.Background(), switched, filepath.Join(t.TempDir(), switched)); err == nil {
+		t.Error("a WAL file fetched without the archive's key: it was stored unencrypted")
+	}
+	t.Logf("archived up to %s (last archived %s), %d WAL files in the store", switched, last, w.Files)
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}

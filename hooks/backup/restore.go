@@ -28,6 +28,10 @@ import (
 // HookName is the name of the backup hook in watches.yaml.
 const HookName = "backup"
 
+// conditionBeforeMajor is the hook's condition, and the reason of its
+// hold while the backup before a major upgrade runs.
+const conditionBeforeMajor = "BackupBeforeMajorUpgrade"
+
 // Hook is the backup hook: while a Postgres's spec.restore has not
 // completed, its Restored condition is False, which keeps it not Ready
 // (the release is installed meanwhile; RestoreReconciler fills it). And a
@@ -41,10 +45,6 @@ const HookName = "backup"
 // With pr, a new resource of a passthrough kind annotated
 // chartpilot.dev/restore-from is restored before its first install (see
 // Restores).
-// conditionBeforeMajor is the hook's condition, and the reason of its
-// hold while the backup before a major upgrade runs.
-const conditionBeforeMajor = "BackupBeforeMajorUpgrade"
-
 func Hook(c client.Client, m *Major, pr *Restores) *hooks.Hook {
 	h := &hooks.Hook{
 		Name:          HookName,

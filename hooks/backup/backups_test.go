@@ -326,7 +326,7 @@ func TestBackupRunsAsJob(t *testing.T) {
 		t.Fatalf("status.restore never %s with %q; last %+v", phase, message, got.Status.Restore)
 		return nil
 	}
-	if c := backup.Hook(c, nil, nil).Report(ctx, hooks.Object{Resource: toUnstructured(t, restoreIs(v1alpha1.BackupPending, "once the release is installed"))}); c == nil || c.Status != metav1.ConditionFalse || c.Reason != "Restoring" {
+	if c := backup.Hook(c, nil, nil, nil).Report(ctx, hooks.Object{Resource: toUnstructured(t, restoreIs(v1alpha1.BackupPending, "once the release is installed"))}); c == nil || c.Status != metav1.ConditionFalse || c.Reason != "Restoring" {
 		t.Errorf("Restored while the restore waits: %+v, want False/Restoring (the resource is not Ready)", c)
 	}
 	if err := c.Get(ctx, client.ObjectKeyFromObject(copyDB), copyDB); err != nil {
@@ -352,7 +352,7 @@ func TestBackupRunsAsJob(t *testing.T) {
 	if restored.Status.Restore.SHA256 != done.Status.SHA256 || restored.Annotations[v1alpha1.AnnotationReconcileRequestedAt] == "" {
 		t.Errorf("restore status %+v (want sha256 %s) and a reconcile request %q", restored.Status.Restore, done.Status.SHA256, restored.Annotations[v1alpha1.AnnotationReconcileRequestedAt])
 	}
-	if c := backup.Hook(c, nil, nil).Report(ctx, hooks.Object{Resource: toUnstructured(t, restored)}); c == nil || c.Status != metav1.ConditionTrue {
+	if c := backup.Hook(c, nil, nil, nil).Report(ctx, hooks.Object{Resource: toUnstructured(t, restored)}); c == nil || c.Status != metav1.ConditionTrue {
 		t.Errorf("Restored after the restore: %+v, want True", c)
 	}
 

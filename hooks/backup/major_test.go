@@ -134,7 +134,7 @@ func TestMajorUpgradeCarriedOut(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	hook := backup.Hook(c, &backup.Major{Client: c, Reader: c, AgentImage: "chartpilot:test"}, nil)
+	hook := backup.Hook(c, &backup.Major{Client: c, Reader: c, AgentImage: "chartpilot:test"}, nil, nil)
 	fresh := func() *v1alpha1.Postgres {
 		t.Helper()
 		p := &v1alpha1.Postgres{}

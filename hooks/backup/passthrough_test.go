@@ -159,7 +159,7 @@ func TestPassthroughBackup(t *testing.T) {
 	// release is installed, the hook makes the claim its pod will mount and
 	// a Job that writes the snapshot there; only then may it install.
 	restores := &backup.Restores{Client: c, Reader: c, AgentImage: "chartpilot:test", Kinds: kinds}
-	hook := backup.Hook(c, nil, restores)
+	hook := backup.Hook(c, nil, restores, nil)
 	newRedis := func(name string, spec map[string]any) hooks.Object {
 		t.Helper()
 		u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "chartpilot.dev/v1alpha1", "kind": "Redis",

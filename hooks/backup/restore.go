@@ -45,7 +45,10 @@ const conditionBeforeMajor = "BackupBeforeMajorUpgrade"
 // With pr, a new resource of a passthrough kind annotated
 // chartpilot.dev/restore-from is restored before its first install (see
 // Restores).
-func Hook(c client.Client, m *Major, pr *Restores) *hooks.Hook {
+//
+// With a, a Postgres with spec.backup.walArchive archives its WAL to its
+// backup store (see Archive).
+func Hook(c client.Client, m *Major, pr *Restores, a *Archive) *hooks.Hook {
 	h := &hooks.Hook{
 		Name:          HookName,
 		ConditionType: conditionBeforeMajor,
@@ -86,9 +89,16 @@ func Hook(c client.Client, m *Major, pr *Restores) *hooks.Hook {
 		},
 	}
 	var ws watchers
+	var layers []hooks.ValuesFunc
 	if m != nil {
-		h.Values = hooks.ValuesFunc(m.values)
+		layers = append(layers, m.values)
 		ws = append(ws, m)
+	}
+	if a != nil {
+		layers = append(layers, a.values)
+	}
+	if len(layers) > 0 {
+		h.Values = mergeLayers(layers...)
 	}
 	if pr != nil {
 		h.PreInstall = pr

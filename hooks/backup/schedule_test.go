@@ -230,7 +230,7 @@ func TestBackupBeforeMajorUpgrade(t *testing.T) {
 	if err := c.Status().Update(ctx, pg); err != nil {
 		t.Fatal(err)
 	}
-	hook := backup.Hook(c, nil, nil)
+	hook := backup.Hook(c, nil, nil, nil)
 	pre := func(p *v1alpha1.Postgres) error {
 		return hook.PreUpgrade.PreUpgrade(ctx, hooks.Object{Resource: toUnstructured(t, p)}, "0.2.0", "0.2.0")
 	}

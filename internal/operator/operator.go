@@ -328,7 +328,7 @@ func addReconcilers(o Options, mgr manager.Manager, scheme *runtime.Scheme, sour
 	major := &backup.Major{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("chartpilot-major-upgrade"),
 		Identity: majorIdentity, AgentImage: o.BackupImage, PostgresImage: o.PostgresImage}
 	restores := &backup.Restores{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Identity: majorIdentity, AgentImage: o.BackupImage, Kinds: backup.KindsOf(o.Watches)}
-	for _, h := range append([]*hooks.Hook{tn.Hook(), mon.Hook(), backup.Hook(mgr.GetClient(), major, restores)}, o.Hooks...) {
+	for _, h := range append([]*hooks.Hook{tn.Hook(), mon.Hook(), backup.Hook(mgr.GetClient(), major, restores, &backup.Archive{Client: mgr.GetClient(), Reader: mgr.GetAPIReader()})}, o.Hooks...) {
 		if err := registry.Register(h); err != nil {
 			return nil, nil, err
 		}

@@ -34,16 +34,21 @@ the official image and Debian's packages share. */}}
 {{- .Values.image.binDir | default (printf "/usr/lib/postgresql/%s/bin" $major) -}}
 {{- end -}}
 
-{{/* The agent's command line for archive_command: walArchive's store flags,
-prefix and parallelism. Every word is checked against a set of characters
-that needs no quoting in postgresql.conf or sh (credentials never go here). */}}
-{{- define "postgresql.walPush" -}}
-{{- $w := .Values.walArchive -}}
-{{- $prefix := $w.prefix | default (printf "%s/%s" .Release.Namespace (include "postgresql.fullname" .)) -}}
-{{- $words := list "/chartpilot/bin/chartpilot" "wal-push" (printf "--prefix=%s" $prefix) (printf "--parallel=%d" (int $w.parallel)) -}}
+{{/* The agent's command line (without its file arguments) for
+archive_command (wal-push) and restore_command (wal-fetch): walArchive's
+store flags, prefix and, for wal-push, parallelism. Every word is checked
+against a set of characters that needs no quoting in postgresql.conf or sh
+(credentials never go here). Called with (list $ "wal-push"). */}}
+{{- define "postgresql.walAgent" -}}
+{{- $root := index . 0 -}}
+{{- $cmd := index . 1 -}}
+{{- $w := $root.Values.walArchive -}}
+{{- $prefix := $w.prefix | default (printf "%s/%s" $root.Release.Namespace (include "postgresql.fullname" $root)) -}}
+{{- $words := list "/chartpilot/bin/chartpilot" $cmd (printf "--prefix=%s" $prefix) -}}
+{{- if eq $cmd "wal-push" }}{{ $words = append $words (printf "--parallel=%d" (int $w.parallel)) }}{{ end -}}
 {{- range $w.storeArgs }}{{ $words = append $words (toString .) }}{{ end -}}
 {{- range $words }}
 {{- if not (regexMatch "^[A-Za-z0-9_./:=@+,-]+$" .) }}{{ fail (printf "walArchive: %q holds a character other than letters, digits and _./:=@+,- (storeArgs and prefix go into archive_command)" .) }}{{ end }}
 {{- end -}}
-{{ join " " $words }} %p
+{{ join " " $words }}
 {{- end }}

@@ -174,6 +174,32 @@ type PostgresBackup struct {
 	// Suspend stops new scheduled backups (on-demand Backups still run).
 	// +optional
 	Suspend bool `json:"suspend,omitempty"`
+	// WALArchive archives the WAL continuously to the same store, beside
+	// the backups: every pod's server hands each finished WAL file to
+	// chartpilot's agent, compressed, encrypted like the backups, and
+	// acknowledged only once it is stored. With base backups it makes
+	// recovery to any point in time possible. The store must be s3, gcs or
+	// azure (the server's pods reach it themselves).
+	// +optional
+	WALArchive *PostgresWALArchive `json:"walArchive,omitempty"`
+}
+
+// PostgresWALArchive is the continuous archiving of the WAL.
+type PostgresWALArchive struct {
+	// ArchiveTimeout: with writes going on, a WAL file is archived at
+	// least this often, which bounds what a lost volume costs when the
+	// database is quiet (whole seconds, 1s to 1h; default 60s).
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('1h')",message="archiveTimeout must be between 1s and 1h"
+	ArchiveTimeout *metav1.Duration `json:"archiveTimeout,omitempty"`
+	// Prefix is the archive's key prefix within the store (default:
+	// NAMESPACE/NAME): segments of letters, digits and _.:=@+,- joined by /.
+	// A new Postgres needs a prefix no other server archived to: the
+	// archive never overwrites a file, so archiving to a used one fails.
+	// +optional
+	// +kubebuilder:validation:MaxLength=200
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_.:=@+,-]+(/[A-Za-z0-9_.:=@+,-]+)*$`
+	Prefix string `json:"prefix,omitempty"`
 }
 
 // BackupRetention says which scheduled backups are kept: the newest Count

@@ -1,0 +1,133 @@
+package backup
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/chartpilot/chartpilot/hooks"
+	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
+)
+
+// Archive is the values layer of spec.backup.walArchive: the chart's
+// walArchive values that make every pod's server archive its WAL to the
+// Postgres's backup store. The store is resolved as a Backup's is (it
+// exists, is Ready, serves the namespace, keeps its Secrets there); the
+// credentials reach the pods only as references to those Secrets.
+type Archive struct {
+	// Client reads stores (cached); Reader reads namespaces.
+	Client client.Client
+	Reader client.Reader
+}
+
+// values is the layer; nil for a Postgres without spec.backup.walArchive
+// (the chart's default, or what spec.values says, stays).
+func (a *Archive) values(ctx context.Context, obj hooks.Object) (map[string]any, error) {
+	u := obj.Resource
+	if a == nil || u == nil || u.GetKind() != "Postgres" {
+		return nil, nil
+	}
+	pg := &v1alpha1.Postgres{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, pg); err != nil {
+		return nil, fmt.Errorf("reading the Postgres: %w", err)
+	}
+	sb := pg.Spec.Backup
+	if sb == nil || sb.WALArchive == nil {
+		return nil, nil
+	}
+	resolver := &BackupReconciler{Client: a.Client, Reader: a.Reader}
+	st, why, _ := resolver.store(ctx, &v1alpha1.Backup{Spec: v1alpha1.BackupSpec{Store: sb.Store}})
+	if st == nil {
+		// Archiving waits for the store; nothing of the release changes.
+		return nil, fmt.Errorf("spec.backup.walArchive: %s", strings.Replace(why, "spec.store", "spec.backup.store", 1))
+	}
+	return archiveValues(pg, st)
+}
+
+// archiveValues are the chart's walArchive values for pg archiving to st.
+func archiveValues(pg *v1alpha1.Postgres, st *resolvedStore) (map[string]any, error) {
+	sb := pg.Spec.Backup
+	wa := sb.WALArchive
+	if st.spec.Volume != nil {
+		return nil, fmt.Errorf("spec.backup.walArchive: store %s is a volume, which the server's pods do not mount: archive the WAL to an s3, gcs or azure store", sb.Store.Name)
+	}
+	args, env, _, _ := storeFlags(st)
+	if sb.Compression != "" {
+		args = append(args, "--compression", sb.Compression)
+	}
+	if e := sb.Encryption; e != nil {
+		env = append(env, corev1.EnvVar{Name: "CHARTPILOT_AGE_KEY", ValueFrom: secretKey(e.KeySecretRef.Name, e.KeySecretRef.Key)})
+	}
+	words, err := archiveWords(sb.Store.Name, args)
+	if err != nil {
+		return nil, err
+	}
+	secretEnv := make([]any, 0, len(env))
+	for _, e := range env {
+		ref := e.ValueFrom.SecretKeyRef
+		secretEnv = append(secretEnv, map[string]any{"name": e.Name, "secretName": ref.Name, "key": ref.Key})
+	}
+	prefix := wa.Prefix
+	if prefix == "" {
+		prefix = pg.Namespace + "/" + pg.Name
+	}
+	w := map[string]any{"enabled": true, "prefix": prefix, "storeArgs": words, "secretEnv": secretEnv}
+	if t := wa.ArchiveTimeout; t != nil {
+		secs := int64(t.Duration.Seconds())
+		if secs < 1 || secs > 3600 {
+			return nil, fmt.Errorf("spec.backup.walArchive.archiveTimeout %s: set whole seconds from 1s to 1h", t.Duration)
+		}
+		w["timeout"] = fmt.Sprintf("%ds", secs)
+	}
+	if s3 := st.spec.S3; s3 != nil && s3.CASecretRef != nil {
+		w["ca"] = map[string]any{"secretName": s3.CASecretRef.Name, "key": s3.CASecretRef.Key}
+	}
+	return map[string]any{"walArchive": w}, nil
+}
+
+// archiveWord is what the chart lets into archive_command: one flag with
+// its value, of characters that need no quoting in postgresql.conf or sh.
+var archiveWord = regexp.MustCompile(`^--[a-z0-9-]+(=[A-Za-z0-9_./:@+,-]*)?$`)
+
+// archiveWords are the agent's flags (as storeFlags gives them, "--flag",
+// "value") as the chart's storeArgs words ("--flag=value").
+func archiveWords(store string, args []string) ([]any, error) {
+	var out []any
+	for i := 0; i < len(args); i++ {
+		w := args[i]
+		if i+1 < len(args) && !strings.HasPrefix(args[i+1], "--") {
+			w += "=" + args[i+1]
+			i++
+		}
+		if !archiveWord.MatchString(w) {
+			return nil, fmt.Errorf("spec.backup.walArchive: the store %s gives the agent %q, which holds a character archive_command cannot carry unquoted (letters, digits and _./:@+,- only): use a store whose endpoint, bucket and prefix keep to them", store, w)
+		}
+		out = append(out, w)
+	}
+	return out, nil
+}
+
+// mergeLayers joins values layers whose top-level keys do not overlap.
+func mergeLayers(fs ...hooks.ValuesFunc) hooks.ValuesFunc {
+	return func(ctx context.Context, obj hooks.Object) (map[string]any, error) {
+		var out map[string]any
+		for _, f := range fs {
+			v, err := f(ctx, obj)
+			if err != nil {
+				return nil, err
+			}
+			for k, x := range v {
+				if out == nil {
+					out = map[string]any{}
+				}
+				out[k] = x
+			}
+		}
+		return out, nil
+	}
+}

@@ -1,0 +1,82 @@
+package backup
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
+)
+
+func TestArchiveValues(t *testing.T) {
+	s3 := &v1alpha1.S3Store{Endpoint: "https://s3.example:9000", Bucket: "backups", Prefix: "team-a", ForcePathStyle: true,
+		CredentialsSecretRef: v1alpha1.SecretRef{Name: "s3-creds"}, CASecretRef: &v1alpha1.SecretKeyRef{Name: "s3-ca", Key: "ca.crt"}}
+	pg := func(wa *v1alpha1.PostgresWALArchive, mod func(*v1alpha1.PostgresBackup)) *v1alpha1.Postgres {
+		p := &v1alpha1.Postgres{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders"}}
+		p.Spec.Backup = &v1alpha1.PostgresBackup{Store: v1alpha1.StoreRef{Name: "main"}, Schedule: "0 * * * *", WALArchive: wa}
+		if mod != nil {
+			mod(p.Spec.Backup)
+		}
+		return p
+	}
+	asJSON := func(v any) string {
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+
+	got, err := archiveValues(pg(&v1alpha1.PostgresWALArchive{ArchiveTimeout: &metav1.Duration{Duration: 90 * time.Second}}, func(b *v1alpha1.PostgresBackup) {
+		b.Compression = "none"
+		b.Encryption = &v1alpha1.BackupEncryption{KeySecretRef: v1alpha1.LocalSecretKeyRef{Name: "age", Key: "recipient"}}
+	}), &resolvedStore{spec: v1alpha1.BackupStoreSpec{S3: s3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"walArchive":{"ca":{"key":"ca.crt","secretName":"s3-ca"},"enabled":true,"prefix":"shop/orders",` +
+		`"secretEnv":[{"key":"accessKeyID","name":"CHARTPILOT_S3_ACCESS_KEY_ID","secretName":"s3-creds"},` +
+		`{"key":"secretAccessKey","name":"CHARTPILOT_S3_SECRET_ACCESS_KEY","secretName":"s3-creds"},` +
+		`{"key":"recipient","name":"CHARTPILOT_AGE_KEY","secretName":"age"}],` +
+		`"storeArgs":["--store=s3","--s3-bucket=backups","--s3-endpoint=https://s3.example:9000","--s3-prefix=team-a","--s3-force-path-style",` +
+		`"--s3-ca-file=/etc/chartpilot/ca/ca.pem","--compression=none"],"timeout":"90s"}}`
+	if g := asJSON(got); g != want {
+		t.Errorf("values:\n got %s\nwant %s", g, want)
+	}
+
+	// The prefix set, no timeout: the chart's default timeout stays.
+	got, err = archiveValues(pg(&v1alpha1.PostgresWALArchive{Prefix: "archive/orders-2"}, nil),
+		&resolvedStore{spec: v1alpha1.BackupStoreSpec{Azure: &v1alpha1.AzureStore{AccountName: "acct", Container: "wal", CredentialsSecretRef: v1alpha1.SecretRef{Name: "az"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := got["walArchive"].(map[string]any)
+	if w["prefix"] != "archive/orders-2" || w["timeout"] != nil || w["ca"] != nil {
+		t.Errorf("values: %s", asJSON(got))
+	}
+
+	for _, tc := range []struct {
+		name string
+		pg   *v1alpha1.Postgres
+		st   v1alpha1.BackupStoreSpec
+		want string
+	}{
+		{"volume", pg(&v1alpha1.PostgresWALArchive{}, nil), v1alpha1.BackupStoreSpec{Volume: &v1alpha1.VolumeStore{ClaimName: "backups"}},
+			"store main is a volume"},
+		{"quote in the store's prefix", pg(&v1alpha1.PostgresWALArchive{}, nil),
+			v1alpha1.BackupStoreSpec{S3: &v1alpha1.S3Store{Bucket: "backups", Prefix: "a'b", CredentialsSecretRef: v1alpha1.SecretRef{Name: "s3"}}},
+			`the store main gives the agent "--s3-prefix=a'b"`},
+		{"timeout below a second", pg(&v1alpha1.PostgresWALArchive{ArchiveTimeout: &metav1.Duration{Duration: 500 * time.Millisecond}}, nil),
+			v1alpha1.BackupStoreSpec{S3: s3}, "spec.backup.walArchive.archiveTimeout 500ms"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := archiveValues(tc.pg, &resolvedStore{spec: tc.st})
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want one with %q", err, tc.want)
+			}
+		})
+	}
+}

@@ -25,6 +25,10 @@ type Archive struct {
 	Reader client.Reader
 }
 
+// reasonArchiveStore is the reason of the hook's condition while the
+// archive's store cannot be used.
+const reasonArchiveStore = "WALArchiveStoreUnusable"
+
 // values is the layer; nil for a Postgres without spec.backup.walArchive
 // (the chart's default, or what spec.values says, stays).
 func (a *Archive) values(ctx context.Context, obj hooks.Object) (map[string]any, error) {
@@ -44,9 +48,13 @@ func (a *Archive) values(ctx context.Context, obj hooks.Object) (map[string]any,
 	st, why, _ := resolver.store(ctx, &v1alpha1.Backup{Spec: v1alpha1.BackupSpec{Store: sb.Store}})
 	if st == nil {
 		// Archiving waits for the store; nothing of the release changes.
-		return nil, fmt.Errorf("spec.backup.walArchive: %s", strings.Replace(why, "spec.store", "spec.backup.store", 1))
+		return nil, hooks.Reject(reasonArchiveStore, "spec.backup.walArchive: %s", strings.Replace(why, "spec.store", "spec.backup.store", 1))
 	}
-	return archiveValues(pg, st)
+	v, err := archiveValues(pg, st)
+	if err != nil {
+		return nil, hooks.Reject(reasonArchiveStore, "%s", err.Error())
+	}
+	return v, nil
 }
 
 // archiveValues are the chart's walArchive values for pg archiving to st.
@@ -72,10 +80,13 @@ func archiveValues(pg *v1alpha1.Postgres, st *resolvedStore) (map[string]any, er
 		ref := e.ValueFrom.SecretKeyRef
 		secretEnv = append(secretEnv, map[string]any{"name": e.Name, "secretName": ref.Name, "key": ref.Key})
 	}
+	// Each major has an archive of its own: a major upgrade starts a new
+	// server, whose WAL file names begin again.
 	prefix := wa.Prefix
 	if prefix == "" {
 		prefix = pg.Namespace + "/" + pg.Name
 	}
+	prefix += "/pg" + majorOf(pg.Spec.Version)
 	w := map[string]any{"enabled": true, "prefix": prefix, "storeArgs": words, "secretEnv": secretEnv}
 	if t := wa.ArchiveTimeout; t != nil {
 		secs := int64(t.Duration.Seconds())

@@ -15,7 +15,7 @@ func TestArchiveValues(t *testing.T) {
 	s3 := &v1alpha1.S3Store{Endpoint: "https://s3.example:9000", Bucket: "backups", Prefix: "team-a", ForcePathStyle: true,
 		CredentialsSecretRef: v1alpha1.SecretRef{Name: "s3-creds"}, CASecretRef: &v1alpha1.SecretKeyRef{Name: "s3-ca", Key: "ca.crt"}}
 	pg := func(wa *v1alpha1.PostgresWALArchive, mod func(*v1alpha1.PostgresBackup)) *v1alpha1.Postgres {
-		p := &v1alpha1.Postgres{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders"}}
+		p := &v1alpha1.Postgres{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders"}, Spec: v1alpha1.PostgresSpec{Version: "17.2"}}
 		p.Spec.Backup = &v1alpha1.PostgresBackup{Store: v1alpha1.StoreRef{Name: "main"}, Schedule: "0 * * * *", WALArchive: wa}
 		if mod != nil {
 			mod(p.Spec.Backup)
@@ -37,7 +37,7 @@ func TestArchiveValues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `{"walArchive":{"ca":{"key":"ca.crt","secretName":"s3-ca"},"enabled":true,"prefix":"shop/orders",` +
+	want := `{"walArchive":{"ca":{"key":"ca.crt","secretName":"s3-ca"},"enabled":true,"prefix":"shop/orders/pg17",` +
 		`"secretEnv":[{"key":"accessKeyID","name":"CHARTPILOT_S3_ACCESS_KEY_ID","secretName":"s3-creds"},` +
 		`{"key":"secretAccessKey","name":"CHARTPILOT_S3_SECRET_ACCESS_KEY","secretName":"s3-creds"},` +
 		`{"key":"recipient","name":"CHARTPILOT_AGE_KEY","secretName":"age"}],` +
@@ -54,7 +54,7 @@ func TestArchiveValues(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := got["walArchive"].(map[string]any)
-	if w["prefix"] != "archive/orders-2" || w["timeout"] != nil || w["ca"] != nil {
+	if w["prefix"] != "archive/orders-2/pg17" || w["timeout"] != nil || w["ca"] != nil {
 		t.Errorf("values: %s", asJSON(got))
 	}
 

@@ -194,8 +194,10 @@ type PostgresWALArchive struct {
 	ArchiveTimeout *metav1.Duration `json:"archiveTimeout,omitempty"`
 	// Prefix is the archive's key prefix within the store (default:
 	// NAMESPACE/NAME): segments of letters, digits and _.:=@+,- joined by /.
-	// A new Postgres needs a prefix no other server archived to: the
-	// archive never overwrites a file, so archiving to a used one fails.
+	// Each PostgreSQL major archives below PREFIX/pgMAJOR (a major upgrade
+	// starts a new archive). A new Postgres needs a prefix no other server
+	// archived to: the archive never overwrites a file, so archiving to a
+	// used one fails.
 	// +optional
 	// +kubebuilder:validation:MaxLength=200
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_.:=@+,-]+(/[A-Za-z0-9_.:=@+,-]+)*$`

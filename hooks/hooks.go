@@ -178,6 +178,10 @@ type Hook struct {
 type Rejection struct {
 	Reason  string
 	Message string
+	// Retry: the refusal waits on something outside the resource (a store
+	// not yet checked, say), so the reconciler looks again on its own,
+	// backing off, besides when a hook's watch wakes the resource.
+	Retry bool
 }
 
 func (r *Rejection) Error() string { return r.Message }
@@ -185,6 +189,12 @@ func (r *Rejection) Error() string { return r.Message }
 // Reject builds a Rejection.
 func Reject(reason, format string, args ...any) error {
 	return &Rejection{Reason: reason, Message: fmt.Sprintf(format, args...)}
+}
+
+// Wait builds a Rejection that waits on something outside the resource
+// (Retry).
+func Wait(reason, format string, args ...any) error {
+	return &Rejection{Reason: reason, Message: fmt.Sprintf(format, args...), Retry: true}
 }
 
 // AsRejection returns the Rejection in err, if any.

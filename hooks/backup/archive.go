@@ -7,8 +7,16 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/chartpilot/chartpilot/hooks"
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
@@ -45,10 +53,14 @@ func (a *Archive) values(ctx context.Context, obj hooks.Object) (map[string]any,
 		return nil, nil
 	}
 	resolver := &BackupReconciler{Client: a.Client, Reader: a.Reader}
-	st, why, _ := resolver.store(ctx, &v1alpha1.Backup{Spec: v1alpha1.BackupSpec{Store: sb.Store}})
+	st, why, mayWait := resolver.store(ctx, &v1alpha1.Backup{Spec: v1alpha1.BackupSpec{Store: sb.Store}})
 	if st == nil {
 		// Archiving waits for the store; nothing of the release changes.
-		return nil, hooks.Reject(reasonArchiveStore, "spec.backup.walArchive: %s", strings.Replace(why, "spec.store", "spec.backup.store", 1))
+		why = "spec.backup.walArchive: " + strings.Replace(why, "spec.store", "spec.backup.store", 1)
+		if mayWait {
+			return nil, hooks.Wait(reasonArchiveStore, "%s", why)
+		}
+		return nil, hooks.Reject(reasonArchiveStore, "%s", why)
 	}
 	v, err := archiveValues(pg, st)
 	if err != nil {
@@ -140,5 +152,37 @@ func mergeLayers(fs ...hooks.ValuesFunc) hooks.ValuesFunc {
 			}
 		}
 		return out, nil
+	}
+}
+
+// Watch wakes the Postgreses of a namespace when a BackupStore there, and
+// every one when a ClusterBackupStore, is created, deleted, or becomes
+// Ready or not (a store's periodic check that changes nothing wakes none):
+// an archive waiting for its store starts as soon as it can.
+func (a *Archive) Watch(mgr manager.Manager, c controller.Controller, enqueue hooks.EnqueueFunc) error {
+	err := c.Watch(source.Kind(mgr.GetCache(), &v1alpha1.BackupStore{}, handler.TypedEnqueueRequestsFromMapFunc(func(ctx context.Context, s *v1alpha1.BackupStore) []reconcile.Request {
+		return enqueue(ctx, []string{s.Namespace})
+	}), readinessChanged[*v1alpha1.BackupStore](func(s *v1alpha1.BackupStore) (int64, []metav1.Condition) {
+		return s.Generation, s.Status.Conditions
+	})))
+	if err != nil {
+		return err
+	}
+	return c.Watch(source.Kind(mgr.GetCache(), &v1alpha1.ClusterBackupStore{}, handler.TypedEnqueueRequestsFromMapFunc(func(ctx context.Context, _ *v1alpha1.ClusterBackupStore) []reconcile.Request {
+		return enqueue(ctx, nil)
+	}), readinessChanged[*v1alpha1.ClusterBackupStore](func(s *v1alpha1.ClusterBackupStore) (int64, []metav1.Condition) {
+		return s.Generation, s.Status.Conditions
+	})))
+}
+
+// readinessChanged passes creations, deletions, and updates that change
+// whether the object is Ready for its generation (what notReady reads).
+func readinessChanged[T client.Object](state func(T) (int64, []metav1.Condition)) predicate.TypedPredicate[T] {
+	return predicate.TypedFuncs[T]{
+		UpdateFunc: func(e event.TypedUpdateEvent[T]) bool {
+			ready := func(o T) bool { g, c := state(o); return notReady("", "", g, c) == "" }
+			return ready(e.ObjectOld) != ready(e.ObjectNew)
+		},
+		GenericFunc: func(event.TypedGenericEvent[T]) bool { return false },
 	}
 }

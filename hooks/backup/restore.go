@@ -96,6 +96,7 @@ func Hook(c client.Client, m *Major, pr *Restores, a *Archive) *hooks.Hook {
 	}
 	if a != nil {
 		layers = append(layers, a.values)
+		ws = append(ws, a)
 	}
 	if len(layers) > 0 {
 		h.Values = mergeLayers(layers...)

@@ -164,7 +164,7 @@ func (r *Reconciler) hookLayers(ctx context.Context, p *pass, d *desired, crVals
 	for _, h := range r.Hooks {
 		if h.Validator != nil {
 			if err := h.Validator.Validate(ctx, d.hobj); err != nil {
-				r.hookRefused(p, h, err)
+				r.refusedBy(p, d, h, err)
 				return nil, false
 			}
 			r.hookPassed(p, h)
@@ -172,7 +172,7 @@ func (r *Reconciler) hookLayers(ctx context.Context, p *pass, d *desired, crVals
 		if h.Identity != nil {
 			id, err := h.Identity(ctx, d.hobj)
 			if err != nil {
-				r.hookRefused(p, h, err)
+				r.refusedBy(p, d, h, err)
 				return nil, false
 			}
 			if id != "" {
@@ -182,7 +182,7 @@ func (r *Reconciler) hookLayers(ctx context.Context, p *pass, d *desired, crVals
 		if h.Values != nil {
 			v, err := h.Values.Values(ctx, d.hobj)
 			if err != nil {
-				r.hookRefused(p, h, err)
+				r.refusedBy(p, d, h, err)
 				return nil, false
 			}
 			l := values.Layer{Name: "hook:" + h.Name, Values: v}
@@ -192,6 +192,7 @@ func (r *Reconciler) hookLayers(ctx context.Context, p *pass, d *desired, crVals
 				layers = append(layers, l)
 			}
 		}
+		r.mem.retried(p.key, "hook:"+h.Name)
 		if h.Report != nil && h.ReportType != "" {
 			if c := h.Report(ctx, d.hobj); c != nil {
 				setCondition(p.status, p.obj, h.ReportType, c.Status, c.Reason, c.Message)
@@ -202,6 +203,16 @@ func (r *Reconciler) hookLayers(ctx context.Context, p *pass, d *desired, crVals
 	}
 	layers = append(layers, tenantLayers...)
 	return append(layers, values.Layer{Name: "overrides", Values: r.Watch.OverrideValues}), true
+}
+
+// refusedBy records hook h's refusal of the pass; one that waits on
+// something outside the resource (hooks.Wait) is looked at again after a
+// backoff, as nothing the resource's own watch sees may change it.
+func (r *Reconciler) refusedBy(p *pass, d *desired, h *hooks.Hook, err error) {
+	r.hookRefused(p, h, err)
+	if rej, ok := hooks.AsRejection(err); ok && rej.Retry {
+		d.retryAfter = r.mem.retryAfter(p.key, "hook:"+h.Name)
+	}
 }
 
 // observeFresh reads the resource from the API server (the informer cache

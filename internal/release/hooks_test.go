@@ -27,10 +27,15 @@ func TestHooks(t *testing.T) {
 	var postReleases atomic.Int32
 	var holdInstall atomic.Bool
 	holdInstall.Store(true)
+	var waitStore atomic.Bool
+	waitStore.Store(true)
 	gate := &hooks.Hook{
 		Name:          "gate",
 		ConditionType: "GatePassed",
 		Values: hooks.ValuesFunc(func(_ context.Context, obj hooks.Object) (map[string]any, error) {
+			if obj.Resource.GetName() == "waiting" && waitStore.Load() {
+				return nil, hooks.Wait("StoreNotReady", "store s of %s has not been checked yet", obj.Resource.GetName())
+			}
 			return map[string]any{"message": "from-hook-" + obj.Resource.GetName()}, nil
 		}),
 		PreUpgrade: hooks.PreUpgradeFunc(func(_ context.Context, _ hooks.Object, from, to string) error {
@@ -110,6 +115,16 @@ func TestHooks(t *testing.T) {
 	if n := len(e.history("held")); n != 1 {
 		t.Errorf("after the hold: %d revisions, want 1", n)
 	}
+
+	// A refusal that waits on something outside the resource is looked
+	// at again on its own: nothing touches the resource after it lets go.
+	e.create("waiting", map[string]any{"message": "own", "replicas": 1}, nil, nil)
+	e.waitCondition("waiting", "GatePassed", metav1.ConditionFalse, "StoreNotReady")
+	if n := len(e.history("waiting")); n != 0 {
+		t.Errorf("a waiting hook let the install run: %d revisions", n)
+	}
+	waitStore.Store(false)
+	e.waitCondition("waiting", v1alpha1.ConditionReady, metav1.ConditionTrue, "")
 
 	// A hold that needs a person (a reason ending in Failed) is Stalled.
 	e.create("refused", map[string]any{"message": "own", "replicas": 1}, nil, nil)

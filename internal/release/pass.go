@@ -185,6 +185,10 @@ func (r *Reconciler) hookLayers(ctx context.Context, p *pass, d *desired, crVals
 				r.refusedBy(p, d, h, err)
 				return nil, false
 			}
+			if c := apimeta.FindStatusCondition(p.status.Conditions, h.ConditionType); c != nil && c.Status == metav1.ConditionFalse {
+				// A refusal of an earlier pass is over.
+				r.hookPassed(p, h)
+			}
 			l := values.Layer{Name: "hook:" + h.Name, Values: v}
 			if h.ValuesLayer == hooks.LayerTenant {
 				tenantLayers = append(tenantLayers, l)

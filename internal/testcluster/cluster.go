@@ -115,13 +115,13 @@ type Cluster struct {
 	stopOnce  sync.Once
 	stopError error
 	// restarted: components Restart started again (they replace envtest's).
-	restartMu     sync.Mutex
-	restarted     map[string]*process
-	restarts      int
-	realNodes     []*realNode
-	nodesLock     *os.File
-	nodesTeardown string
-	apiProxy      *apiProxy
+	restartMu   sync.Mutex
+	restarted   map[string]*process
+	restarts    int
+	realNodes   []*realNode
+	nodesLock   *os.File
+	cgroupPlace *cgroupPlace
+	apiProxy    *apiProxy
 	// caFile is the API server's serving CA (real nodes: pods verify it).
 	caFile string
 	// The kubelet statistics' address (statsAddress).
@@ -552,7 +552,11 @@ func (c *Cluster) Stop() error {
 		}
 		c.bg.Wait()
 		for i := len(c.procs) - 1; i >= 0; i-- {
-			c.procs[i].stop(15 * time.Second)
+			grace := 15 * time.Second
+			if c.procs[i].grace > 0 {
+				grace = c.procs[i].grace
+			}
+			c.procs[i].stop(grace)
 		}
 		c.stopRealNodes()
 		c.releaseStatsAddress()

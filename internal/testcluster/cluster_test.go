@@ -30,7 +30,7 @@ const panicHelperEnv = "CHARTPILOT_TESTCLUSTER_PANIC_HELPER"
 var cluster *Cluster
 
 func TestMain(m *testing.M) {
-	if os.Getenv(panicHelperEnv) != "" {
+	if os.Getenv(panicHelperEnv) != "" || os.Getenv(realNodeHelperEnv) != "" {
 		os.Exit(m.Run())
 	}
 	os.Exit(RunMain(m, Options{Tier: TierFull, Nodes: 3}, &cluster))

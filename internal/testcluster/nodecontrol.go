@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -18,41 +19,62 @@ import (
 // hangs. Resume (SIGCONT) before the node's lease runs out (40 s), or the
 // node is marked unreachable.
 func (c *Cluster) PauseKubelet(i int) (resume func(), err error) {
-	name := RealNodeName(i) + "-kubelet"
-	for _, p := range c.procs {
-		if p.name != name {
-			continue
-		}
-		if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-			return nil, fmt.Errorf("stopping %s: %w", name, err)
-		}
-		var once sync.Once
-		return func() { once.Do(func() { _ = p.cmd.Process.Signal(syscall.SIGCONT) }) }, nil
+	pid, err := c.nodeProgram(i, "kubelet")
+	if err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("no process %s in this cluster", name)
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		return nil, fmt.Errorf("stopping the kubelet of %s: %w", RealNodeName(i), err)
+	}
+	var once sync.Once
+	return func() { once.Do(func() { _ = syscall.Kill(pid, syscall.SIGCONT) }) }, nil
 }
 
 // KubeletState is the state of real node i's kubelet process as the
 // kernel shows it (/proc/PID/stat: R running, S sleeping, T stopped, ...),
 // for a test's report of what the node was doing.
 func (c *Cluster) KubeletState(i int) string {
-	name := RealNodeName(i) + "-kubelet"
-	for _, p := range c.procs {
-		if p.name != name || p.cmd.Process == nil {
+	pid, err := c.nodeProgram(i, "kubelet")
+	if err != nil {
+		return err.Error()
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return err.Error()
+	}
+	// The command name is in parentheses and may hold spaces; the state
+	// follows the last one.
+	if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) {
+		return string(b[i+2])
+	}
+	return "unreadable"
+}
+
+// nodeProgram finds the process (its PID here) of real node i's program
+// name: a process of the node's PID namespace running that binary.
+func (c *Cluster) nodeProgram(i int, name string) (int, error) {
+	if i < 0 || i >= len(c.realNodes) {
+		return 0, fmt.Errorf("no real node %d in this cluster", i)
+	}
+	init := c.realNodes[i].init.cmd.Process.Pid
+	ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", init))
+	if err != nil {
+		return 0, fmt.Errorf("real node %s: %w", RealNodeName(i), err)
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, p := range procs {
+		pid, err := strconv.Atoi(filepath.Base(p))
+		if err != nil || pid == init {
 			continue
 		}
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
-		if err != nil {
-			return err.Error()
+		if pns, err := os.Readlink(filepath.Join(p, "ns", "pid")); err != nil || pns != ns {
+			continue
 		}
-		// The command name is in parentheses and may hold spaces; the
-		// state follows the last one.
-		if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) {
-			return string(b[i+2])
+		if exe, err := os.Readlink(filepath.Join(p, "exe")); err == nil && filepath.Base(exe) == name {
+			return pid, nil
 		}
-		return "unreadable"
 	}
-	return "no process " + name
+	return 0, fmt.Errorf("no process %s on real node %s", name, RealNodeName(i))
 }
 
 // PodLogs returns what each container of pod ns/name wrote on the real

@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -14,30 +16,57 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/chartpilot/chartpilot/internal/testcluster/nodebox"
 )
 
 // Real nodes run containers: containerd, runc and a kubelet per node, CNI
-// bridge networking, images from a registry on loopback. They use
-// addresses of 198.18.0.0/15 only (set aside for network tests): node i
-// has 198.18.i.1 on its bridge and its pods 198.18.i.0/24, Services take
-// RealNodesServiceRange, and a blackhole route for the whole /15 keeps any
-// packet no rule catches on this machine. Pods get a route to the /15
-// only, so they reach nothing else either.
+// bridge networking, images from a registry of this process. Each node is
+// a box (package nodebox): an init that is PID 1 of its own PID, mount,
+// network, UTS, IPC and cgroup namespaces, a plain child of this process
+// with a parent-death signal, so that whatever ends this process ends the
+// node, its pods and everything they set up, with no tear-down to run.
+//
+// Addresses are of 198.18.0.0/15 only (set aside for network tests). Node
+// i has 198.18.i.1 on its bridge (its node IP) and its pods 198.18.i.0/24;
+// Services take RealNodesServiceRange. Node 0 is joined to this machine by
+// one veth pair (HostIP on this side), and every other node to node 0 by
+// one of its own; this machine routes the /15 to node 0, which keeps a
+// blackhole route for what no node or pod has. The pair and the route go
+// with node 0's network namespace. Nothing of the nodes is in this
+// machine's own network namespace but that link: their bridges, routes,
+// iptables rules (kube-proxy's, the kubelet's) and forwarding settings are
+// theirs.
 const (
 	// RealNodeLabel marks the real nodes (value "true"); RealNodeTaint
 	// (NoSchedule, same key) keeps pods that do not tolerate it off them.
 	RealNodeLabel = "chartpilot.dev/real-node"
 	RealNodeTaint = RealNodeLabel
 	// RealNodesServiceRange is the Service range of a cluster with real
-	// nodes; kube-proxy routes it on this machine.
+	// nodes; each node's kube-proxy routes it.
 	RealNodesServiceRange = "198.19.0.0/16"
+	// HostIP is this machine's address on the real nodes' network, while
+	// they run: pods reach this machine's servers there (the API server,
+	// the registry, a test's own servers).
+	HostIP = "198.18.254.1"
 	// kubernetesServiceIP is the kubernetes Service's address in it.
 	kubernetesServiceIP = "198.19.0.1"
-	// realNodesRange is routed nowhere but to the nodes' bridges.
+	// realNodesRange is the range of the nodes, pods and Services.
 	realNodesRange = "198.18.0.0/15"
 	// realNodesLock is held by the one cluster with real nodes on this
-	// machine: they share the host's network and iptables.
+	// machine: the link to node 0 and HostIP are this machine's.
 	realNodesLock = "/run/lock/chartpilot-real-nodes.lock"
+	// realNodesLockFDEnv names a file descriptor on which the parent
+	// process already holds realNodesLock (a test that compares the
+	// machine before and after a cluster).
+	realNodesLockFDEnv = "CHARTPILOT_REAL_NODES_LOCK_FD"
+	// hostLink is this machine's end of the link to node 0.
+	hostLink = "cpnode0"
+	// Ports of the node's programs on its node IP (each node has a
+	// network of its own).
+	kubeletPort, kubeletHealthzPort        = 10250, 10248
+	kubeProxyHealthzPort, kubeProxyMetrics = 10256, 10249
+	coreDNSReadyPort                       = 8181
 )
 
 // RealNodeName is the name of the i-th real node.
@@ -46,12 +75,27 @@ func RealNodeName(i int) string { return fmt.Sprintf("real-node-%d", i) }
 // RealNodeIP is the address of the i-th real node (its bridge's).
 func RealNodeIP(i int) string { return fmt.Sprintf("198.18.%d.1", i) }
 
+// linkIP is an address of the link of node i (i > 0: to node 0; i = 0: to
+// this machine): the node's end, or the other (node 0's, or HostIP).
+func linkIP(i int, nodeEnd bool) string {
+	if nodeEnd {
+		return fmt.Sprintf("198.18.254.%d", 4*i+2)
+	}
+	return fmt.Sprintf("198.18.254.%d", 4*i+1)
+}
+
 // pauseRepo is the repository of the pod sandbox image in the registry.
 const pauseRepo = "chartpilot/pause"
 
-// realNode is one node's processes and places.
+// realNode is one node: its directory, its init and its cgroups.
 type realNode struct {
-	name, dir, bridge, cgroupRoot string
+	i         int
+	name, dir string
+	init      *process
+	// start is the init's stdin: a line on it says the link is made.
+	start io.WriteCloser
+	// cgroups are the node's cgroup directories on this machine.
+	cgroups []string
 }
 
 // realNodeBinaries are the binaries the real nodes need.
@@ -67,7 +111,15 @@ func (c *Cluster) startRealNodes(ctx context.Context, opts Options) error {
 	if err := c.lockRealNodes(ctx); err != nil {
 		return err
 	}
-	if err := c.podUtil(); err != nil {
+	placement, err := cgroupPlacement()
+	if err != nil {
+		return err
+	}
+	c.cgroupPlace = placement
+	// What a run that was killed left: the only thing the kernel keeps
+	// of a node is its (empty) cgroup directories.
+	sweepNodeCgroups(placement)
+	if err := c.nodePrograms(); err != nil {
 		return err
 	}
 	reg, err := startRegistry(filepath.Join(c.Dir, "registry"), openLog(c.LogDir, "registry"))
@@ -88,48 +140,66 @@ func (c *Cluster) startRealNodes(ctx context.Context, opts Options) error {
 		return err
 	}
 	for i := range opts.RealNodes {
-		c.realNodes = append(c.realNodes, &realNode{name: RealNodeName(i), dir: filepath.Join(c.Dir, "nodes", RealNodeName(i)), bridge: fmt.Sprintf("cpbr%d", i), cgroupRoot: "chartpilot-" + RealNodeName(i)})
-	}
-	c.nodesTeardown = filepath.Join(c.Dir, "nodes", "teardown.sh")
-	if err := os.MkdirAll(filepath.Dir(c.nodesTeardown), 0o755); err != nil {
-		return err
-	}
-	if err := os.WriteFile(c.nodesTeardown, []byte(c.teardownScript(opts.BinDir)), 0o755); err != nil {
-		return err
-	}
-	// What a crashed earlier run left, then this run's own tear-down when
-	// this process dies.
-	_ = exec.Command("/bin/sh", c.nodesTeardown).Run()
-	c.watchdog.cleanup(c.nodesTeardown)
-	for path, v := range map[string]string{"/proc/sys/net/ipv4/ip_forward": "1", "/proc/sys/net/bridge/bridge-nf-call-iptables": "1"} {
-		if err := os.WriteFile(path, []byte(v), 0o644); err != nil {
-			return fmt.Errorf("%s: %w (kube-proxy's Services need it)", path, err)
-		}
-	}
-	for i, n := range c.realNodes {
-		if err := c.startRealNode(ctx, opts, i, n, pause); err != nil {
+		n := &realNode{i: i, name: RealNodeName(i), dir: filepath.Join(c.Dir, "nodes", RealNodeName(i))}
+		c.realNodes = append(c.realNodes, n)
+		if err := c.startNodeInit(opts, n, pause); err != nil {
 			return fmt.Errorf("real node %s: %w", n.name, err)
 		}
+	}
+	if err := c.linkNodes(); err != nil {
+		return err
+	}
+	regAddr, err := reg.serveAlso(HostIP)
+	if err != nil {
+		return err
 	}
 	if err := c.startAPIProxy(); err != nil {
 		return err
 	}
-	if err := c.startKubeProxy(opts.BinDir); err != nil {
-		return err
-	}
-	if err := c.startCoreDNS(opts.BinDir); err != nil {
-		return err
+	for _, n := range c.realNodes {
+		if err := n.registryHosts(reg.Host, regAddr); err != nil {
+			return err
+		}
+		if _, err := io.WriteString(n.start, "go\n"); err != nil {
+			return fmt.Errorf("real node %s: %w (its log: %s)", n.name, err, tailFile(n.init.logPath, 15))
+		}
 	}
 	cs, err := kubernetes.NewForConfig(c.Config)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(opts.Log, "waiting for %d real nodes to become Ready\n", opts.RealNodes)
-	return c.waitNodesReady(ctx, cs, opts.Nodes+opts.RealNodes)
+	if err := c.waitNodesReady(ctx, cs, opts.Nodes+opts.RealNodes); err != nil {
+		return err
+	}
+	for _, n := range c.realNodes {
+		if err := waitAnswers(n.init, fmt.Sprintf("http://%s/healthz", joinPort(RealNodeIP(n.i), kubeProxyHealthzPort))); err != nil {
+			return fmt.Errorf("kube-proxy of %s: %w", n.name, err)
+		}
+	}
+	if err := waitAnswers(c.realNodes[0].init, fmt.Sprintf("http://%s/ready", joinPort(RealNodeIP(0), coreDNSReadyPort))); err != nil {
+		return fmt.Errorf("CoreDNS: %w", err)
+	}
+	return nil
 }
 
-// lockRealNodes waits for (and keeps) the machine's real-nodes lock.
+func joinPort(ip string, port int) string { return ip + ":" + strconv.Itoa(port) }
+
+// lockRealNodes waits for (and keeps) the machine's real-nodes lock, or
+// takes the one the parent process holds for this one.
 func (c *Cluster) lockRealNodes(ctx context.Context) error {
+	if fd := os.Getenv(realNodesLockFDEnv); fd != "" {
+		n, err := strconv.Atoi(fd)
+		if err != nil {
+			return fmt.Errorf("%s=%q: not a file descriptor", realNodesLockFDEnv, fd)
+		}
+		f := os.NewFile(uintptr(n), realNodesLock)
+		if f == nil || syscall.Flock(n, syscall.LOCK_EX|syscall.LOCK_NB) != nil {
+			return fmt.Errorf("%s=%s: the parent's real-nodes lock is not held on it", realNodesLockFDEnv, fd)
+		}
+		c.nodesLock = f
+		return nil
+	}
 	if err := os.MkdirAll(filepath.Dir(realNodesLock), 0o755); err != nil {
 		return err
 	}
@@ -148,104 +218,158 @@ func (c *Cluster) lockRealNodes(ctx context.Context) error {
 	return nil
 }
 
-// podUtil builds the program of the nodes' images (pause, and a server
-// that tells a running container from a simulated one).
-func (c *Cluster) podUtil() error {
+// nodePrograms builds the program of the nodes' images (pause, and a
+// server that tells a running container from a simulated one) and the
+// nodes' init.
+func (c *Cluster) nodePrograms() error {
 	root, err := ModuleRoot()
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", filepath.Join(c.Dir, "podutil"), "./internal/testcluster/podutil")
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("building podutil: %v\n%s", err, out)
+	for name, pkg := range map[string]string{"podutil": "./internal/testcluster/podutil", "nodeinit": "./internal/testcluster/nodeinit"} {
+		cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", filepath.Join(c.Dir, name), pkg)
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("building %s: %v\n%s", name, err, out)
+		}
 	}
 	return nil
 }
 
-func (c *Cluster) startRealNode(ctx context.Context, opts Options, i int, n *realNode, pause string) error {
+// startNodeInit writes node n's configuration and starts its init in
+// namespaces of its own; the init waits for its link (linkNodes).
+func (c *Cluster) startNodeInit(opts Options, n *realNode, pause string) error {
 	bin := opts.BinDir
-	for _, d := range []string{"containerd", "cni/net.d", "cni/ipam", "kubelet", "logs"} {
+	for _, d := range []string{"containerd", "cni/net.d", "cni/ipam", "kubelet", "logs", "tmp"} {
 		if err := os.MkdirAll(filepath.Join(n.dir, d), 0o755); err != nil {
 			return err
 		}
 	}
-	if err := n.network(i); err != nil {
-		return err
-	}
-	sock, err := n.startContainerd(c, bin, pause)
+	cgroups, err := c.cgroupPlace.makeNodeCgroups(n.name)
 	if err != nil {
 		return err
 	}
-	return n.startKubelet(ctx, c, bin, i, sock)
-}
-
-// teardownScript tears the real nodes down: kube-proxy's rules, each
-// node's pods' processes, containerd's shims, every mount under the node's
-// directory, its cgroups and bridge, and the routes of the range.
-func (c *Cluster) teardownScript(bin string) string {
-	var b strings.Builder
-	b.WriteString("#!/bin/sh\n# Tears down the real nodes of the cluster in " + c.Dir + ".\n")
-	fmt.Fprintf(&b, "%q --cleanup >/dev/null 2>&1\n", filepath.Join(bin, "kube-proxy"))
-	for _, n := range c.realNodes {
-		sock := filepath.Join(n.dir, "containerd", "containerd.sock")
-		fmt.Fprintf(&b, `# %[1]s
-for f in $(find /sys/fs/cgroup/*/%[2]s -name cgroup.procs 2>/dev/null); do
-	for p in $(cat "$f"); do kill -9 "$p" 2>/dev/null; done
-done
-for f in /proc/[0-9]*/cmdline; do
-	if grep -q -a -F -- "%[3]s" "$f" 2>/dev/null; then p=${f#/proc/}; kill -9 "${p%%/cmdline}" 2>/dev/null; fi
-done
-sleep 0.2
-awk -v d="%[4]s/" 'index($5, d) == 1 { print $5 }' /proc/self/mountinfo | sort -r | while read -r m; do umount -l "$m" 2>/dev/null; done
-for c in /sys/fs/cgroup/*/%[2]s; do
-	[ -d "$c" ] && find "$c" -depth -type d -exec rmdir {} \; 2>/dev/null
-done
-ip link del %[5]s 2>/dev/null
-`, n.name, n.cgroupRoot, sock, n.dir, n.bridge)
+	n.cgroups = cgroups
+	if err := n.cniConfig(); err != nil {
+		return err
 	}
-	// The kubelets' own chains (KUBE-FIREWALL, the canaries).
-	b.WriteString(`for ipt in iptables ip6tables; do
-	for t in filter nat mangle; do
-		$ipt -t $t -D INPUT -j KUBE-FIREWALL 2>/dev/null
-		$ipt -t $t -D OUTPUT -j KUBE-FIREWALL 2>/dev/null
-		for c in KUBE-FIREWALL KUBE-KUBELET-CANARY KUBE-IPTABLES-HINT; do $ipt -t $t -F $c 2>/dev/null; $ipt -t $t -X $c 2>/dev/null; done
-	done
-done
-`)
-	fmt.Fprintf(&b, "ip route del %s 2>/dev/null\nip route del blackhole %s 2>/dev/null\nexit 0\n", RealNodesServiceRange, realNodesRange)
-	return b.String()
+	containerd, sock, err := n.containerd(c, bin, pause)
+	if err != nil {
+		return err
+	}
+	kubelet, err := n.kubelet(c, bin, sock)
+	if err != nil {
+		return err
+	}
+	kubeProxy, err := n.kubeProxy(c, bin)
+	if err != nil {
+		return err
+	}
+	procs := []nodebox.Proc{containerd, kubelet, kubeProxy}
+	if n.i == 0 {
+		dns, err := c.coreDNS(n, bin)
+		if err != nil {
+			return err
+		}
+		procs = append(procs, dns)
+	}
+	env := []string{"PATH=" + bin + ":" + filepath.Join(bin, "cni") + ":/usr/sbin:/usr/bin:/sbin:/bin", "TMPDIR=" + filepath.Join(n.dir, "tmp")}
+	for i := range procs {
+		procs[i].Env = append(procs[i].Env, env...)
+	}
+	cfg := nodebox.Config{
+		Name: n.name, Dir: n.dir, Cgroups: cgroups, CgroupV2: c.cgroupPlace.v2,
+		// Fixed paths of the node's programs (containerd's and runc's
+		// state, the kubelet's /var/log/containers, CNI's cache).
+		Tmpfs:      []string{"/run", "/var/log", "/var/lib"},
+		IP:         n.ipCommands(len(c.realNodes)),
+		NetSysctls: map[string]string{"net/ipv4/ip_forward": "1", "net/bridge/bridge-nf-call-iptables": "1"},
+		Procs:      procs,
+		LogDir:     c.LogDir,
+	}
+	b, err := json.MarshalIndent(cfg, "", "  ")
+	if err != nil {
+		return err
+	}
+	cfgPath := filepath.Join(n.dir, "node.json")
+	if err := os.WriteFile(cfgPath, b, 0o644); err != nil {
+		return err
+	}
+	cmd := exec.Command(filepath.Join(c.Dir, "nodeinit"), cfgPath)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return err
+	}
+	// A plain child: this process's group, SIGKILL when this process goes.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: nodebox.Cloneflags, Pdeathsig: syscall.SIGKILL}
+	p, err := startCmd(n.name, cmd, c.LogDir)
+	if err != nil {
+		return err
+	}
+	// The init stops the node's programs (10 s), then kills the rest.
+	p.grace = 30 * time.Second
+	n.init, n.start = p, stdin
+	c.addProc(p)
+	return nil
 }
 
-// network makes the node's bridge with its address, and the blackhole
-// route of the whole range.
-func (n *realNode) network(i int) error {
-	for _, args := range [][]string{
-		{"link", "add", n.bridge, "type", "bridge"},
-		{"addr", "add", RealNodeIP(i) + "/24", "dev", n.bridge},
-		{"link", "set", n.bridge, "up"},
-	} {
+// ipCommands configure node n's network namespace: its end of the link,
+// its bridge, and its routes (node 0: to the other nodes' pods and the
+// blackhole; the others: everything through node 0).
+func (n *realNode) ipCommands(nodes int) [][]string {
+	cmds := [][]string{
+		{"link", "set", "lo", "up"},
+		{"addr", "add", linkIP(n.i, true) + "/30", "dev", "eth0"},
+		{"link", "set", "eth0", "up"},
+		{"link", "add", "cpbr", "type", "bridge"},
+		{"addr", "add", RealNodeIP(n.i) + "/24", "dev", "cpbr"},
+		{"link", "set", "cpbr", "up"},
+	}
+	if n.i > 0 {
+		return append(cmds, []string{"route", "add", realNodesRange, "via", linkIP(n.i, false)})
+	}
+	cmds = append(cmds, []string{"route", "add", "blackhole", realNodesRange})
+	for j := 1; j < nodes; j++ {
+		dev := fmt.Sprintf("cpnode%d", j)
+		cmds = append(cmds,
+			[]string{"addr", "add", linkIP(j, false) + "/30", "dev", dev},
+			[]string{"link", "set", dev, "up"},
+			[]string{"route", "add", fmt.Sprintf("198.18.%d.0/24", j), "via", linkIP(j, true)})
+	}
+	return cmds
+}
+
+// linkNodes makes the veth pairs: this machine to node 0 (HostIP, and the
+// route of the range through it), node 0 to each other node.
+func (c *Cluster) linkNodes() error {
+	pid := func(i int) string { return strconv.Itoa(c.realNodes[i].init.cmd.Process.Pid) }
+	cmds := [][]string{
+		{"link", "add", hostLink, "type", "veth", "peer", "name", "eth0", "netns", pid(0)},
+		{"addr", "add", HostIP + "/30", "dev", hostLink},
+		{"link", "set", hostLink, "up"},
+		{"route", "replace", realNodesRange, "via", linkIP(0, true), "dev", hostLink},
+	}
+	for j := 1; j < len(c.realNodes); j++ {
+		cmds = append(cmds, []string{"link", "add", "name", fmt.Sprintf("cpnode%d", j), "netns", pid(0), "type", "veth", "peer", "name", "eth0", "netns", pid(j)})
+	}
+	for _, args := range cmds {
 		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
 			return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, out)
 		}
 	}
-	if out, err := exec.Command("ip", "route", "replace", "blackhole", realNodesRange).CombinedOutput(); err != nil {
-		return fmt.Errorf("blackhole route for %s: %v: %s", realNodesRange, err, out)
-	}
-	if i == 0 {
-		// Services: kube-proxy's rules turn their addresses into pods'
-		// (and the API server's); the route only gets packets to them.
-		if out, err := exec.Command("ip", "route", "replace", RealNodesServiceRange, "dev", n.bridge, "src", RealNodeIP(0)).CombinedOutput(); err != nil {
-			return fmt.Errorf("route for %s: %v: %s", RealNodesServiceRange, err, out)
-		}
-	}
+	return nil
+}
+
+// cniConfig writes the node's CNI configuration: its bridge, its pods'
+// range, and a route to the /15 only.
+func (n *realNode) cniConfig() error {
 	conf, _ := json.Marshal(map[string]any{
 		"cniVersion": "1.0.0", "name": "chartpilot",
 		"plugins": []any{
-			map[string]any{"type": "bridge", "bridge": n.bridge, "isGateway": true, "ipMasq": false, "hairpinMode": true,
+			map[string]any{"type": "bridge", "bridge": "cpbr", "isGateway": true, "ipMasq": false, "hairpinMode": true,
 				"ipam": map[string]any{"type": "host-local", "dataDir": filepath.Join(n.dir, "cni", "ipam"),
-					"ranges": []any{[]any{map[string]any{"subnet": fmt.Sprintf("198.18.%d.0/24", i), "gateway": RealNodeIP(i)}}},
+					"ranges": []any{[]any{map[string]any{"subnet": fmt.Sprintf("198.18.%d.0/24", n.i), "gateway": RealNodeIP(n.i)}}},
 					"routes": []any{map[string]any{"dst": realNodesRange}}}},
 			map[string]any{"type": "portmap", "capabilities": map[string]any{"portMappings": true}},
 		},
@@ -253,17 +377,20 @@ func (n *realNode) network(i int) error {
 	return os.WriteFile(filepath.Join(n.dir, "cni", "net.d", "10-chartpilot.conflist"), conf, 0o644)
 }
 
-func (n *realNode) startContainerd(c *Cluster, bin, pause string) (string, error) {
+// registryHosts points the node's containerd at the registry: images are
+// named by host (127.0.0.1:PORT), and pulled from its address on the
+// nodes' network.
+func (n *realNode) registryHosts(host, addr string) error {
+	dir := filepath.Join(n.dir, "containerd", "certs.d", host)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "hosts.toml"), []byte(fmt.Sprintf("server = \"http://%[1]s\"\n\n[host.\"http://%[1]s\"]\n  capabilities = [\"pull\", \"resolve\"]\n", addr)), 0o644)
+}
+
+func (n *realNode) containerd(c *Cluster, bin, pause string) (nodebox.Proc, string, error) {
 	d := filepath.Join(n.dir, "containerd")
 	sock := filepath.Join(d, "containerd.sock")
-	host := c.Registry.Host
-	hosts := filepath.Join(d, "certs.d", host)
-	if err := os.MkdirAll(hosts, 0o755); err != nil {
-		return "", err
-	}
-	if err := os.WriteFile(filepath.Join(hosts, "hosts.toml"), []byte(fmt.Sprintf("server = \"http://%[1]s\"\n\n[host.\"http://%[1]s\"]\n  capabilities = [\"pull\", \"resolve\"]\n", host)), 0o644); err != nil {
-		return "", err
-	}
 	config := fmt.Sprintf(`version = 3
 root = %[1]q
 state = %[2]q
@@ -303,69 +430,42 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
 		filepath.Join(d, "certs.d"), filepath.Join(bin, "runc"), filepath.Join(bin, "cni"), filepath.Join(n.dir, "cni", "net.d"))
 	cfgPath := filepath.Join(d, "config.toml")
 	if err := os.WriteFile(cfgPath, []byte(config), 0o644); err != nil {
-		return "", err
+		return nodebox.Proc{}, "", err
 	}
-	p, err := startProcessEnv(n.name+"-containerd", filepath.Join(bin, "containerd"), []string{"--config", cfgPath}, c.LogDir,
-		[]string{"PATH=" + bin + ":" + filepath.Join(bin, "cni") + ":/usr/sbin:/usr/bin:/sbin:/bin"})
-	if err != nil {
-		return "", err
-	}
-	c.addProc(p)
-	err = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		if done, err := p.exited(); done {
-			return false, fmt.Errorf("containerd exited (%v):\n%s", err, tailFile(p.logPath, 15))
-		}
-		_, err := os.Stat(sock)
-		return err == nil, nil
-	})
-	return sock, err
+	return nodebox.Proc{Name: "containerd", Path: filepath.Join(bin, "containerd"), Args: []string{"--config", cfgPath}}, sock, nil
 }
 
-func (n *realNode) startKubelet(ctx context.Context, c *Cluster, bin string, i int, sock string) error {
-	u, err := c.Env.ControlPlane.AddUser(envtest.User{Name: "system:node:" + n.name, Groups: []string{"system:nodes", "system:masters"}}, nil)
-	if err != nil {
-		return err
-	}
-	kc, err := u.KubeConfig()
-	if err != nil {
-		return err
-	}
+func (n *realNode) kubelet(c *Cluster, bin, sock string) (nodebox.Proc, error) {
 	kd := filepath.Join(n.dir, "kubelet")
-	kubeconfig := filepath.Join(kd, "kubeconfig")
-	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
-		return err
-	}
-	if err := n.makeCgroupRoot(); err != nil {
-		return err
+	kubeconfig, err := c.nodeKubeconfig(kd, envtest.User{Name: "system:node:" + n.name, Groups: []string{"system:nodes", "system:masters"}})
+	if err != nil {
+		return nodebox.Proc{}, err
 	}
 	resolv := filepath.Join(kd, "resolv.conf")
 	if err := os.WriteFile(resolv, []byte("search cluster.local\noptions ndots:5\n"), 0o644); err != nil {
-		return err
+		return nodebox.Proc{}, err
 	}
-	port, err := freePort()
-	if err != nil {
-		return err
-	}
-	healthz, err := freePort()
-	if err != nil {
-		return err
-	}
+	// cgroupRoot "/" is the node's own cgroup (its cgroup namespace's
+	// root), below the cgroup of the process that started the cluster.
+	// The kernel tunables the kubelet would otherwise write are answered
+	// by the node (nodebox.KernelTunables): it only checks them.
 	config := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 failCgroupV1: false
 cgroupDriver: cgroupfs
-cgroupRoot: /%[1]s
+cgroupRoot: /
+protectKernelDefaults: true
 failSwapOn: false
-address: %[2]s
-port: %[3]d
+address: %[1]s
+port: %[2]d
 readOnlyPort: 0
-healthzBindAddress: 127.0.0.1
-healthzPort: %[4]d
-containerRuntimeEndpoint: unix://%[5]s
-podLogsDir: %[6]s
-resolvConf: %[7]s
+healthzBindAddress: %[1]s
+healthzPort: %[3]d
+containerRuntimeEndpoint: unix://%[4]s
+podLogsDir: %[5]s
+resolvConf: %[6]s
 clusterDomain: cluster.local
-clusterDNS: [%[2]s]
+clusterDNS: [%[7]s]
 authentication:
   anonymous: {enabled: true}
   webhook: {enabled: false}
@@ -377,59 +477,51 @@ serializeImagePulls: false
 evictionHard: {memory.available: "1%%", nodefs.available: "1%%", imagefs.available: "1%%"}
 imageGCHighThresholdPercent: 100
 localStorageCapacityIsolation: true
-`, n.cgroupRoot, RealNodeIP(i), port, healthz, sock, filepath.Join(n.dir, "logs"), resolv, RealNodeTaint)
+`, RealNodeIP(n.i), kubeletPort, kubeletHealthzPort, sock, filepath.Join(n.dir, "logs"), resolv, RealNodeIP(0), RealNodeTaint)
 	cfgPath := filepath.Join(kd, "config.yaml")
 	if err := os.WriteFile(cfgPath, []byte(config), 0o644); err != nil {
-		return err
+		return nodebox.Proc{}, err
 	}
-	p, err := startProcess(n.name+"-kubelet", filepath.Join(bin, "kubelet"), []string{
+	return nodebox.Proc{Name: "kubelet", Path: filepath.Join(bin, "kubelet"), WaitFile: sock, Args: []string{
 		"--config=" + cfgPath, "--kubeconfig=" + kubeconfig, "--root-dir=" + kd, "--cert-dir=" + filepath.Join(kd, "pki"),
-		"--hostname-override=" + n.name, "--node-ip=" + RealNodeIP(i),
+		"--hostname-override=" + n.name, "--node-ip=" + RealNodeIP(n.i),
 		"--node-labels=" + RealNodeLabel + "=true", "--v=1",
-	}, c.LogDir)
+	}}, nil
+}
+
+// nodeKubeconfig writes dir/kubeconfig for a program of a node: an admin
+// of the cluster, known to the audit log as user, reaching the API server
+// at HostIP (the node has no way to this machine's loopback).
+func (c *Cluster) nodeKubeconfig(dir string, user envtest.User) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	u, err := c.Env.ControlPlane.AddUser(user, nil)
 	if err != nil {
-		return err
+		return "", err
 	}
-	c.addProc(p)
-	return nil
+	kc, err := u.KubeConfig()
+	if err != nil {
+		return "", err
+	}
+	port := c.Config.Host[strings.LastIndexByte(c.Config.Host, ':')+1:]
+	kc = []byte(strings.ReplaceAll(string(kc), c.Config.Host, "https://"+HostIP+":"+port))
+	path := filepath.Join(dir, "kubeconfig")
+	return path, os.WriteFile(path, kc, 0o600)
 }
 
-// makeCgroupRoot makes the node's cgroup in every v1 hierarchy (cpuset's
-// with its parent's CPUs and memory nodes), for the kubelet's pods.
-func (n *realNode) makeCgroupRoot() error {
-	hierarchies, _ := filepath.Glob("/sys/fs/cgroup/*")
-	for _, h := range hierarchies {
-		if st, err := os.Stat(filepath.Join(h, "cgroup.procs")); err != nil || st.IsDir() {
-			continue
-		}
-		d := filepath.Join(h, n.cgroupRoot)
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return fmt.Errorf("cgroup %s: %w", d, err)
-		}
-		if filepath.Base(h) == "cpuset" {
-			for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
-				b, err := os.ReadFile(filepath.Join(h, f))
-				if err != nil {
-					return err
-				}
-				if err := os.WriteFile(filepath.Join(d, f), b, 0o644); err != nil {
-					return fmt.Errorf("cgroup %s: %w", d, err)
-				}
-			}
-		}
-	}
-	return nil
-}
-
-// stopRealNodes tears the real nodes down (after their kubelets and
-// containerds were stopped with the other processes).
+// stopRealNodes ends what is left of the real nodes once their inits were
+// stopped with the other processes: the API proxy, the registry and the
+// nodes' cgroup directories.
 func (c *Cluster) stopRealNodes() {
 	if c.apiProxy != nil {
 		_ = c.apiProxy.Close()
 	}
-	if c.nodesTeardown != "" {
-		if out, err := exec.Command("/bin/sh", c.nodesTeardown).CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "tearing down the real nodes: %v\n%s", err, out)
+	for _, n := range c.realNodes {
+		for _, d := range n.cgroups {
+			if left := nodebox.RemoveCgroups(d, nil); left > 0 {
+				fmt.Fprintf(os.Stderr, "real node %s: %d cgroups of %s could not be removed\n", n.name, left, d)
+			}
 		}
 	}
 	c.Registry.stop()

@@ -14,20 +14,23 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/chartpilot/chartpilot/internal/testcluster/nodebox"
 )
 
-// What the real nodes share: the API server reached from pods, Services
-// (kube-proxy) and the cluster DNS (CoreDNS).
+// What the real nodes share: the API server reached from the nodes and
+// their pods, Services (a kube-proxy per node) and the cluster DNS
+// (CoreDNS, on node 0).
 
-// startAPIProxy lets pods reach the API server: the kubernetes Service's
-// endpoint is node 0's address (--advertise-address) at the API server's
-// port, and this forwards it to the API server on loopback.
+// startAPIProxy lets the nodes and their pods reach the API server: the
+// kubernetes Service's endpoint is HostIP (--advertise-address) at the API
+// server's port, and this forwards it to the API server on loopback.
 func (c *Cluster) startAPIProxy() error {
 	u, err := url.Parse(c.Config.Host)
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", net.JoinHostPort(RealNodeIP(0), u.Port()))
+	ln, err := net.Listen("tcp", net.JoinHostPort(HostIP, u.Port()))
 	if err != nil {
 		return fmt.Errorf("the API server's address for pods: %w", err)
 	}
@@ -101,21 +104,13 @@ func (p *apiProxy) Close() error {
 	return err
 }
 
-// startKubeProxy runs one kube-proxy (iptables) for the real nodes: they
-// share this machine's network, so one set of rules serves them all.
-func (c *Cluster) startKubeProxy(bin string) error {
-	dir := filepath.Join(c.Dir, "nodes", "kube-proxy")
-	kubeconfig, err := c.componentKubeconfig(dir, "system:kube-proxy")
+// kubeProxy is node n's kube-proxy (iptables): Services in the node's
+// network namespace, for its pods and for what comes from this machine.
+func (n *realNode) kubeProxy(c *Cluster, bin string) (nodebox.Proc, error) {
+	dir := filepath.Join(n.dir, "kube-proxy")
+	kubeconfig, err := c.nodeKubeconfig(dir, envtest.User{Name: "system:kube-proxy", Groups: []string{"system:masters"}})
 	if err != nil {
-		return err
-	}
-	healthz, err := freePort()
-	if err != nil {
-		return err
-	}
-	metrics, err := freePort()
-	if err != nil {
-		return err
+		return nodebox.Proc{}, err
 	}
 	config := fmt.Sprintf(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
@@ -124,32 +119,27 @@ mode: iptables
 clusterCIDR: 198.18.0.0/16
 hostnameOverride: %[2]s
 bindAddress: %[3]s
-healthzBindAddress: 127.0.0.1:%[4]d
-metricsBindAddress: 127.0.0.1:%[5]d
+healthzBindAddress: %[3]s:%[4]d
+metricsBindAddress: %[3]s:%[5]d
 nodePortAddresses: [%[6]s]
 conntrack: {maxPerCore: 0, min: 0}
 iptables: {localhostNodePorts: false}
-`, kubeconfig, RealNodeName(0), RealNodeIP(0), healthz, metrics, realNodesRange)
+`, kubeconfig, n.name, RealNodeIP(n.i), kubeProxyHealthzPort, kubeProxyMetrics, realNodesRange)
 	cfgPath := filepath.Join(dir, "config.yaml")
 	if err := os.WriteFile(cfgPath, []byte(config), 0o644); err != nil {
-		return err
+		return nodebox.Proc{}, err
 	}
-	p, err := startProcess("kube-proxy", filepath.Join(bin, "kube-proxy"), []string{"--config=" + cfgPath, "--v=1"}, c.LogDir)
-	if err != nil {
-		return err
-	}
-	c.addProc(p)
-	return waitAnswers(p, fmt.Sprintf("http://127.0.0.1:%d/healthz", healthz))
+	return nodebox.Proc{Name: "kube-proxy", Path: filepath.Join(bin, "kube-proxy"), Args: []string{"--config=" + cfgPath, "--v=1"}}, nil
 }
 
 // realNodesAPIServer configures the API server for pods that run: a
 // serving certificate for the kubernetes Service's address and names
-// (pods dial those), that Service's endpoint on node 0's address (the API
-// proxy), ServiceAccount admission (pods get their tokens), and logs, exec
+// (pods dial those) and HostIP (the nodes do), that Service's endpoint at
+// HostIP (the API proxy), ServiceAccount admission (pods get their tokens), and logs, exec
 // and the node proxy to the kubelets' node IPs.
 func (c *Cluster) realNodesAPIServer(api *envtest.APIServer) error {
 	dir := filepath.Join(c.Dir, "apiserver")
-	ips := []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP(kubernetesServiceIP), net.ParseIP(RealNodeIP(0))}
+	ips := []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP(kubernetesServiceIP), net.ParseIP(HostIP)}
 	names := []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}
 	ca, err := apiServerCerts(dir, ips, names)
 	if err != nil {
@@ -158,69 +148,42 @@ func (c *Cluster) realNodesAPIServer(api *envtest.APIServer) error {
 	api.CertDir = dir
 	api.SecureServing.CA = ca
 	c.caFile = filepath.Join(dir, "ca.crt")
-	api.Configure().Set("advertise-address", RealNodeIP(0))
+	api.Configure().Set("advertise-address", HostIP)
 	api.Configure().Disable("disable-admission-plugins")
 	api.Configure().Set("kubelet-preferred-address-types", "InternalIP")
 	return nil
 }
 
-// startCoreDNS serves cluster.local (CoreDNS's kubernetes plugin) at the
-// first node's address, port 53: the kubelets' clusterDNS. Nothing else
-// is resolved: no query leaves the machine.
-func (c *Cluster) startCoreDNS(bin string) error {
-	dir := filepath.Join(c.Dir, "nodes", "coredns")
-	kubeconfig, err := c.componentKubeconfig(dir, "system:coredns")
+// coreDNS serves cluster.local (CoreDNS's kubernetes plugin) at node 0's
+// address, port 53: the kubelets' clusterDNS. Nothing else is resolved:
+// no query leaves the nodes.
+func (c *Cluster) coreDNS(n *realNode, bin string) (nodebox.Proc, error) {
+	dir := filepath.Join(n.dir, "coredns")
+	kubeconfig, err := c.nodeKubeconfig(dir, envtest.User{Name: "system:coredns", Groups: []string{"system:masters"}})
 	if err != nil {
-		return err
-	}
-	ready, err := freePort()
-	if err != nil {
-		return err
+		return nodebox.Proc{}, err
 	}
 	corefile := fmt.Sprintf(`.:53 {
 	bind %[1]s
 	errors
-	ready 127.0.0.1:%[2]d
+	ready %[1]s:%[2]d
 	kubernetes cluster.local in-addr.arpa ip6.arpa {
 		kubeconfig %[3]s
 		pods insecure
 	}
 }
-`, RealNodeIP(0), ready, kubeconfig)
+`, RealNodeIP(n.i), coreDNSReadyPort, kubeconfig)
 	path := filepath.Join(dir, "Corefile")
 	if err := os.WriteFile(path, []byte(corefile), 0o644); err != nil {
-		return err
+		return nodebox.Proc{}, err
 	}
-	p, err := startProcess("coredns", filepath.Join(bin, "coredns"), []string{"-conf", path}, c.LogDir)
-	if err != nil {
-		return err
-	}
-	c.addProc(p)
-	return waitAnswers(p, fmt.Sprintf("http://127.0.0.1:%d/ready", ready))
+	return nodebox.Proc{Name: "coredns", Path: filepath.Join(bin, "coredns"), Args: []string{"-conf", path}}, nil
 }
 
-// componentKubeconfig writes dir/kubeconfig for a node component (an
-// admin of the test cluster, known to the audit log as user).
-func (c *Cluster) componentKubeconfig(dir, user string) (string, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	u, err := c.Env.ControlPlane.AddUser(envtest.User{Name: user, Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		return "", err
-	}
-	kc, err := u.KubeConfig()
-	if err != nil {
-		return "", err
-	}
-	path := filepath.Join(dir, "kubeconfig")
-	return path, os.WriteFile(path, kc, 0o600)
-}
-
-// waitAnswers waits up to a minute for url to answer 200 OK, failing as
-// soon as p exits.
+// waitAnswers waits up to two minutes for url to answer 200 OK, failing
+// as soon as p exits.
 func waitAnswers(p *process, url string) error {
-	return wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+	return wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
 		if done, err := p.exited(); done {
 			return false, fmt.Errorf("%s exited (%v):\n%s", p.name, err, tailFile(p.logPath, 15))
 		}

@@ -23,6 +23,8 @@ type process struct {
 	logFile *os.File
 	done    chan struct{}
 	err     error
+	// grace is how long Stop waits after SIGTERM (default 15 s).
+	grace time.Duration
 }
 
 // startProcess starts bin with args, writing stdout and stderr to
@@ -34,18 +36,24 @@ func startProcess(name, bin string, args []string, logDir string) (*process, err
 
 // startProcessEnv is startProcess with env added to this process's.
 func startProcessEnv(name, bin string, args []string, logDir string, env []string) (*process, error) {
+	cmd := exec.Command(bin, args...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	return startCmd(name, cmd, logDir)
+}
+
+// startCmd starts cmd as the component name, its output to
+// logDir/<name>.log.
+func startCmd(name string, cmd *exec.Cmd, logDir string) (*process, error) {
 	logPath := filepath.Join(logDir, name+".log")
 	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("opening log of %s: %w", name, err)
 	}
-	cmd := exec.Command(bin, args...)
-	if env != nil {
-		cmd.Env = append(os.Environ(), env...)
-	}
 	cmd.Stdout = f
 	cmd.Stderr = f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		_ = f.Close()
 		return nil, fmt.Errorf("starting %s: %w", name, err)
@@ -69,7 +77,8 @@ func (p *process) exited() (bool, error) {
 	}
 }
 
-// stop sends SIGTERM, waits up to grace, then kills the process group.
+// stop sends SIGTERM, waits up to grace, then kills the process group
+// (or the process, when it leads none: a real node's init).
 func (p *process) stop(grace time.Duration) {
 	if ok, _ := p.exited(); ok {
 		return
@@ -79,6 +88,7 @@ func (p *process) stop(grace time.Duration) {
 	case <-p.done:
 	case <-time.After(grace):
 		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		_ = p.cmd.Process.Kill()
 		<-p.done
 	}
 }

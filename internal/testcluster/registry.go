@@ -27,8 +27,8 @@ import (
 )
 
 // Registry is an OCI registry on loopback (go-containerregistry's, blobs
-// on disk) that the real nodes' containerd pulls from: anyone may push an
-// image to Host and run it there.
+// on disk) that the real nodes' containerd pulls from (at HostIP): anyone
+// may push an image to Host and run it there.
 type Registry struct {
 	// Host is 127.0.0.1:PORT.
 	Host string
@@ -47,6 +47,20 @@ func startRegistry(dir string, log io.Writer) (*Registry, error) {
 	r := &Registry{Host: ln.Addr().String(), srv: &http.Server{Handler: h, ReadHeaderTimeout: time.Minute}}
 	go func() { _ = r.srv.Serve(ln) }()
 	return r, nil
+}
+
+// serveAlso serves the registry at ip too (the nodes' way to it), on the
+// same port when it is free there, and returns that address.
+func (r *Registry) serveAlso(ip string) (string, error) {
+	_, port, _ := net.SplitHostPort(r.Host)
+	ln, err := net.Listen("tcp", net.JoinHostPort(ip, port))
+	if err != nil {
+		if ln, err = net.Listen("tcp", net.JoinHostPort(ip, "0")); err != nil {
+			return "", fmt.Errorf("registry at %s: %w", ip, err)
+		}
+	}
+	go func() { _ = r.srv.Serve(ln) }()
+	return ln.Addr().String(), nil
 }
 
 func (r *Registry) stop() {

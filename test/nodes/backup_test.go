@@ -25,8 +25,8 @@ import (
 	"github.com/chartpilot/chartpilot/internal/testcluster"
 )
 
-// operatorWithStore starts a real S3 server (versitygw) on the real
-// node's bridge, where the Jobs' pods and the operator's (which reads each
+// operatorWithStore starts a real S3 server (versitygw) at this machine's
+// address on the real nodes' network (testcluster.HostIP), where the Jobs' pods and the operator's (which reads each
 // backup's manifest back) reach it, installs the operator (values over
 // charts/chartpilot's) allowed to store there, and makes a tenant namespace
 // with BackupStore "local" on it. It returns the server's directory and
@@ -36,7 +36,7 @@ func operatorWithStore(t *testing.T, values map[string]any) (string, string) {
 	ctx := context.Background()
 	cs, dyn := clients(t)
 	s3dir := t.TempDir()
-	s3 := backuptest.StartS3On(t, s3dir, testcluster.RealNodeIP(0))
+	s3 := backuptest.StartS3On(t, s3dir, testcluster.HostIP)
 	vals := map[string]any{"extraArgs": []any{"--backup-store-endpoints=" + s3.Endpoint}}
 	for k, v := range values {
 		vals[k] = v

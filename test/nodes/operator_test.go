@@ -108,6 +108,14 @@ func installOperator(t *testing.T, ops string, replicas int, extra map[string]an
 			return err == nil && len(pods.Items) == 0, nil
 		})
 	})
+	// On failure, what the operator said (it runs in a pod, so its log is
+	// not among the cluster's component logs); registered after the
+	// uninstall, so it runs before it.
+	t.Cleanup(func() {
+		if t.Failed() {
+			logOperator(t, ops)
+		}
+	})
 	var last string
 	err = wait.PollUntilContextTimeout(ctx, 2*time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
 		d, err := cs.AppsV1().Deployments(ops).Get(ctx, release, metav1.GetOptions{})
@@ -126,6 +134,51 @@ func installOperator(t *testing.T, ops string, replicas int, extra map[string]an
 		t.Fatalf("the operator's Deployment: %s", last)
 	}
 	t.Logf("%d replicas ready %s after install", replicas, time.Since(start).Round(time.Second))
+}
+
+// logOperator logs the last lines of the operator pods' logs in ops.
+func logOperator(t *testing.T, ops string) {
+	t.Helper()
+	cs, _ := clients(t)
+	pods, err := cs.CoreV1().Pods(ops).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Logf("the operator's pods: %v", err)
+		return
+	}
+	for _, p := range pods.Items {
+		for container, log := range cluster.PodLogs(ops, p.Name) {
+			lines := strings.Split(strings.TrimSpace(log), "\n")
+			t.Logf("operator pod %s, %s's log, last %d of %d lines:\n%s", p.Name, container, min(len(lines), 120), len(lines), strings.Join(lines[max(0, len(lines)-120):], "\n"))
+		}
+	}
+}
+
+// logResource logs the conditions of resource ns/name and the events
+// about it, as a failing test's diagnosis.
+func logResource(t *testing.T, gvr schema.GroupVersionResource, ns, name string) {
+	t.Helper()
+	ctx := context.Background()
+	cs, dyn := clients(t)
+	if u, err := dyn.Resource(gvr).Namespace(ns).Get(ctx, name, metav1.GetOptions{}); err != nil {
+		t.Logf("%s %s: %v", gvr.Resource, name, err)
+	} else {
+		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+		for _, c := range conds {
+			m, _ := c.(map[string]any)
+			t.Logf("%s %s: %v=%v (%v) %v", gvr.Resource, name, m["type"], m["status"], m["reason"], m["message"])
+		}
+	}
+	evs, err := cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Logf("events in %s: %v", ns, err)
+		return
+	}
+	for _, e := range evs.Items {
+		if e.InvolvedObject.Name != name {
+			continue
+		}
+		t.Logf("event %s/%s %s %s x%d: %s", e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Type, e.Reason, e.Count, e.Message)
+	}
 }
 
 // TestOperatorAsInstalled: charts/chartpilot, installed with the image

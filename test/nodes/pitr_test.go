@@ -225,12 +225,14 @@ func TestPointInTimeRecoveryOnRealPods(t *testing.T) {
 
 	const name = "pitr"
 	createThroughWebhook(t, dyn, postgresGVR, tenant, "Postgres", name, spec(2, "10s"))
-	waitReady(t, dyn, postgresGVR, tenant, name, "True", 8*time.Minute)
 	t.Cleanup(func() {
 		if t.Failed() {
+			logResource(t, backupStoreGVR, tenant, "local")
+			logResource(t, postgresGVR, tenant, name)
 			describeMembers(t, cs, tenant, name)
 		}
 	})
+	waitReady(t, dyn, postgresGVR, tenant, name, "True", 8*time.Minute)
 	// No credential in what the pods run: the store's Secrets by reference.
 	sts, err := cs.AppsV1().StatefulSets(tenant).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {

@@ -26,8 +26,8 @@ func StartS3(t testpg.T, dir string) backup.S3 {
 	return StartS3On(t, dir, "127.0.0.1")
 }
 
-// StartS3On is StartS3 listening on host (an address of this machine: a
-// real node's bridge, for pods to reach).
+// StartS3On is StartS3 listening on host (an address of this machine:
+// testcluster.HostIP, for the real nodes' pods to reach).
 func StartS3On(t testpg.T, dir, host string) backup.S3 {
 	t.Helper()
 	root, err := testcluster.ModuleRoot()

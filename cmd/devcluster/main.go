@@ -4,9 +4,11 @@
 //
 //	go run ./cmd/devcluster --dir .devcluster
 //
-// With --real-nodes N (as root) it adds nodes whose pods run, and prints
-// "registry=127.0.0.1:PORT" (where they pull images from) and one
-// "node=NAME" line per real node first.
+// With --real-nodes N (as root) it adds nodes whose pods run, each in
+// namespaces of its own that end with this process, and prints
+// "registry=127.0.0.1:PORT" (where they pull images from), "host=ADDR"
+// (this machine's address on the nodes' network, where pods reach its
+// servers) and one "node=NAME" line per real node first.
 //
 // It prints one line "ready kubeconfig=<path>" once usable, and runs until
 // interrupted (SIGINT or SIGTERM), then stops every process it started.
@@ -90,6 +92,7 @@ func run() error {
 	}
 	if c.Registry != nil {
 		fmt.Printf("registry=%s\n", c.Registry.Host)
+		fmt.Printf("host=%s\n", testcluster.HostIP)
 		for i := range *realNodes {
 			fmt.Printf("node=%s\n", testcluster.RealNodeName(i))
 		}

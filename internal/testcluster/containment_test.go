@@ -103,7 +103,19 @@ func leavesNothing(t *testing.T, mode string) {
 	}
 	defer logFile.Close()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestRealNodeLeavesNothing$", "-test.v")
-	cmd.Env = append(os.Environ(), realNodeHelperEnv+"="+mode, realNodesLockFDEnv+"=3", "CHARTPILOT_TESTCLUSTER_HELPER_DIR="+filepath.Join(t.TempDir(), "cluster"))
+	// The cluster's directory is kept when the test fails: its logs.
+	dir, err := os.MkdirTemp("", "chartpilot-box-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the helper's cluster directory (logs) is kept: %s", dir)
+		} else {
+			_ = os.RemoveAll(dir)
+		}
+	})
+	cmd.Env = append(os.Environ(), realNodeHelperEnv+"="+mode, realNodesLockFDEnv+"=3", "CHARTPILOT_TESTCLUSTER_HELPER_DIR="+filepath.Join(dir, "cluster"))
 	cmd.ExtraFiles = []*os.File{lock}
 	cmd.Stderr = logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -181,11 +193,7 @@ func leavesNothing(t *testing.T, mode string) {
 		t.Errorf("after %s, left of the run: %s", mode, strings.Join(left, "; "))
 	}
 	if mode != "stop" {
-		var dirs []string
-		for _, parent := range slices.Concat(place.parents, place.roots) {
-			d, _ := filepath.Glob(filepath.Join(parent, nodeCgroupPrefix+"*"))
-			dirs = append(dirs, d...)
-		}
+		dirs := place.nodeCgroups()
 		for _, d := range dirs {
 			if pids := cgroupProcs(d); len(pids) > 0 {
 				t.Errorf("cgroup %s still holds processes %v after %s", d, pids, mode)

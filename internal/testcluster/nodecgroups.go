@@ -151,13 +151,22 @@ func (p *cgroupPlace) makeNodeCgroups(name string) ([]string, error) {
 // process's cgroups and at the hierarchies' roots; any process still in
 // one is killed first.
 func sweepNodeCgroups(p *cgroupPlace) {
-	for _, parent := range slices.Concat(p.parents, p.roots) {
-		left, _ := filepath.Glob(filepath.Join(parent, nodeCgroupPrefix+"*"))
-		for _, d := range left {
-			killCgroupProcs(d)
-			nodebox.RemoveCgroups(d, nil)
-		}
+	for _, d := range p.nodeCgroups() {
+		killCgroupProcs(d)
+		nodebox.RemoveCgroups(d, nil)
 	}
+}
+
+// nodeCgroups lists the real nodes' cgroup directories there are, below
+// this process's cgroups and at the hierarchies' roots.
+func (p *cgroupPlace) nodeCgroups() []string {
+	var dirs []string
+	for _, parent := range slices.Concat(p.parents, p.roots) {
+		d, _ := filepath.Glob(filepath.Join(parent, nodeCgroupPrefix+"*"))
+		dirs = append(dirs, d...)
+	}
+	slices.Sort(dirs)
+	return slices.Compact(dirs)
 }
 
 // killCgroupProcs SIGKILLs every process in cgroup dir and below.

@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -280,9 +283,7 @@ func (c *Cluster) startNodeInit(opts Options, n *realNode, pause string) error {
 	}
 	cfg := nodebox.Config{
 		Name: n.name, Dir: n.dir, Cgroups: cgroups, CgroupV2: c.cgroupPlace.v2,
-		// Fixed paths of the node's programs (containerd's and runc's
-		// state, the kubelet's /var/log/containers, CNI's cache).
-		Tmpfs:      []string{"/run", "/var/log", "/var/lib"},
+		Tmpfs:      nodeTmpfs(c.Dir, c.LogDir, bin),
 		IP:         n.ipCommands(len(c.realNodes)),
 		NetSysctls: map[string]string{"net/ipv4/ip_forward": "1", "net/bridge/bridge-nf-call-iptables": "1"},
 		Procs:      procs,
@@ -312,6 +313,20 @@ func (c *Cluster) startNodeInit(opts Options, n *realNode, pause string) error {
 	n.init, n.start = p, stdin
 	c.addProc(p)
 	return nil
+}
+
+// nodeTmpfs are the directories a node covers with a tmpfs of its own:
+// fixed paths its programs write to (containerd's and runc's state, the
+// kubelet's /var/log/containers, CNI's cache), but none that holds the
+// cluster's own directories or binaries.
+func nodeTmpfs(dirs ...string) []string {
+	var out []string
+	for _, d := range []string{"/run", "/var/log", "/var/lib"} {
+		if !slices.ContainsFunc(dirs, func(own string) bool { return strings.HasPrefix(own+"/", d+"/") }) {
+			out = append(out, d)
+		}
+	}
+	return out
 }
 
 // ipCommands configure node n's network namespace: its end of the link,
@@ -504,8 +519,11 @@ func (c *Cluster) nodeKubeconfig(dir string, user envtest.User) (string, error) 
 	if err != nil {
 		return "", err
 	}
-	port := c.Config.Host[strings.LastIndexByte(c.Config.Host, ':')+1:]
-	kc = []byte(strings.ReplaceAll(string(kc), c.Config.Host, "https://"+HostIP+":"+port))
+	api, err := url.Parse(c.Config.Host)
+	if err != nil {
+		return "", err
+	}
+	kc = []byte(strings.ReplaceAll(string(kc), "https://"+api.Host, "https://"+net.JoinHostPort(HostIP, api.Port())))
 	path := filepath.Join(dir, "kubeconfig")
 	return path, os.WriteFile(path, kc, 0o600)
 }
@@ -519,8 +537,16 @@ func (c *Cluster) stopRealNodes() {
 	}
 	for _, n := range c.realNodes {
 		for _, d := range n.cgroups {
-			if left := nodebox.RemoveCgroups(d, nil); left > 0 {
-				fmt.Fprintf(os.Stderr, "real node %s: %d cgroups of %s could not be removed\n", n.name, left, d)
+			// A process of the node may still be on its way out.
+			left := 0
+			for try := 0; try < 50; try++ {
+				if left = nodebox.RemoveCgroups(d, nil); left == 0 {
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			if left > 0 {
+				fmt.Fprintf(os.Stderr, "real node %s: %d cgroups of %s could not be removed (the next start removes them)\n", n.name, left, d)
 			}
 		}
 	}

@@ -399,7 +399,10 @@ func (n *node) start(p *Proc) error {
 			if _, err := os.Stat(p.WaitFile); err == nil {
 				break
 			}
-			if n.reap() != nil || time.Now().After(deadline) {
+			if ended := n.reap(); ended != nil {
+				return fmt.Errorf("%s exited before %s was there (last lines of its log:)\n%s", ended.Name, p.WaitFile, tail(n.logPath(ended), 15))
+			}
+			if time.Now().After(deadline) {
 				return fmt.Errorf("%s: %s did not appear", p.Name, p.WaitFile)
 			}
 			time.Sleep(100 * time.Millisecond)

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/chartpilot/chartpilot/internal/testcluster/nodebox"
 )
 
 // process is one control-plane component started by the cluster (envtest
@@ -102,18 +104,8 @@ func openLog(logDir, name string) io.Writer {
 	return f
 }
 
-// tail returns the last n lines of the process log, for error messages.
-func tailFile(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return ""
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
+// tailFile returns the last n lines of the file at path, for error messages.
+func tailFile(path string, n int) string { return nodebox.Tail(path, n) }
 
 // watchdog is a tiny shell process that outlives a crashed test binary long
 // enough to kill the process groups registered with it. envtest starts etcd

@@ -201,7 +201,7 @@ func (n *node) run() int {
 			return 0
 		}
 		if p := n.reap(); p != nil {
-			n.log("%s exited; stopping the node (last lines of its log:)\n%s", p.Name, tail(n.logPath(p), 15))
+			n.log("%s exited; stopping the node (last lines of its log:)\n%s", p.Name, Tail(n.logPath(p), 15))
 			n.teardown()
 			return 1
 		}
@@ -400,7 +400,7 @@ func (n *node) start(p *Proc) error {
 				break
 			}
 			if ended := n.reap(); ended != nil {
-				return fmt.Errorf("%s exited before %s was there (last lines of its log:)\n%s", ended.Name, p.WaitFile, tail(n.logPath(ended), 15))
+				return fmt.Errorf("%s exited before %s was there (last lines of its log:)\n%s", ended.Name, p.WaitFile, Tail(n.logPath(ended), 15))
 			}
 			if time.Now().After(deadline) {
 				return fmt.Errorf("%s: %s did not appear", p.Name, p.WaitFile)
@@ -503,8 +503,8 @@ func RemoveCgroups(root string, keep func(string) bool) int {
 	return left
 }
 
-// tail returns the last n lines of the file at path.
-func tail(path string, n int) string {
+// Tail returns the last n lines of the file at path, for error messages.
+func Tail(path string, n int) string {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return ""

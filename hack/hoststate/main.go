@@ -45,7 +45,14 @@ func main() {
 		fmt.Fprintf(os.Stderr, "hoststate: %s: %v\n", file, err)
 		os.Exit(2)
 	}
-	diff := hoststate.Diff(before, now)
+	var diff []string
+	for _, d := range hoststate.Diff(before, now) {
+		if hoststate.Swept(d) {
+			fmt.Println("hoststate: removed what a killed run had left:", d)
+			continue
+		}
+		diff = append(diff, d)
+	}
 	fmt.Printf("hoststate: compared %s with %s\n", now.Summary(), file)
 	if len(diff) == 0 {
 		fmt.Println("hoststate: the machine is as it was")

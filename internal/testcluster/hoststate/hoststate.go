@@ -81,6 +81,13 @@ func Diff(before, after State) []string {
 	return out
 }
 
+// Swept tells whether a difference is the removal of a real node's cgroup
+// directory that a killed run left: every start of real nodes removes
+// those, so a later record may lack what an earlier one had.
+func Swept(diff string) bool {
+	return strings.HasPrefix(diff, "- cgroups: ") && strings.Contains(diff, "/chartpilot-real-node-")
+}
+
 func sysctls(s State) error {
 	paths := []string{"net/ipv4/ip_forward", "net/ipv6/conf/all/forwarding", "net/bridge/bridge-nf-call-iptables"}
 	for p := range nodebox.KernelTunables() {

@@ -73,6 +73,7 @@ func backupCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs.StringVar(&want.SHA256, "expect-sha256", "", "restore, verify: the SHA-256 the backup was recorded with (its Backup's status); a backup in the store that differs is refused before it is downloaded")
 	fs.Int64Var(&want.Size, "expect-size", 0, "restore, verify: the size in bytes the backup was recorded with; no more than this is downloaded")
 	postgres := fs.Bool("postgres", false, "run: back up everything the PostgreSQL server libpq's environment (PGHOST…) reaches holds, its roles and every database, instead of a command's output; restore: restore such a backup (or one database's pg_dump -Fc) into that server")
+	privileged := fs.Bool("privileged-roles", false, "restore --postgres: also restore SUPERUSER, REPLICATION and BYPASSRLS, and memberships in superusers and in pg_read_server_files, pg_write_server_files and pg_execute_server_program (without it, only the target's own roles have them)")
 	manifestFile := fs.String("manifest-file", "", "also write the manifest to this file (a Job's /dev/termination-log, which its pod's status shows)")
 	labels := map[string]string{}
 	fs.Func("label", "run: key=value stored in the manifest (repeatable)", func(v string) error {
@@ -143,7 +144,7 @@ func backupCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 				report = rep
 			}
 		} else if *postgres {
-			m, err = backupConsume(ctx, b, *location, identity, want, func(ctx context.Context, r io.Reader) error { return restorePostgres(ctx, r, stderr) })
+			m, err = backupConsume(ctx, b, *location, identity, want, func(ctx context.Context, r io.Reader) error { return restorePostgres(ctx, r, *privileged, stderr) })
 		} else {
 			m, err = backupRestore(ctx, b, *location, identity, want, command, stderr)
 		}
@@ -321,7 +322,9 @@ func backupConsume(ctx context.Context, b *blob.Bucket, location, identity strin
 // libpq's environment reaches: a full backup (roles and every database),
 // or one database's pg_dump -Fc into "postgres", as backups were made
 // before they were full.
-func restorePostgres(ctx context.Context, r io.Reader, stderr io.Writer) error {
+// SUPERUSER, REPLICATION, BYPASSRLS and memberships that reach the server
+// as a superuser are restored only when privileged is set.
+func restorePostgres(ctx context.Context, r io.Reader, privileged bool, stderr io.Writer) error {
 	br := bufio.NewReader(r)
 	head, _ := br.Peek(len(pgfull.Magic))
 	if !pgfull.IsFull(head) {
@@ -335,7 +338,11 @@ func restorePostgres(ctx context.Context, r io.Reader, stderr io.Writer) error {
 	if _, err := br.Discard(len(pgfull.Magic)); err != nil {
 		return err
 	}
-	return pgfull.Restore(ctx, br, nil)
+	skipped, err := pgfull.RestoreWith(ctx, br, nil, pgfull.RoleOptions{Privileged: privileged})
+	for _, s := range skipped {
+		fmt.Fprintln(stderr, s)
+	}
+	return err
 }
 
 // recipientFromEnv is the age recipient of CHARTPILOT_AGE_KEY ("" when it

@@ -212,20 +212,22 @@ END$chartpilot$`
 
 // verify compares every table of every database on both servers: rows and
 // a checksum of their text forms (a sum of per-row hashes: independent of
-// order, constant in memory).
+// order, constant in memory). Names are read NUL-separated and a database
+// is named only through PGDATABASE: a name may hold white space, or read
+// as a connection string where libpq takes one.
 func (p Plan) verify(ctx context.Context) (Result, error) {
 	var res Result
-	dbs, err := p.psql(ctx, p.OldHost, p.OldPort, "postgres", "SELECT datname FROM pg_database WHERE datallowconn ORDER BY 1")
+	dbs, err := p.list(ctx, p.OldHost, p.OldPort, "postgres", "SELECT datname FROM pg_database WHERE datallowconn ORDER BY 1")
 	if err != nil {
 		return res, err
 	}
-	for _, db := range strings.Fields(dbs) {
+	for _, db := range dbs {
 		res.Databases++
-		tables, err := p.psql(ctx, p.OldHost, p.OldPort, db, "SELECT format('%I.%I', schemaname, tablename) FROM pg_tables WHERE schemaname NOT IN ('pg_catalog', 'information_schema') ORDER BY 1")
+		tables, err := p.list(ctx, p.OldHost, p.OldPort, db, "SELECT format('%I.%I', schemaname, tablename) FROM pg_tables WHERE schemaname NOT IN ('pg_catalog', 'information_schema') ORDER BY 1")
 		if err != nil {
 			return res, err
 		}
-		for _, t := range strings.Fields(tables) {
+		for _, t := range tables {
 			q := fmt.Sprintf("SELECT count(*) || ' ' || coalesce(sum(('x' || substr(md5(x::text), 1, 15))::bit(60)::bigint::numeric), 0) FROM %s x", t)
 			before, err := p.psql(ctx, p.OldHost, p.OldPort, db, q)
 			if err != nil {
@@ -233,10 +235,10 @@ func (p Plan) verify(ctx context.Context) (Result, error) {
 			}
 			after, err := p.psql(ctx, p.WorkDir, p.NewPort, db, q)
 			if err != nil {
-				return res, fmt.Errorf("table %s.%s on the new server: %w", db, t, err)
+				return res, fmt.Errorf("table %q.%s on the new server: %w", db, t, err)
 			}
 			if before != after {
-				return res, fmt.Errorf("table %s.%s differs: rows and checksum %s before, %s after", db, t, before, after)
+				return res, fmt.Errorf("table %q.%s differs: rows and checksum %s before, %s after", db, t, before, after)
 			}
 			n, _ := strconv.ParseInt(strings.Fields(before)[0], 10, 64)
 			res.Tables++
@@ -244,6 +246,21 @@ func (p Plan) verify(ctx context.Context) (Result, error) {
 		}
 	}
 	return res, nil
+}
+
+// list is a query's one column, each value whole (NUL-separated by psql).
+func (p Plan) list(ctx context.Context, host string, port int, db, sql string) ([]string, error) {
+	out, err := p.query(ctx, host, port, db, []string{"-0"}, sql)
+	if err != nil {
+		return nil, err
+	}
+	var vals []string
+	for _, v := range strings.Split(out, "\x00") {
+		if v = strings.TrimSuffix(v, "\n"); v != "" {
+			vals = append(vals, v)
+		}
+	}
+	return vals, nil
 }
 
 func (p Plan) startNew(ctx context.Context) (*exec.Cmd, error) {
@@ -273,20 +290,31 @@ func (p Plan) startNew(ctx context.Context) (*exec.Cmd, error) {
 // psql runs each statement on its own (ALTER SYSTEM cannot run in a
 // transaction block).
 func (p Plan) psql(ctx context.Context, host string, port int, db string, sql ...string) (string, error) {
-	args := []string{"-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=1", "-h", host, "-p", strconv.Itoa(port), "-U", p.User, "-d", db}
+	out, err := p.query(ctx, host, port, db, nil, sql...)
+	return strings.TrimSpace(out), err
+}
+
+// query runs psql with extra flags; the database goes by PGDATABASE,
+// never as an argument libpq could read as a connection string.
+func (p Plan) query(ctx context.Context, host string, port int, db string, flags []string, sql ...string) (string, error) {
+	args := append([]string{"-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=1", "-h", host, "-p", strconv.Itoa(port), "-U", p.User}, flags...)
 	for _, s := range sql {
 		args = append(args, "-c", s)
 	}
-	out, err := p.command(ctx, filepath.Join(p.ClientBin, "psql"), args...)
+	out, err := p.commandEnv(ctx, []string{"PGDATABASE=" + db}, filepath.Join(p.ClientBin, "psql"), args...)
 	if err != nil {
-		return "", fmt.Errorf("psql on %s:%d/%s: %w: %s", host, port, db, err, out)
+		return "", fmt.Errorf("psql on %s:%d, database %q: %w: %s", host, port, db, err, out)
 	}
-	return strings.TrimSpace(out), nil
+	return out, nil
 }
 
 func (p Plan) command(ctx context.Context, name string, args ...string) (string, error) {
+	return p.commandEnv(ctx, nil, name, args...)
+}
+
+func (p Plan) commandEnv(ctx context.Context, env []string, name string, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Env = []string{"LANG=C", "PGCONNECT_TIMEOUT=5"}
+	cmd.Env = append([]string{"LANG=C", "PGCONNECT_TIMEOUT=5"}, env...)
 	if p.Password != "" {
 		cmd.Env = append(cmd.Env, "PGPASSWORD="+p.Password)
 	}

@@ -2,12 +2,16 @@ package majorupgrade_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -201,5 +205,104 @@ func TestMajorUpgradeStopsWrites(t *testing.T) {
 		if got := strings.TrimSpace(string(out)); got != "locked login=f createdb=f writer login=t createdb=t\n0" {
 			t.Errorf("roles on the new server: %q", got)
 		}
+	}
+}
+
+// fakeServer listens where a hostile database name points libpq, asks any
+// client for its password in clear text, and keeps what it is sent.
+type fakeServer struct {
+	mu       sync.Mutex
+	conns    int
+	password string
+}
+
+func listenFake(t *testing.T, addr string) *fakeServer {
+	t.Helper()
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	f := &fakeServer{}
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go f.serve(c)
+		}
+	}()
+	return f
+}
+
+func (f *fakeServer) serve(c net.Conn) {
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	f.mu.Lock()
+	f.conns++
+	f.mu.Unlock()
+	for {
+		var head [8]byte
+		if _, err := io.ReadFull(c, head[:]); err != nil {
+			return
+		}
+		n := binary.BigEndian.Uint32(head[:4])
+		if binary.BigEndian.Uint32(head[4:]) == 80877103 { // SSLRequest
+			_, _ = c.Write([]byte("N"))
+			continue
+		}
+		if _, err := io.CopyN(io.Discard, c, int64(n)-8); err != nil {
+			return
+		}
+		break
+	}
+	// AuthenticationCleartextPassword.
+	_, _ = c.Write([]byte{'R', 0, 0, 0, 8, 0, 0, 0, 3})
+	var head [5]byte
+	if _, err := io.ReadFull(c, head[:]); err != nil || head[0] != 'p' {
+		return
+	}
+	body := make([]byte, binary.BigEndian.Uint32(head[1:])-4)
+	if _, err := io.ReadFull(c, body); err != nil {
+		return
+	}
+	f.mu.Lock()
+	f.password = strings.TrimRight(string(body), "\x00")
+	f.mu.Unlock()
+}
+
+// TestMajorUpgradeHostileNames: a role with CREATEDB names a database
+// after a connection string pointing at a server of its own, and another
+// database and a table hold white space. The upgrade moves them all, and
+// the superuser's password never reaches that server.
+func TestMajorUpgradeHostileNames(t *testing.T) {
+	newBin := testpg.Bin17(t)
+	old := seeded(t)
+	// The name takes the upgrade's port from -p: the fake server listens
+	// on another loopback address at that port.
+	fake := listenFake(t, net.JoinHostPort("127.0.0.2", strconv.Itoa(old.Port)))
+	old.Query(t, "postgres", "CREATE ROLE maker LOGIN CREATEDB")
+	cmd := old.Command(map[string]string{"PGHOST": old.Dir, "PGPORT": strconv.Itoa(old.Port), "PGUSER": "maker", "PGDATABASE": "postgres"},
+		"psql", "-XAtq", "-v", "ON_ERROR_STOP=1", "-c", `CREATE DATABASE "host=127.0.0.2"`, "-c", `CREATE DATABASE "a b"`)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("as the CREATEDB role: %v: %s", err, out)
+	}
+	old.Query(t, "host=127.0.0.2", "CREATE TABLE caught (x int); INSERT INTO caught VALUES (1)")
+	old.Query(t, "a b", `CREATE TABLE "x y" (v text); INSERT INTO "x y" SELECT 'row ' || g FROM generate_series(1, 7) g`)
+	p := plan(t, old, newBin)
+	p.Password = "superuser-secret"
+	res, err := majorupgrade.Run(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake.mu.Lock()
+	conns, pw := fake.conns, fake.password
+	fake.mu.Unlock()
+	if conns != 0 || pw != "" {
+		t.Errorf("the server a database's name points at had %d connections and was sent the password %q", conns, pw)
+	}
+	if res.Tables != 5 || res.Rows != 23002+1+7 {
+		t.Errorf("moved %d tables and %d rows, want 5 and %d", res.Tables, res.Rows, 23002+1+7)
 	}
 }

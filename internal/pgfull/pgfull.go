@@ -8,9 +8,12 @@
 //
 // The stream is Magic, then parts. A part is a line "part NAME\n" followed
 // by chunks, each its length in decimal, "\n" and that many bytes; a chunk
-// of length 0 ends the part. The first part is "globals" (pg_dumpall
-// --globals-only --no-tablespaces: SQL); each other is "database" and the
-// database's name quoted as Go quotes strings, holding pg_dump -Fc of it.
+// of length 0 ends the part. The first part is "roles": the server's roles,
+// memberships and role settings as rows (JSON, see Roles), never as SQL
+// text; each other is "database" and the database's name quoted as Go
+// quotes strings, holding pg_dump -Fc of it. Streams written before the
+// roles were rows start with "globals" (pg_dumpall's SQL), which a restore
+// refuses to run.
 // Nothing is staged on disk on either side: parts are produced and
 // consumed as they stream.
 //
@@ -23,12 +26,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -37,9 +40,9 @@ import (
 // Magic starts every full backup stream.
 const Magic = "chartpilot-pgfull v1\n"
 
-// maxGlobals bounds the globals part read into memory on restore (the
-// roles' SQL: kilobytes for any real server).
-const maxGlobals = 64 << 20
+// maxRoles bounds the roles part read into memory on restore (kilobytes
+// for any real server).
+const maxRoles = 64 << 20
 
 // maxChunk bounds one chunk's length on restore.
 const maxChunk = 64 << 20
@@ -54,7 +57,7 @@ func (c Commander) command(ctx context.Context, env []string, name string, args 
 		return c(ctx, env, name, args...)
 	}
 	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = append(append(os.Environ(), "PGCLIENTENCODING=UTF8"), env...)
 	return cmd
 }
 
@@ -111,9 +114,12 @@ func Dump(ctx context.Context, w io.Writer, c Commander) error {
 		_, err := io.WriteString(w, "0\n")
 		return err
 	}
-	if err := part("globals", func(cw io.Writer) error {
-		_, err := c.run(ctx, nil, nil, cw, "pg_dumpall", "--globals-only", "--no-tablespaces", "-l", "postgres")
+	roles, err := ReadRoles(ctx, c)
+	if err != nil {
 		return err
+	}
+	if err := part("roles", func(cw io.Writer) error {
+		return json.NewEncoder(cw).Encode(roles)
 	}); err != nil {
 		return err
 	}
@@ -209,53 +215,61 @@ func (c *chunkReader) Read(p []byte) (int, error) {
 func IsFull(head []byte) bool { return bytes.HasPrefix(head, []byte(Magic)) }
 
 // Restore restores a full backup stream (Magic already read from r, see
-// IsFull) into the server: the roles first, then each database, created
-// with its owner and grants unless it exists (as "postgres" does), with
-// the owners of its objects. The restoring superuser's own role is not
-// touched: the new server's credentials stay its own.
+// IsFull) into the server: the roles first (RestoreRoles), then each
+// database, created with its owner and grants unless it exists (as
+// "postgres" does), with the owners of its objects.
 func Restore(ctx context.Context, r io.Reader, c Commander) error {
+	_, err := RestoreWith(ctx, r, c, RoleOptions{})
+	return err
+}
+
+// RestoreWith is Restore with the roles restored as o says; it returns
+// what it left out of the roles, one line each.
+func RestoreWith(ctx context.Context, r io.Reader, c Commander, o RoleOptions) ([]string, error) {
 	rd := &reader{r: bufio.NewReader(r)}
 	existing, err := Databases(ctx, c)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	self, err := c.run(ctx, nil, nil, nil, "psql", "-X", "-A", "-t", "-v", "ON_ERROR_STOP=1", "--dbname", "postgres", "-c", "SELECT quote_ident(current_user)")
-	if err != nil {
-		return err
-	}
-	self = strings.TrimSpace(self)
+	var skipped []string
 	first := true
 	for {
 		name, err := rd.next()
 		if err == io.EOF {
 			if first {
-				return errors.New("the backup has no parts")
+				return nil, errors.New("the backup has no parts")
 			}
-			return nil
+			return skipped, nil
 		}
 		if err != nil {
-			return err
+			return nil, err
 		}
 		switch {
-		case first && name == "globals":
-			sql, err := io.ReadAll(io.LimitReader(rd.body(), maxGlobals+1))
+		case first && name == "roles":
+			data, err := io.ReadAll(io.LimitReader(rd.body(), maxRoles+1))
 			if err != nil {
-				return fmt.Errorf("roles: %w", err)
+				return nil, fmt.Errorf("roles: %w", err)
 			}
-			if len(sql) > maxGlobals {
-				return fmt.Errorf("roles: the globals part is over %d bytes", maxGlobals)
+			if len(data) > maxRoles {
+				return nil, fmt.Errorf("roles: the roles part is over %d bytes", maxRoles)
 			}
-			if _, err := c.run(ctx, nil, strings.NewReader(Globals(string(sql), self)), nil,
-				"psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "--dbname", "postgres", "-f", "-"); err != nil {
-				return fmt.Errorf("roles: %w", err)
+			var roles Roles
+			if err := json.Unmarshal(data, &roles); err != nil {
+				return nil, fmt.Errorf("roles: %w", err)
 			}
+			if skipped, err = RestoreRoles(ctx, c, &roles, o); err != nil {
+				return nil, err
+			}
+		case first && name == "globals":
+			return nil, errors.New("the backup's roles are SQL text (pg_dumpall), as chartpilot wrote them before it kept them as rows: " +
+				"that text is not run, since a role's settings can hold statements of their own; restore the roles by hand, then the databases with pg_restore")
 		case first:
-			return fmt.Errorf("the backup starts with %q, not its roles", name)
+			return nil, fmt.Errorf("the backup starts with %q, not its roles", name)
 		default:
 			quoted, ok := strings.CutPrefix(name, "database ")
 			db, err := strconv.Unquote(quoted)
 			if !ok || err != nil {
-				return fmt.Errorf("not a database part: %.60q", name)
+				return nil, fmt.Errorf("not a database part: %.60q", name)
 			}
 			args := []string{"--exit-on-error", "--dbname", db}
 			if !slices.Contains(existing, db) {
@@ -264,44 +278,14 @@ func Restore(ctx context.Context, r io.Reader, c Commander) error {
 			}
 			body := rd.body()
 			if _, err := c.run(ctx, nil, body, nil, "pg_restore", args...); err != nil {
-				return fmt.Errorf("database %q: %w", db, err)
+				return nil, fmt.Errorf("database %q: %w", db, err)
 			}
 			if _, err := io.Copy(io.Discard, body); err != nil { // what pg_restore left unread
-				return fmt.Errorf("database %q: %w", db, err)
+				return nil, fmt.Errorf("database %q: %w", db, err)
 			}
 		}
 		first = false
 	}
-}
-
-// createRole is a role's creation as pg_dumpall writes it.
-var createRole = regexp.MustCompile(`^CREATE ROLE ("(?:[^"]|"")+"|[a-z_][a-z0-9_$]*);$`)
-
-// alterRole is the start of a role's attributes as pg_dumpall writes them.
-var alterRole = regexp.MustCompile(`^ALTER ROLE ("(?:[^"]|"")+"|[a-z_][a-z0-9_$]*) WITH `)
-
-// Globals is pg_dumpall's roles SQL made safe to run on a server that
-// already has some of them: the restoring superuser's own role (self, as
-// quote_ident writes it) is left alone (its password is the new
-// server's), and a role that exists already is kept and given the
-// backed-up attributes, instead of failing the restore.
-func Globals(sql, self string) string {
-	var out strings.Builder
-	for _, line := range strings.SplitAfter(sql, "\n") {
-		stmt := strings.TrimSuffix(line, "\n")
-		if m := createRole.FindStringSubmatch(stmt); m != nil {
-			if m[1] == self {
-				continue
-			}
-			fmt.Fprintf(&out, "DO $chartpilot$BEGIN CREATE ROLE %s; EXCEPTION WHEN duplicate_object THEN NULL; END$chartpilot$;\n", m[1])
-			continue
-		}
-		if m := alterRole.FindStringSubmatch(stmt); m != nil && m[1] == self {
-			continue
-		}
-		out.WriteString(line)
-	}
-	return out.String()
 }
 
 // Drill is a restore drill of a full backup stream (Magic already read

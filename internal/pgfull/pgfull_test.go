@@ -122,32 +122,6 @@ func TestRestoreRefusesBrokenStreams(t *testing.T) {
 	}
 }
 
-func TestGlobalsLeavesSelfAlone(t *testing.T) {
-	in := `SET default_transaction_read_only = off;
-CREATE ROLE admin;
-ALTER ROLE admin WITH SUPERUSER INHERIT CREATEROLE CREATEDB LOGIN REPLICATION BYPASSRLS PASSWORD 'SCRAM-SHA-256$old';
-CREATE ROLE "Odd ""Role""";
-ALTER ROLE "Odd ""Role""" WITH NOSUPERUSER LOGIN;
-GRANT "Odd ""Role""" TO admin GRANTED BY admin;
-`
-	out := Globals(in, "admin")
-	for _, gone := range []string{"CREATE ROLE admin;", "ALTER ROLE admin WITH"} {
-		if strings.Contains(out, gone) {
-			t.Errorf("the restoring superuser's %q is kept:\n%s", gone, out)
-		}
-	}
-	for _, kept := range []string{
-		`DO $chartpilot$BEGIN CREATE ROLE "Odd ""Role"""; EXCEPTION WHEN duplicate_object THEN NULL; END$chartpilot$;`,
-		`ALTER ROLE "Odd ""Role""" WITH NOSUPERUSER LOGIN;`,
-		`GRANT "Odd ""Role""" TO admin GRANTED BY admin;`,
-		"SET default_transaction_read_only = off;",
-	} {
-		if !strings.Contains(out, kept) {
-			t.Errorf("missing %q:\n%s", kept, out)
-		}
-	}
-}
-
 // A drill restores every database of a full backup into throwaway ones,
 // counts their tables and leaves nothing behind.
 func TestDrill(t *testing.T) {

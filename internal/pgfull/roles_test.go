@@ -1,0 +1,149 @@
+package pgfull
+
+import (
+	"bytes"
+	"context"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/chartpilot/chartpilot/internal/testpg"
+)
+
+// as runs SQL on s as role (a LOGIN role, trusted by the test server).
+func as(t *testing.T, s *testpg.Server, role, db string, sql ...string) {
+	t.Helper()
+	env := s.Env(db)
+	env["PGUSER"] = role
+	args := []string{"-XAtq", "-v", "ON_ERROR_STOP=1"}
+	for _, q := range sql {
+		args = append(args, "-c", q)
+	}
+	if out, err := s.Command(env, "psql", args...).CombinedOutput(); err != nil {
+		t.Fatalf("as %s: %v: %s", role, err, out)
+	}
+}
+
+// fullBackup is s's full backup stream, Magic cut off.
+func fullBackup(t *testing.T, s *testpg.Server) []byte {
+	t.Helper()
+	var stream bytes.Buffer
+	if err := Dump(context.Background(), &stream, commander(s)); err != nil {
+		t.Fatal(err)
+	}
+	return stream.Bytes()[len(Magic):]
+}
+
+const superusers = "SELECT coalesce(string_agg(rolname, ',' ORDER BY rolname), '') FROM pg_roles WHERE rolsuper"
+
+// A LOGIN role writes settings whose values span lines and hold SQL: one
+// that would end the literal around it if the restore edited the dump
+// line by line, one that would then run as the restoring superuser. The
+// restore runs none of it: no role becomes a superuser, and the settings
+// come back as they were.
+func TestRoleSettingsAreNotSQL(t *testing.T) {
+	src := testpg.Start(t)
+	src.Query(t, "postgres", "CREATE ROLE app LOGIN PASSWORD 'app-secret'")
+	as(t, src, "app", "postgres",
+		`ALTER ROLE CURRENT_USER SET temp_tablespaces = E'x\nALTER ROLE postgres WITH z'`,
+		`ALTER ROLE CURRENT_USER SET application_name = E'\';\nALTER ROLE app SUPERUSER;\n--'`,
+		`ALTER ROLE CURRENT_USER SET search_path = "$user", 'odd, name', public`)
+	settings := "SELECT array_to_string(setconfig, '|') FROM pg_db_role_setting WHERE setrole = 'app'::regrole"
+	want := src.Query(t, "postgres", settings)
+	stream := fullBackup(t, src)
+
+	dst := testpg.Start(t)
+	skipped, err := RestoreWith(context.Background(), bytes.NewReader(stream), commander(dst), RoleOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(skipped) != 0 {
+		t.Errorf("left out: %q", skipped)
+	}
+	if got := dst.Query(t, "postgres", superusers); got != "postgres" {
+		t.Errorf("superusers after the restore: %s", got)
+	}
+	if got := dst.Query(t, "postgres", settings); got != want {
+		t.Errorf("app's settings after the restore:\n%s\nbacked up:\n%s", got, want)
+	}
+}
+
+// Roles whose names hold what a quote, a dollar quote or a split on white
+// space would trip on own databases and tables; a full backup of them
+// restores, with their owners.
+func TestHostileRoleNamesRestore(t *testing.T) {
+	src := testpg.Start(t)
+	names := []string{`a$chartpilot$b`, `x y`, `Robert'); DROP ROLE postgres; --`, `quote"d`}
+	for i, n := range names {
+		src.Query(t, "postgres", "CREATE ROLE "+ident(n)+" LOGIN PASSWORD 'pw'")
+		db := "db " + n
+		src.Query(t, "postgres", "CREATE DATABASE "+ident(db)+" OWNER "+ident(n))
+		as(t, src, n, db, "CREATE TABLE "+ident("t "+n)+" AS SELECT generate_series(1, "+string(rune('1'+i))+") AS v")
+	}
+	src.Query(t, "postgres", "GRANT "+ident(names[0])+" TO "+ident(names[1]))
+	dbs := []string{"postgres"}
+	for _, n := range names {
+		dbs = append(dbs, "db "+n)
+	}
+	want := state(t, src, dbs...)
+	stream := fullBackup(t, src)
+	dst := testpg.Start(t)
+	if err := Restore(context.Background(), bytes.NewReader(stream), commander(dst)); err != nil {
+		t.Fatal(err)
+	}
+	if got := state(t, dst, dbs...); got != want {
+		t.Errorf("restored server differs:\n--- backed up\n%s\n--- restored\n%s", want, got)
+	}
+}
+
+// A superuser of the backed-up server, and a membership in a role that
+// reaches the server's files, are restored without their privilege
+// unless the restore asks for it (a major upgrade does); the target's own
+// replication role keeps its password.
+func TestPrivilegedRolesNeedAsking(t *testing.T) {
+	src := testpg.Start(t)
+	src.Query(t, "postgres", "CREATE ROLE admin SUPERUSER LOGIN; CREATE ROLE reader LOGIN; GRANT pg_read_server_files TO reader; CREATE ROLE replicator REPLICATION LOGIN PASSWORD 'old'")
+	stream := fullBackup(t, src)
+	for _, privileged := range []bool{false, true} {
+		dst := testpg.Start(t)
+		dst.Query(t, "postgres", "CREATE ROLE replicator REPLICATION LOGIN PASSWORD 'new'")
+		pw := dst.Query(t, "postgres", "SELECT rolpassword FROM pg_authid WHERE rolname = 'replicator'")
+		skipped, err := RestoreWith(context.Background(), bytes.NewReader(stream), commander(dst), RoleOptions{Privileged: privileged})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantSuper, wantMember := "postgres", "0"
+		if privileged {
+			wantSuper, wantMember = "admin,postgres", "1"
+		}
+		if got := dst.Query(t, "postgres", superusers); got != wantSuper {
+			t.Errorf("privileged=%v: superusers %s, want %s", privileged, got, wantSuper)
+		}
+		if got := dst.Query(t, "postgres", "SELECT count(*) FROM pg_auth_members WHERE roleid = 'pg_read_server_files'::regrole AND member = 'reader'::regrole"); got != wantMember {
+			t.Errorf("privileged=%v: reader's memberships in pg_read_server_files: %s, want %s", privileged, got, wantMember)
+		}
+		if got := dst.Query(t, "postgres", "SELECT rolpassword FROM pg_authid WHERE rolname = 'replicator'"); got != pw {
+			t.Errorf("privileged=%v: the target's replication role's password changed", privileged)
+		}
+		if privileged != (len(skipped) == 0) || (!privileged && !slices.ContainsFunc(skipped, func(s string) bool { return strings.Contains(s, "admin") })) {
+			t.Errorf("privileged=%v: left out %q", privileged, skipped)
+		}
+	}
+}
+
+func TestSplitGUCList(t *testing.T) {
+	for in, want := range map[string][]string{
+		`"$user", public`:      {"$user", "public"},
+		`"odd, name",x`:        {"odd, name", "x"},
+		`"a""b"`:               {`a"b`},
+		``:                     nil,
+		`"x` + "\n" + `ALTER"`: {"x\nALTER"},
+		`a b`:                  nil,
+		`"unterminated`:        nil,
+	} {
+		got, ok := splitGUCList(in)
+		if !slices.Equal(got, want) || (want == nil && in != "" && ok) {
+			t.Errorf("splitGUCList(%q) = %q, %v; want %q", in, got, ok, want)
+		}
+	}
+}

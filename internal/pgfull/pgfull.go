@@ -136,6 +136,16 @@ func Dump(ctx context.Context, w io.Writer, c Commander) error {
 	return nil
 }
 
+// loadPart stages a database's archive and loads it (loadDatabase).
+func loadPart(ctx context.Context, c Commander, body io.Reader, db string, create bool) error {
+	path, err := stage(body)
+	if err != nil {
+		return err
+	}
+	defer os.Remove(path)
+	return loadDatabase(ctx, c, path, db, create)
+}
+
 // chunkWriter frames each write as a chunk.
 type chunkWriter struct{ w io.Writer }
 
@@ -271,16 +281,9 @@ func RestoreWith(ctx context.Context, r io.Reader, c Commander, o RoleOptions) (
 			if !ok || err != nil {
 				return nil, fmt.Errorf("not a database part: %.60q", name)
 			}
-			args := []string{"--exit-on-error", "--dbname", db}
-			if !slices.Contains(existing, db) {
-				// Created from the archive: its owner, grants and settings.
-				args = []string{"--exit-on-error", "--create", "--dbname", "postgres"}
-			}
-			body := rd.body()
-			if _, err := c.run(ctx, nil, body, nil, "pg_restore", args...); err != nil {
-				return nil, fmt.Errorf("database %q: %w", db, err)
-			}
-			if _, err := io.Copy(io.Discard, body); err != nil { // what pg_restore left unread
+			// Created from the archive (its owner, grants and settings)
+			// unless the server has it.
+			if err := loadPart(ctx, c, rd.body(), db, !slices.Contains(existing, db)); err != nil {
 				return nil, fmt.Errorf("database %q: %w", db, err)
 			}
 		}
@@ -290,9 +293,9 @@ func RestoreWith(ctx context.Context, r io.Reader, c Commander, o RoleOptions) (
 
 // Drill is a restore drill of a full backup stream (Magic already read
 // from r) on a server that keeps running for its users: each database is
-// restored into a throwaway database named prefix and its number, without
-// owners or grants (the roles are not restored: they are the server's
-// own), its tables counted, and dropped whatever happened. It returns the
+// restored into a throwaway database named prefix and its number, as
+// DrillDump does (the roles are not restored: they are the server's own),
+// its tables counted, and dropped whatever happened. It returns the
 // number of tables of all databases.
 func Drill(ctx context.Context, r io.Reader, c Commander, prefix string) (int, error) {
 	rd := &reader{r: bufio.NewReader(r)}
@@ -326,8 +329,9 @@ func Drill(ctx context.Context, r io.Reader, c Commander, prefix string) (int, e
 }
 
 // DrillDump restores one database's pg_dump -Fc from body into a new
-// database db (no owners, no grants), counts its tables, and drops db
-// whatever happened.
+// database db, with its objects' owners and grants (the roles must exist:
+// the server's own), each table's rows loaded as its owner; counts its
+// tables, and drops db whatever happened.
 func DrillDump(ctx context.Context, body io.Reader, c Commander, db string) (int, error) {
 	if _, err := c.run(ctx, nil, nil, nil, "createdb", "--maintenance-db", "postgres", db); err != nil {
 		return 0, err
@@ -336,10 +340,7 @@ func DrillDump(ctx context.Context, body io.Reader, c Commander, db string) (int
 		// Dropped even when the pass was cancelled.
 		_, _ = c.run(context.WithoutCancel(ctx), nil, nil, nil, "dropdb", "--maintenance-db", "postgres", "--if-exists", db)
 	}()
-	if _, err := c.run(ctx, nil, body, nil, "pg_restore", "--exit-on-error", "--no-owner", "--no-acl", "--dbname", db); err != nil {
-		return 0, err
-	}
-	if _, err := io.Copy(io.Discard, body); err != nil {
+	if err := loadPart(ctx, c, body, db, false); err != nil {
 		return 0, err
 	}
 	out, err := c.run(ctx, nil, nil, nil, "psql", "-X", "-A", "-t", "-v", "ON_ERROR_STOP=1", "--dbname", db, "-c",

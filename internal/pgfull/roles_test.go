@@ -147,3 +147,57 @@ func TestSplitGUCList(t *testing.T) {
 		}
 	}
 }
+
+// trap is what a database owner adds to its table: a CHECK whose function
+// makes app a superuser when it runs as one (directly or through a
+// SECURITY DEFINER function the superuser would own after --no-owner), and
+// what it tries when it runs under a role it could reset.
+const trap = `
+CREATE FUNCTION escalate() RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+  BEGIN RESET ROLE; EXCEPTION WHEN OTHERS THEN NULL; END;
+  BEGIN SET SESSION AUTHORIZATION DEFAULT; EXCEPTION WHEN OTHERS THEN NULL; END;
+  IF (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) THEN
+    EXECUTE 'ALTER ROLE app SUPERUSER';
+  END IF;
+  RETURN true;
+END $$;
+CREATE FUNCTION escalate_definer() RETURNS boolean LANGUAGE sql SECURITY DEFINER AS $$ SELECT public.escalate() $$;
+CREATE TABLE trapped (i int CHECK (escalate()), j int CHECK (escalate_definer()));
+INSERT INTO trapped VALUES (1, 1), (2, 2);`
+
+// A database owner's table whose CHECK makes the owner a superuser if
+// whoever loads its rows is one: a full restore, and a drill into the very
+// server backed up, load it, and no role becomes a superuser of either.
+func TestLoadingRunsNoUserCodeAsSuperuser(t *testing.T) {
+	src := testpg.Start(t)
+	src.Query(t, "postgres", "CREATE ROLE app LOGIN PASSWORD 'app-secret'")
+	src.Query(t, "postgres", "CREATE DATABASE appdb OWNER app")
+	as(t, src, "app", "appdb", trap)
+	stream := fullBackup(t, src)
+
+	dst := testpg.Start(t)
+	if err := Restore(context.Background(), bytes.NewReader(stream), commander(dst)); err != nil {
+		t.Fatal(err)
+	}
+	if got := dst.Query(t, "postgres", superusers); got != "postgres" {
+		t.Errorf("superusers after a full restore: %s", got)
+	}
+	if got := dst.Query(t, "appdb", "SELECT count(*) || ' ' || (SELECT relowner::regrole::text FROM pg_class WHERE relname = 'trapped') FROM trapped"); got != "2 app" {
+		t.Errorf("the restored table: %s, want 2 rows owned by app", got)
+	}
+	if got := dst.Query(t, "postgres", "SELECT count(*) FROM pg_roles WHERE rolname LIKE 'chartpilot_load_%'"); got != "0" {
+		t.Errorf("%s loading roles left", got)
+	}
+
+	tables, err := Drill(context.Background(), bytes.NewReader(stream), commander(src), "chartpilot_drill")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tables != 1 {
+		t.Errorf("the drill counted %d tables, want 1", tables)
+	}
+	if got := src.Query(t, "postgres", superusers); got != "postgres" {
+		t.Errorf("superusers of the backed-up server after a drill: %s", got)
+	}
+}

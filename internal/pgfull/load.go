@@ -1,0 +1,257 @@
+package pgfull
+
+import (
+	"bufio"
+	"context"
+	"crypto/hmac"
+	"crypto/pbkdf2"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"sort"
+	"strings"
+)
+
+// A database is loaded in three passes over its archive, so that no code a
+// role wrote runs with more rights than that role has: loading a table's
+// rows runs its CHECK constraints, generated columns, partition keys and
+// the functions they call, and a superuser loading them would run them as
+// a superuser (SET ROLE or SET SESSION AUTHORIZATION would not do: such
+// code can RESET them).
+//
+//  1. The schema (pre-data) as the superuser: creating objects runs none
+//     of them.
+//  2. Each table's rows over a connection of a login role made for the
+//     load (a random password, dropped after): a member of the table's
+//     owner and of nothing else, which takes the owner's role. Code that
+//     resets it is left with the member's rights: none of its own.
+//     Tables a superuser owns load as the superuser.
+//  3. Everything else (sequence values, large objects, indexes,
+//     constraints, triggers, grants) as the superuser. Index expressions
+//     and constraint checks run as the table's owner there (the server
+//     itself switches to it).
+
+// stageDir is where a database's archive is kept while it loads:
+// $CHARTPILOT_STAGE_DIR, else the temporary directory.
+func stageDir() string {
+	if d := os.Getenv("CHARTPILOT_STAGE_DIR"); d != "" {
+		return d
+	}
+	return os.TempDir()
+}
+
+// stage copies body to a new file; remove it when done.
+func stage(body io.Reader) (string, error) {
+	f, err := os.CreateTemp(stageDir(), "chartpilot-db-*.dump")
+	if err != nil {
+		return "", fmt.Errorf("staging the database's archive: %w", err)
+	}
+	if _, err := io.Copy(f, body); err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return "", fmt.Errorf("staging the database's archive: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(f.Name())
+		return "", err
+	}
+	return f.Name(), nil
+}
+
+// tableData is a TOC line (pg_restore -l) of a table's rows: the type
+// comes before the names, which cannot make a line look like one.
+var tableData = regexp.MustCompile(`^\s*\d+;\s+\d+\s+\d+\s+TABLE DATA\s`)
+
+// tableOwner is a table of the loaded schema and its owner.
+type tableOwner struct {
+	Schema    string `json:"schema"`
+	Table     string `json:"table"`
+	Owner     string `json:"owner"`
+	Superuser bool   `json:"superuser"`
+}
+
+const tableOwnersQuery = `SELECT coalesce(json_agg(json_build_object('schema', n.nspname, 'table', c.relname, 'owner', r.rolname, 'superuser', r.rolsuper)
+    ORDER BY n.nspname, c.relname), '[]')
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_roles r ON r.oid = c.relowner
+  WHERE c.relkind IN ('r', 'p') AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname !~ '^pg_toast'`
+
+// connDB is a connection string naming database db alone (libpq takes
+// the rest from its environment): a name given as it is would be read as
+// a connection string of its own when it holds "=".
+func connDB(db string) string {
+	return "dbname='" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(db) + "'"
+}
+
+// restore runs pg_restore with args on the archive at path, given as its
+// standard input (a file: pg_restore seeks in it as in a named one), so
+// that the commands need no access to the path.
+func restore(ctx context.Context, c Commander, env []string, path string, args ...string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	return c.run(ctx, env, f, nil, "pg_restore", args...)
+}
+
+// loadDatabase restores the archive at path into db: created from the
+// archive (its owner, grants and settings) when create is set, else an
+// existing database.
+func loadDatabase(ctx context.Context, c Commander, path, db string, create bool) error {
+	pre := []string{"--exit-on-error", "--section=pre-data", "--dbname", connDB(db)}
+	if create {
+		pre = []string{"--exit-on-error", "--section=pre-data", "--create", "--dbname", "postgres"}
+	}
+	if _, err := restore(ctx, c, nil, path, pre...); err != nil {
+		return fmt.Errorf("schema: %w", err)
+	}
+	dbEnv := []string{"PGDATABASE=" + db}
+	out, err := c.run(ctx, dbEnv, nil, nil, "psql", "-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=1", "-c", tableOwnersQuery)
+	if err != nil {
+		return err
+	}
+	var tables []tableOwner
+	if err := json.Unmarshal([]byte(out), &tables); err != nil {
+		return fmt.Errorf("reading the tables' owners: %w", err)
+	}
+	// One pg_restore per owner and schema (its -n and -t are exact names).
+	type group struct{ owner, schema string }
+	groups := map[group][]string{}
+	super := map[string]bool{}
+	for _, t := range tables {
+		g := group{t.Owner, t.Schema}
+		groups[g] = append(groups[g], t.Table)
+		super[t.Owner] = t.Superuser
+	}
+	keys := make([]group, 0, len(groups))
+	for g := range groups {
+		keys = append(keys, g)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		return keys[i].owner < keys[j].owner || keys[i].owner == keys[j].owner && keys[i].schema < keys[j].schema
+	})
+	for _, g := range keys {
+		args := []string{"--exit-on-error", "--data-only", "--schema", g.schema}
+		for _, t := range groups[g] {
+			args = append(args, "--table", t)
+		}
+		if super[g.owner] {
+			if _, err := restore(ctx, c, dbEnv, path, append([]string{"--dbname", connDB(db)}, args...)...); err != nil {
+				return fmt.Errorf("rows of %q's tables in schema %q: %w", g.owner, g.schema, err)
+			}
+			continue
+		}
+		if err := asOwner(ctx, c, db, g.owner, func(env []string) error {
+			_, err := restore(ctx, c, env, path, append([]string{"--dbname", connDB(db), "--role", g.owner}, args...)...)
+			return err
+		}); err != nil {
+			return fmt.Errorf("rows of %q's tables in schema %q: %w", g.owner, g.schema, err)
+		}
+	}
+	// The rest, by a list without the tables' rows.
+	toc, err := restore(ctx, c, nil, path, "--list")
+	if err != nil {
+		return err
+	}
+	list, err := os.CreateTemp(stageDir(), "chartpilot-db-*.list")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(list.Name())
+	w := bufio.NewWriter(list)
+	for _, line := range strings.SplitAfter(toc, "\n") {
+		if tableData.MatchString(line) {
+			w.WriteString(";")
+		}
+		w.WriteString(line)
+	}
+	// Readable by the commands' user, which may be another (it holds
+	// the objects' names only).
+	if err := errors.Join(w.Flush(), list.Chmod(0o644), list.Close()); err != nil {
+		return err
+	}
+	if _, err := restore(ctx, c, dbEnv, path, "--exit-on-error", "--section=data", "--section=post-data", "--use-list", list.Name(), "--dbname", connDB(db)); err != nil {
+		return fmt.Errorf("indexes, constraints and the rest: %w", err)
+	}
+	return nil
+}
+
+// asOwner runs load with the libpq environment of a login role made for
+// it: a member of owner alone, allowed to connect to db, with a random
+// password (the server is sent its SCRAM verifier only). The role is
+// dropped afterwards whatever happened.
+func asOwner(ctx context.Context, c Commander, db, owner string, load func(env []string) error) (err error) {
+	var b [12]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return err
+	}
+	name := "chartpilot_load_" + hex.EncodeToString(b[:6])
+	password := hex.EncodeToString(b[6:]) + hex.EncodeToString(randomBytes(16))
+	verifier, err := scramVerifier(password)
+	if err != nil {
+		return err
+	}
+	create := fmt.Sprintf("CREATE ROLE %s LOGIN NOINHERIT PASSWORD %s; GRANT %s TO %s", ident(name), literal(verifier), ident(owner), ident(name))
+	if _, err := c.run(ctx, nil, nil, nil, "psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "--dbname", "postgres", "-c", "SET standard_conforming_strings = on", "-c", create); err != nil {
+		return fmt.Errorf("making the loading role: %w", err)
+	}
+	defer func() {
+		// Whatever the load left owned by the role, then the role.
+		ctx := context.WithoutCancel(ctx)
+		_, derr := c.run(ctx, []string{"PGDATABASE=" + db}, nil, nil, "psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-c", "DROP OWNED BY "+ident(name))
+		if derr == nil {
+			_, derr = c.run(ctx, nil, nil, nil, "psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "--dbname", "postgres", "-c", "DROP ROLE "+ident(name))
+		}
+		if derr != nil {
+			// It cannot log in again, at least.
+			_, _ = c.run(ctx, nil, nil, nil, "psql", "-X", "-q", "--dbname", "postgres", "-c", "ALTER ROLE "+ident(name)+" NOLOGIN PASSWORD NULL")
+			err = errors.Join(err, fmt.Errorf("dropping the loading role %s: %w", name, derr))
+		}
+	}()
+	// CONNECT is granted only where PUBLIC lacks it: a grant would make
+	// a database's default privileges explicit for good.
+	can, err := c.run(ctx, nil, nil, nil, "psql", "-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=1", "--dbname", "postgres", "-c", "SET standard_conforming_strings = on",
+		"-c", fmt.Sprintf("SELECT has_database_privilege(%s, %s, 'CONNECT')", literal(name), literal(db)))
+	if err != nil {
+		return err
+	}
+	if strings.TrimSpace(can) != "t" {
+		if _, err := c.run(ctx, nil, nil, nil, "psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "--dbname", "postgres", "-c", fmt.Sprintf("GRANT CONNECT ON DATABASE %s TO %s", ident(db), ident(name))); err != nil {
+			return err
+		}
+	}
+	return load([]string{"PGUSER=" + name, "PGPASSWORD=" + password, "PGPASSFILE=/dev/null"})
+}
+
+func randomBytes(n int) []byte {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return b
+}
+
+// scramVerifier is the SCRAM-SHA-256 verifier of password, as the server
+// keeps it (RFC 5803): given it instead of the password, the server and
+// its logs never see the password.
+func scramVerifier(password string) (string, error) {
+	const iterations = 4096
+	salt := randomBytes(16)
+	salted, err := pbkdf2.Key(sha256.New, password, salt, iterations, 32)
+	if err != nil {
+		return "", err
+	}
+	mac := func(key []byte, msg string) []byte {
+		h := hmac.New(sha256.New, key)
+		h.Write([]byte(msg))
+		return h.Sum(nil)
+	}
+	stored := sha256.Sum256(mac(salted, "Client Key"))
+	enc := base64.StdEncoding.EncodeToString
+	return fmt.Sprintf("SCRAM-SHA-256$%d:%s$%s:%s", iterations, enc(salt), enc(stored[:]), enc(mac(salted, "Server Key"))), nil
+}

@@ -338,7 +338,7 @@ func restorePostgres(ctx context.Context, r io.Reader, privileged bool, stderr i
 	if _, err := br.Discard(len(pgfull.Magic)); err != nil {
 		return err
 	}
-	skipped, err := pgfull.RestoreWith(ctx, br, nil, pgfull.RoleOptions{Privileged: privileged})
+	skipped, err := pgfull.RestoreWith(ctx, br, nil, pgfull.Options{Privileged: privileged})
 	for _, s := range skipped {
 		fmt.Fprintln(stderr, s)
 	}

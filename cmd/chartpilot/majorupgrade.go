@@ -21,8 +21,8 @@ import (
 // Job. The report (JSON, one line) goes to --report and stdout.
 func majorUpgradeCommand(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("major-upgrade", flag.ContinueOnError)
-	bin := fs.String("bin", "", "the new major's binaries: initdb, postgres, pg_dumpall, psql (required)")
-	clientBin := fs.String("client-bin", "", "pg_dumpall and psql, when not in --bin")
+	bin := fs.String("bin", "", "the new major's binaries: initdb, postgres, psql, pg_dump, pg_restore (required)")
+	clientBin := fs.String("client-bin", "", "psql, pg_dump and pg_restore, when not in --bin")
 	data := fs.String("data", "", "the new data directory; it must not exist (required)")
 	work := fs.String("work-dir", "", "directory for the dump and the new server's socket, removed at the end (required; beside the new data, on the same volume)")
 	port := fs.Int("port", 5433, "port of the new server while it is filled (no TCP listener: a socket in --work-dir)")

@@ -57,6 +57,9 @@ func runJobWith(t *testing.T, ctx context.Context, c client.Client, job *batchv1
 	env := []string{"PATH=" + testpg.Bin(t) + ":" + os.Getenv("PATH")}
 	vars := jobEnv(t, ctx, c, job)
 	vars["PGHOST"], vars["PGPORT"] = pgHost, strconv.Itoa(pgPort)
+	if _, ok := vars["CHARTPILOT_STAGE_DIR"]; ok {
+		vars["CHARTPILOT_STAGE_DIR"] = t.TempDir() // the Job's emptyDir
+	}
 	for k, v := range vars {
 		env = append(env, k+"="+v)
 	}

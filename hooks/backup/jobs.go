@@ -155,7 +155,7 @@ func JobName(b *v1alpha1.Backup) string {
 }
 
 // job is b's Job: the agent streams a full backup of the target's
-// primary (its roles with pg_dumpall --globals-only, every database with
+// primary (its roles as rows of the catalogs, every database with
 // pg_dump -Fc) to the store. Credentials reach it only as references to Secrets of
 // b's namespace; its pod has no API token.
 func (r *BackupReconciler) job(b *v1alpha1.Backup, pg *v1alpha1.Postgres, st *resolvedStore, location string) *batchv1.Job {
@@ -281,6 +281,10 @@ func storeFlags(st *resolvedStore) (args []string, env []corev1.EnvVar, volumes 
 	return args, env, volumes, mounts
 }
 
+// StageDir is where a restoring or drilling Job keeps a database's
+// archive while it loads.
+const StageDir = "/stage"
+
 // tmpHeadroom is what a restoring Job's /tmp holds besides the download
 // (the restore command's own temporary files).
 const tmpHeadroom = 256 << 20
@@ -302,6 +306,19 @@ func agentJob(namespace, name string, lbl map[string]string, image string, deadl
 		}
 		volumes = append(volumes, corev1.Volume{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: tmp}})
 		mounts = append(mounts, corev1.VolumeMount{Name: "tmp", MountPath: "/tmp"})
+	}
+	if len(args) > 0 && (args[0] == "verify" || args[0] == "restore" && slices.Contains(args, "--postgres")) {
+		// Each database's archive is staged while its tables load as
+		// their owners (in passes over it): no more than the backup.
+		stage := &corev1.EmptyDirVolumeSource{}
+		if i := slices.Index(args, "--expect-size"); i >= 0 && i+1 < len(args) {
+			if n, err := strconv.ParseInt(args[i+1], 10, 64); err == nil && n > 0 {
+				stage.SizeLimit = resource.NewQuantity(n+tmpHeadroom, resource.BinarySI)
+			}
+		}
+		volumes = append(volumes, corev1.Volume{Name: "stage", VolumeSource: corev1.VolumeSource{EmptyDir: stage}})
+		mounts = append(mounts, corev1.VolumeMount{Name: "stage", MountPath: StageDir})
+		env = append(env, corev1.EnvVar{Name: "CHARTPILOT_STAGE_DIR", Value: StageDir})
 	}
 	return &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: lbl},

@@ -1,5 +1,6 @@
 // Package majorupgrade moves a PostgreSQL database to a new major version:
-// writes stopped on the old server, everything dumped (pg_dumpall) and
+// writes stopped on the old server, everything dumped (pgfull: roles as
+// rows, each database with pg_dump) and
 // restored into a new data directory initialised by the new major's
 // initdb, then every table's row count and checksum compared on both. The
 // old data directory is only read. Any failure leaves the old server
@@ -11,14 +12,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/chartpilot/chartpilot/internal/pgfull"
 	"github.com/chartpilot/chartpilot/internal/pgproc"
 )
 
@@ -38,7 +42,7 @@ var Steps = []string{StepStopWrites, StepDump, StepInit, StepStart, StepRestore,
 
 // Plan is one major upgrade.
 type Plan struct {
-	// ClientBin holds psql and pg_dumpall (the newest client the machine
+	// ClientBin holds psql, pg_dump and pg_restore (the newest client the machine
 	// has); NewBin the new major's initdb and postgres.
 	ClientBin, NewBin string
 	// OldHost and OldPort reach the old server (a socket directory or a host).
@@ -103,7 +107,10 @@ func Run(ctx context.Context, p Plan) (res Result, err error) {
 		}
 		return f()
 	}
-	dump := filepath.Join(p.WorkDir, "dumpall.sql")
+	// The dump holds the roles' password hashes: it goes with the upgrade.
+	dump := filepath.Join(p.WorkDir, "full.dump")
+	_ = os.Remove(dump)
+	defer os.Remove(dump)
 	if err := do(StepStopWrites, func() error {
 		// No other role may log in (a session could turn a read-only
 		// default off; a role that cannot log in cannot write), new
@@ -115,11 +122,19 @@ func Run(ctx context.Context, p Plan) (res Result, err error) {
 		return res, err
 	}
 	if err := do(StepDump, func() error {
-		out, err := p.command(ctx, filepath.Join(p.ClientBin, "pg_dumpall"), "-h", p.OldHost, "-p", strconv.Itoa(p.OldPort), "-U", p.User, "-f", dump)
+		// Everything the server holds, its roles as rows (pgfull).
+		f, err := os.OpenFile(dump, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 		if err != nil {
-			return fmt.Errorf("pg_dumpall: %w: %s", err, out)
+			return err
 		}
-		return nil
+		defer f.Close()
+		if _, err := io.WriteString(f, pgfull.Magic); err != nil {
+			return err
+		}
+		if err := pgfull.Dump(ctx, f, p.commander(p.OldHost, p.OldPort)); err != nil {
+			return fmt.Errorf("dumping: %w", err)
+		}
+		return f.Close()
 	}); err != nil {
 		return res, err
 	}
@@ -152,9 +167,19 @@ func Run(ctx context.Context, p Plan) (res Result, err error) {
 		return res, err
 	}
 	if err := do(StepRestore, func() error {
-		out, err := p.command(ctx, filepath.Join(p.ClientBin, "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=0", "-h", p.WorkDir, "-p", strconv.Itoa(p.NewPort), "-U", p.User, "-d", "postgres", "-f", dump)
+		// Each table's rows are loaded with no more rights than its
+		// owner's (pgfull); the roles keep every attribute: it is the
+		// same server.
+		f, err := os.Open(dump)
 		if err != nil {
-			return fmt.Errorf("restoring the dump: %w: %s", err, out)
+			return err
+		}
+		defer f.Close()
+		if _, err := f.Seek(int64(len(pgfull.Magic)), io.SeekStart); err != nil {
+			return err
+		}
+		if _, err := pgfull.RestoreWith(ctx, f, p.commander(p.WorkDir, p.NewPort), pgfull.Options{Privileged: true, StageDir: p.WorkDir}); err != nil {
+			return fmt.Errorf("restoring the dump: %w", err)
 		}
 		// The roles were dumped with their logins held: the new server
 		// lets them in again.
@@ -326,6 +351,20 @@ func (p Plan) commandEnv(ctx context.Context, env []string, name string, args ..
 		return lastLines(stderr.String()+out.String(), 5), err
 	}
 	return out.String(), nil
+}
+
+// commander runs the client tools against the server at host:port as the
+// upgrade's user.
+func (p Plan) commander(host string, port int) pgfull.Commander {
+	return func(ctx context.Context, env []string, name string, args ...string) *exec.Cmd {
+		cmd := exec.CommandContext(ctx, filepath.Join(p.ClientBin, name), args...)
+		cmd.Env = append([]string{"LANG=C", "PGCONNECT_TIMEOUT=5", "PGCLIENTENCODING=UTF8", "PGHOST=" + host, "PGPORT=" + strconv.Itoa(port), "PGUSER=" + p.User}, env...)
+		if p.Password != "" && !slices.ContainsFunc(env, func(e string) bool { return strings.HasPrefix(e, "PGPASSWORD=") }) {
+			cmd.Env = append(cmd.Env, "PGPASSWORD="+p.Password)
+		}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: p.Credential}
+		return cmd
+	}
 }
 
 func (p Plan) write(path string, b []byte) error {

@@ -40,7 +40,10 @@ import (
 
 // stageDir is where a database's archive is kept while it loads:
 // $CHARTPILOT_STAGE_DIR, else the temporary directory.
-func stageDir() string {
+func stageDir(o Options) string {
+	if o.StageDir != "" {
+		return o.StageDir
+	}
 	if d := os.Getenv("CHARTPILOT_STAGE_DIR"); d != "" {
 		return d
 	}
@@ -48,8 +51,8 @@ func stageDir() string {
 }
 
 // stage copies body to a new file; remove it when done.
-func stage(body io.Reader) (string, error) {
-	f, err := os.CreateTemp(stageDir(), "chartpilot-db-*.dump")
+func stage(body io.Reader, o Options) (string, error) {
+	f, err := os.CreateTemp(stageDir(o), "chartpilot-db-*.dump")
 	if err != nil {
 		return "", fmt.Errorf("staging the database's archive: %w", err)
 	}
@@ -104,7 +107,7 @@ func restore(ctx context.Context, c Commander, env []string, path string, args .
 // loadDatabase restores the archive at path into db: created from the
 // archive (its owner, grants and settings) when create is set, else an
 // existing database.
-func loadDatabase(ctx context.Context, c Commander, path, db string, create bool) error {
+func loadDatabase(ctx context.Context, c Commander, path, db string, create bool, o Options) error {
 	pre := []string{"--exit-on-error", "--section=pre-data", "--dbname", connDB(db)}
 	if create {
 		pre = []string{"--exit-on-error", "--section=pre-data", "--create", "--dbname", "postgres"}
@@ -160,7 +163,7 @@ func loadDatabase(ctx context.Context, c Commander, path, db string, create bool
 	if err != nil {
 		return err
 	}
-	list, err := os.CreateTemp(stageDir(), "chartpilot-db-*.list")
+	list, err := os.CreateTemp(stageDir(o), "chartpilot-db-*.list")
 	if err != nil {
 		return err
 	}

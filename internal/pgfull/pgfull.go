@@ -137,13 +137,13 @@ func Dump(ctx context.Context, w io.Writer, c Commander) error {
 }
 
 // loadPart stages a database's archive and loads it (loadDatabase).
-func loadPart(ctx context.Context, c Commander, body io.Reader, db string, create bool) error {
-	path, err := stage(body)
+func loadPart(ctx context.Context, c Commander, body io.Reader, db string, create bool, o Options) error {
+	path, err := stage(body, o)
 	if err != nil {
 		return err
 	}
 	defer os.Remove(path)
-	return loadDatabase(ctx, c, path, db, create)
+	return loadDatabase(ctx, c, path, db, create, o)
 }
 
 // chunkWriter frames each write as a chunk.
@@ -229,13 +229,13 @@ func IsFull(head []byte) bool { return bytes.HasPrefix(head, []byte(Magic)) }
 // database, created with its owner and grants unless it exists (as
 // "postgres" does), with the owners of its objects.
 func Restore(ctx context.Context, r io.Reader, c Commander) error {
-	_, err := RestoreWith(ctx, r, c, RoleOptions{})
+	_, err := RestoreWith(ctx, r, c, Options{})
 	return err
 }
 
 // RestoreWith is Restore with the roles restored as o says; it returns
 // what it left out of the roles, one line each.
-func RestoreWith(ctx context.Context, r io.Reader, c Commander, o RoleOptions) ([]string, error) {
+func RestoreWith(ctx context.Context, r io.Reader, c Commander, o Options) ([]string, error) {
 	rd := &reader{r: bufio.NewReader(r)}
 	existing, err := Databases(ctx, c)
 	if err != nil {
@@ -283,7 +283,7 @@ func RestoreWith(ctx context.Context, r io.Reader, c Commander, o RoleOptions) (
 			}
 			// Created from the archive (its owner, grants and settings)
 			// unless the server has it.
-			if err := loadPart(ctx, c, rd.body(), db, !slices.Contains(existing, db)); err != nil {
+			if err := loadPart(ctx, c, rd.body(), db, !slices.Contains(existing, db), o); err != nil {
 				return nil, fmt.Errorf("database %q: %w", db, err)
 			}
 		}
@@ -340,7 +340,7 @@ func DrillDump(ctx context.Context, body io.Reader, c Commander, db string) (int
 		// Dropped even when the pass was cancelled.
 		_, _ = c.run(context.WithoutCancel(ctx), nil, nil, nil, "dropdb", "--maintenance-db", "postgres", "--if-exists", db)
 	}()
-	if err := loadPart(ctx, c, body, db, false); err != nil {
+	if err := loadPart(ctx, c, body, db, false, Options{}); err != nil {
 		return 0, err
 	}
 	out, err := c.run(ctx, nil, nil, nil, "psql", "-X", "-A", "-t", "-v", "ON_ERROR_STOP=1", "--dbname", db, "-c",

@@ -86,8 +86,11 @@ func ReadRoles(ctx context.Context, c Commander) (*Roles, error) {
 // the server's files or run programs on it: as good as superuser.
 var privilegedRoles = []string{"pg_execute_server_program", "pg_read_server_files", "pg_write_server_files"}
 
-// RoleOptions says how roles are restored.
-type RoleOptions struct {
+// Options says how a full backup is restored.
+type Options struct {
+	// StageDir keeps each database's archive while it loads (empty:
+	// $CHARTPILOT_STAGE_DIR, else the temporary directory).
+	StageDir string
 	// Privileged restores SUPERUSER, REPLICATION and BYPASSRLS, and
 	// memberships in superusers and in the predefined roles that reach the
 	// server's files and programs, as backed up (a major upgrade: the same
@@ -114,7 +117,7 @@ const serverRolesQuery = `SELECT json_build_object('version', current_setting('s
 // with SUPERUSER, REPLICATION or BYPASSRLS (the roles its chart made: their
 // credentials are the target's own), keep their attributes and passwords.
 // It returns what it left out, one line each.
-func RestoreRoles(ctx context.Context, c Commander, want *Roles, o RoleOptions) ([]string, error) {
+func RestoreRoles(ctx context.Context, c Commander, want *Roles, o Options) ([]string, error) {
 	out, err := c.run(ctx, nil, nil, nil, "psql", "-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=1", "--dbname", "postgres", "-c", serverRolesQuery)
 	if err != nil {
 		return nil, err
@@ -138,7 +141,7 @@ func RestoreRoles(ctx context.Context, c Commander, want *Roles, o RoleOptions) 
 
 // rolesScript is the SQL that makes the target's roles (existing) match
 // want, built from quoted names and values only.
-func rolesScript(want *Roles, existing []serverRole, version int, o RoleOptions) (string, []string, error) {
+func rolesScript(want *Roles, existing []serverRole, version int, o Options) (string, []string, error) {
 	have := map[string]serverRole{}
 	for _, r := range existing {
 		have[r.Name] = r

@@ -53,7 +53,7 @@ func TestRoleSettingsAreNotSQL(t *testing.T) {
 	stream := fullBackup(t, src)
 
 	dst := testpg.Start(t)
-	skipped, err := RestoreWith(context.Background(), bytes.NewReader(stream), commander(dst), RoleOptions{})
+	skipped, err := RestoreWith(context.Background(), bytes.NewReader(stream), commander(dst), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +108,7 @@ func TestPrivilegedRolesNeedAsking(t *testing.T) {
 		dst := testpg.Start(t)
 		dst.Query(t, "postgres", "CREATE ROLE replicator REPLICATION LOGIN PASSWORD 'new'")
 		pw := dst.Query(t, "postgres", "SELECT rolpassword FROM pg_authid WHERE rolname = 'replicator'")
-		skipped, err := RestoreWith(context.Background(), bytes.NewReader(stream), commander(dst), RoleOptions{Privileged: privileged})
+		skipped, err := RestoreWith(context.Background(), bytes.NewReader(stream), commander(dst), Options{Privileged: privileged})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -17,7 +17,7 @@ type majorRow struct {
 
 // runMajorBench fills a PostgreSQL 15 database of about mb MiB and moves it
 // to PostgreSQL 17 (bin/postgresql/17, from make tools) the way a major
-// upgrade does: writes stopped, pg_dumpall, initdb of the new major,
+// upgrade does: writes stopped, a full dump, initdb of the new major,
 // restore, every table's rows and checksum compared.
 func runMajorBench(root string, mb int) (majorRow, error) {
 	t := &benchT{}

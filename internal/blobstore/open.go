@@ -19,6 +19,7 @@ import (
 
 	gcpcredentials "cloud.google.com/go/auth/credentials"
 	"cloud.google.com/go/storage"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
@@ -28,6 +29,7 @@ import (
 	"gocloud.dev/blob/gcsblob"
 	"gocloud.dev/blob/s3blob"
 	"google.golang.org/api/option"
+	htransport "google.golang.org/api/transport/http"
 
 	"github.com/chartpilot/chartpilot/internal/backup"
 )
@@ -87,7 +89,10 @@ func OpenAzure(ctx context.Context, a backup.Azure) (*blob.Bucket, error) {
 	if err != nil {
 		return nil, errors.New("azure credentials: the account key is not valid base64")
 	}
-	client, err := container.NewClientWithSharedKeyCredential(endpoint+"/"+a.Container, cred, nil)
+	// Redirects are not followed: the signed request goes to the
+	// endpoint named and nowhere else.
+	client, err := container.NewClientWithSharedKeyCredential(endpoint+"/"+a.Container, cred,
+		&container.ClientOptions{ClientOptions: azcore.ClientOptions{Transport: noRedirects()}})
 	if err != nil {
 		return nil, fmt.Errorf("azure container %s: %w", a.Container, err)
 	}
@@ -130,7 +135,18 @@ func OpenGCS(ctx context.Context, g backup.GCS) (*blob.Bucket, error) {
 	} else {
 		opts = append(opts, option.WithoutAuthentication())
 	}
-	client, err := storage.NewClient(ctx, opts...)
+	// The authorised HTTP client, made to follow no redirect: a request
+	// and its token go to the endpoint named and nowhere else.
+	hc, _, err := htransport.NewClient(ctx, append(opts, option.WithScopes(storage.ScopeReadWrite))...)
+	if err != nil {
+		return nil, fmt.Errorf("gcs bucket %s: %w", g.Bucket, err)
+	}
+	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	copts := []option.ClientOption{option.WithHTTPClient(hc)}
+	if g.Endpoint != "" {
+		copts = append(copts, option.WithEndpoint(strings.TrimSuffix(g.Endpoint, "/")+"/storage/v1/"))
+	}
+	client, err := storage.NewClient(ctx, copts...)
 	if err != nil {
 		return nil, fmt.Errorf("gcs bucket %s: %w", g.Bucket, err)
 	}

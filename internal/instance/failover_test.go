@@ -14,9 +14,11 @@ import (
 	"time"
 
 	"github.com/go-logr/logr/funcr"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/instance"
@@ -420,4 +422,28 @@ func except(members []string, one string) []string {
 		}
 	}
 	return out
+}
+
+// TestFailoverBesidePhantomMember: a Lease made by someone who may create
+// Leases in the namespace (another cluster's members can), named as a
+// member of this cluster with an ordinal it does not have, a newer
+// timeline and position, and a renewal time a century ahead, does not
+// hold the election up: a standby is primary within 15 s of the kill.
+func TestFailoverBesidePhantomMember(t *testing.T) {
+	c := newCluster(t, 0)
+	old, standbys := c.WaitSettled("")
+	c.WaitSettled(old, standbys...)
+	phantom := instancetest.ClusterName + "-7"
+	_, err := c.CS.CoordinationV1().Leases(c.NS).Create(context.Background(), &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: instancetest.ClusterName + "-" + phantom, Labels: map[string]string{v1alpha1.LabelCluster: instancetest.ClusterName},
+			Annotations: map[string]string{v1alpha1.AnnotationMemberAddress: "127.0.0.1:1", v1alpha1.AnnotationMemberRole: instance.RoleStandby,
+				v1alpha1.AnnotationMemberTimeline: "99", v1alpha1.AnnotationMemberLSN: "FF/0", v1alpha1.AnnotationMemberSettled: "true"}},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(phantom), RenewTime: &metav1.MicroTime{Time: time.Now().Add(100 * 365 * 24 * time.Hour)}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := c.Failover(1)
+	t.Logf("failover %s → %s beside %s: %s", r.From, r.To, phantom, r.Took.Round(time.Millisecond))
+	checkFailover(t, r)
 }

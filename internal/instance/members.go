@@ -76,6 +76,7 @@ func (m *Manager) members(ctx context.Context) ([]member, error) {
 	if err != nil {
 		return nil, err
 	}
+	replicas := m.replicas(ctx)
 	var out []member
 	for i := range list.Items {
 		l := &list.Items[i]
@@ -85,14 +86,53 @@ func (m *Manager) members(ctx context.Context) ([]member, error) {
 		o := m.parseMember(l)
 		// A Lease that carries the cluster's label is not a member unless
 		// it is named for its holder (anyone who may create Leases in the
-		// namespace can label one).
+		// namespace can label one), the holder is one of the cluster's
+		// pods (CLUSTER-ORDINAL, below the StatefulSet's replicas when it
+		// can be read: another cluster's members may create Leases, and
+		// update only their own), and it was not renewed in the future (a
+		// member that never expires would hold every election up).
 		if o.name == "" || l.Name != m.memberLease(o.name) {
+			continue
+		}
+		n, ok := m.ordinal(o.name)
+		if !ok || replicas >= 0 && n >= replicas {
+			m.cfg.Log.Info("Ignored a Lease that names no member of the cluster", "lease", l.Name, "replicas", replicas)
+			continue
+		}
+		if o.at.After(m.cfg.Now().Add(m.cfg.LeaseDuration)) {
+			m.cfg.Log.Info("Ignored a member's Lease renewed in the future", "lease", l.Name, "renewTime", o.at)
 			continue
 		}
 		out = append(out, o)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
 	return out, nil
+}
+
+// ordinal is the ordinal of member name (CLUSTER-N, N written as the
+// StatefulSet writes it).
+func (m *Manager) ordinal(name string) (int, bool) {
+	digits, ok := strings.CutPrefix(name, m.cfg.Cluster+"-")
+	if !ok || digits == "" || len(digits) > 6 || digits != strings.TrimLeft(digits, "0") && digits != "0" {
+		return 0, false
+	}
+	n, err := strconv.Atoi(digits)
+	return n, err == nil && n >= 0
+}
+
+// replicas is the cluster's StatefulSet's replicas (named as the
+// cluster), read at each election; -1 when it cannot be read (no
+// StatefulSet, as in tests of the manager alone, or no right to read
+// it): members are then not bounded.
+func (m *Manager) replicas(ctx context.Context) int {
+	sts, err := m.cfg.Client.AppsV1().StatefulSets(m.cfg.Namespace).Get(ctx, m.cfg.Cluster, metav1.GetOptions{})
+	if err != nil {
+		if !apierrors.IsNotFound(err) {
+			m.cfg.Log.Info("Reading the StatefulSet's replicas failed: members are not bounded by it", "error", err.Error())
+		}
+		return -1
+	}
+	return int(ptr.Deref(sts.Spec.Replicas, 1))
 }
 
 func (m *Manager) readMember(ctx context.Context, name string) (member, error) {

@@ -294,6 +294,10 @@ func (a *Archive) read(ctx context.Context, name string) ([]byte, error) {
 	if err := m.Validate(); err != nil {
 		return nil, permanent(fmt.Errorf("%s: its metadata: %w", name, err))
 	}
+	if a.Identity != "" && m.Recipient == "" {
+		// Whoever can write the store could feed recovery WAL of its own.
+		return nil, permanent(fmt.Errorf("%s is not encrypted, and the archive's files are: refused (a key is configured)", name))
+	}
 	plainSize, err := strconv.ParseInt(md[metaPlainSize], 10, 64)
 	if err != nil || plainSize < 0 || plainSize > a.maxPlain(name) {
 		return nil, permanent(fmt.Errorf("%s: its metadata's size %q is not one of a WAL file", name, clip(md[metaPlainSize])))
@@ -302,7 +306,14 @@ func (a *Archive) read(ctx context.Context, name string) ([]byte, error) {
 	if attrs.Size > plainSize+plainSize/8+4096 {
 		return nil, permanent(fmt.Errorf("%s: %d bytes stored for a %d-byte WAL file: not one chartpilot archived", name, attrs.Size, plainSize))
 	}
-	stored, err := a.Bucket.ReadAll(ctx, key)
+	// No more than the size checked above is read: the object may have
+	// been replaced since.
+	br, err := a.Bucket.NewReader(ctx, key, nil)
+	if err != nil {
+		return nil, err
+	}
+	stored, err := io.ReadAll(io.LimitReader(br, attrs.Size+1))
+	br.Close()
 	if err != nil {
 		return nil, err
 	}

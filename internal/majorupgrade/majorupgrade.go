@@ -114,9 +114,12 @@ func Run(ctx context.Context, p Plan) (res Result, err error) {
 	if err := do(StepStopWrites, func() error {
 		// No other role may log in (a session could turn a read-only
 		// default off; a role that cannot log in cannot write), new
-		// transactions are read-only, and the sessions running end.
+		// transactions are read-only, and the sessions running end: client
+		// backends, and walsenders connected to a database
+		// (replication=database), which run SQL too. Standbys' physical
+		// walsenders (no database) only stream.
 		_, err := p.psql(ctx, p.OldHost, p.OldPort, "postgres", holdLogins, "ALTER SYSTEM SET default_transaction_read_only = on", "SELECT pg_reload_conf()",
-			"SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()")
+			"SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE (backend_type = 'client backend' OR backend_type = 'walsender' AND datname IS NOT NULL) AND pid <> pg_backend_pid()")
 		return err
 	}); err != nil {
 		return res, err

@@ -1,6 +1,7 @@
 package majorupgrade_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -305,4 +306,62 @@ func TestMajorUpgradeHostileNames(t *testing.T) {
 	if res.Tables != 5 || res.Rows != 23002+1+7 {
 		t.Errorf("moved %d tables and %d rows, want 5 and %d", res.Tables, res.Rows, 23002+1+7)
 	}
+}
+
+// TestMajorUpgradeEndsDatabaseWalsenders: a role with REPLICATION holds a
+// replication=database connection (a walsender that runs SQL) open
+// across the start of the upgrade; once writes are stopped it cannot
+// write through it (a write there after the dump would be lost).
+func TestMajorUpgradeEndsDatabaseWalsenders(t *testing.T) {
+	newBin := testpg.Bin17(t)
+	old := seeded(t)
+	old.Query(t, "postgres", "CREATE ROLE streamer LOGIN REPLICATION")
+	old.Query(t, "app", "GRANT ALL ON notes TO streamer; GRANT ALL ON SEQUENCE notes_id_seq TO streamer")
+	cmd := old.Command(nil, "psql", "-XAtq", fmt.Sprintf("host=127.0.0.1 port=%d user=streamer dbname=app replication=database", old.Port))
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	io.WriteString(stdin, "SELECT 'connected';\n")
+	if !testwait.Until(30*time.Second, 100*time.Millisecond, func() bool { return strings.Contains(out.String(), "connected") }) {
+		t.Fatalf("the replication=database session: %s", out.String())
+	}
+	p := plan(t, old, newBin)
+	p.Log = func(step, _ string) {
+		if step == majorupgrade.StepDump {
+			io.WriteString(stdin, "SET default_transaction_read_only = off; INSERT INTO notes (body) VALUES ('through a walsender') RETURNING 'written';\n")
+			stdin.Close()
+			_ = cmd.Wait()
+		}
+	}
+	if _, err := majorupgrade.Run(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out.String(), "written") {
+		t.Errorf("a walsender connected to a database wrote after writes were stopped: %s", out.String())
+	}
+}
+
+// syncBuffer is a buffer a command writes while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

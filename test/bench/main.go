@@ -35,6 +35,10 @@
 //   - backup (-backup-mb 1024): a database of that size backed up and
 //     restored through chartpilot's data path to a local S3 server, beside
 //     plain pg_dump | zstd to a file, in the same run;
+//   - restore (-load-mb 1024): a database of that size, its table owned by
+//     an application role, fully restored into a new server and drilled
+//     into its own, each table's rows loaded as its owner, beside one
+//     pg_restore as the superuser (how both loaded before), in the same run;
 //   - real pods (-real-failovers 5 -real-mb 1024): test/nodes' failover,
 //     backup and major-upgrade tests on real pods, the primary kept down
 //     past its Lease that many times and that many MiB added to the
@@ -95,6 +99,7 @@ func main() {
 	cliN := flag.Int("cli-n", 5000, "Postgres resources in the CLI table (0: skip)")
 	majorMB := flag.Int("major-mb", 1024, "MiB of the database moved from PostgreSQL 15 to 17 in the major upgrade table (0: skip)")
 	failovers := flag.Int("failovers", 5, "primary failovers measured in the failover table (0: skip)")
+	loadMB := flag.Int("load-mb", 1024, "MiB of the database restored and drilled in the restore table (0: skip)")
 	backupMB := flag.Int("backup-mb", 1024, "MiB of the database backed up and restored in the backup table (0: skip)")
 	realFailovers := flag.Int("real-failovers", 5, "failovers of a primary kept down past its Lease on real pods, with test/nodes' backup and major-upgrade tests (0: skip the real pods' tables; needs root)")
 	realMB := flag.Int("real-mb", 1024, "MiB added to the databases backed up and upgraded on real pods")
@@ -181,6 +186,14 @@ func main() {
 			fail(fmt.Errorf("CLI table: %w", err))
 		}
 	}
+	var loadRows []loadRow
+	var loadDBMB float64
+	if *loadMB > 0 {
+		var err error
+		if loadRows, loadDBMB, err = runLoadBench(*loadMB); err != nil {
+			fail(fmt.Errorf("restore table: %w", err))
+		}
+	}
 	var major *majorRow
 	if *majorMB > 0 {
 		r, err := runMajorBench(root, *majorMB)
@@ -202,6 +215,7 @@ func main() {
 	printFaults(*faultN, faultRows)
 	printBackup(backupRows)
 	printFailover(failoverRows)
+	printLoad(loadRows, loadDBMB)
 	printMajor(major)
 	printCLI(*cliN, cliRows)
 	printRealPods(realPods)

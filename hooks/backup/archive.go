@@ -98,6 +98,12 @@ func archiveValues(pg *v1alpha1.Postgres, st *resolvedStore) (map[string]any, er
 	if prefix == "" {
 		prefix = pg.Namespace + "/" + pg.Name
 	}
+	if st.cluster && prefix != pg.Namespace && !strings.HasPrefix(prefix, pg.Namespace+"/") {
+		// A ClusterBackupStore is shared: each namespace archives below its
+		// own name, never into another's archive.
+		return nil, fmt.Errorf("spec.backup.walArchive.prefix %q: store %s is a ClusterBackupStore, shared between namespaces: the prefix must begin with %q (or be left out: %s/%s)",
+			prefix, sb.Store.Name, pg.Namespace+"/", pg.Namespace, pg.Name)
+	}
 	prefix += "/pg" + majorOf(pg.Spec.Version)
 	w := map[string]any{"enabled": true, "prefix": prefix, "storeArgs": words, "secretEnv": secretEnv}
 	if t := wa.ArchiveTimeout; t != nil {

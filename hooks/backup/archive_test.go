@@ -80,3 +80,31 @@ func TestArchiveValues(t *testing.T) {
 		})
 	}
 }
+
+// TestArchivePrefixConfinedOnSharedStores: on a ClusterBackupStore, shared
+// between namespaces, a prefix naming another namespace's archive is
+// refused, naming the field and the fix; the default and prefixes below
+// the namespace are kept.
+func TestArchivePrefixConfinedOnSharedStores(t *testing.T) {
+	shared := &resolvedStore{cluster: true, spec: v1alpha1.BackupStoreSpec{S3: &v1alpha1.S3Store{Bucket: "b", CredentialsSecretRef: v1alpha1.SecretRef{Name: "s3"}}}}
+	pg := func(prefix string) *v1alpha1.Postgres {
+		return &v1alpha1.Postgres{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders"}, Spec: v1alpha1.PostgresSpec{Version: "17",
+			Backup: &v1alpha1.PostgresBackup{Store: v1alpha1.StoreRef{Name: "shared", Kind: "ClusterBackupStore"}, WALArchive: &v1alpha1.PostgresWALArchive{Prefix: prefix}}}}
+	}
+	for prefix, want := range map[string]string{"": "shop/orders/pg17", "shop/orders-2": "shop/orders-2/pg17", "shop": "shop/pg17"} {
+		got, err := archiveValues(pg(prefix), shared)
+		if err != nil {
+			t.Errorf("prefix %q: %v", prefix, err)
+			continue
+		}
+		if p := got["walArchive"].(map[string]any)["prefix"]; p != want {
+			t.Errorf("prefix %q: archives to %v, want %s", prefix, p, want)
+		}
+	}
+	for _, prefix := range []string{"bank/ledger", "shopping/x", "archive"} {
+		_, err := archiveValues(pg(prefix), shared)
+		if err == nil || !strings.Contains(err.Error(), "spec.backup.walArchive.prefix") || !strings.Contains(err.Error(), `"shop/"`) {
+			t.Errorf("prefix %q on a shared store: %v", prefix, err)
+		}
+	}
+}

@@ -13,7 +13,7 @@
 // text; each other is "database" and the database's name quoted as Go
 // quotes strings, holding pg_dump -Fc of it. Streams written before the
 // roles were rows start with "globals" (pg_dumpall's SQL), which a restore
-// refuses to run.
+// reads into Roles (parseGlobals) and never runs.
 // Nothing is staged on disk on either side: parts are produced and
 // consumed as they stream.
 //
@@ -271,8 +271,21 @@ func RestoreWith(ctx context.Context, r io.Reader, c Commander, o Options) ([]st
 				return nil, err
 			}
 		case first && name == "globals":
-			return nil, errors.New("the backup's roles are SQL text (pg_dumpall), as chartpilot wrote them before it kept them as rows: " +
-				"that text is not run, since a role's settings can hold statements of their own; restore the roles by hand, then the databases with pg_restore")
+			// Written before roles were rows: read, never run.
+			sql, err := io.ReadAll(io.LimitReader(rd.body(), maxRoles+1))
+			if err != nil {
+				return nil, fmt.Errorf("roles: %w", err)
+			}
+			if len(sql) > maxRoles {
+				return nil, fmt.Errorf("roles: the globals part is over %d bytes", maxRoles)
+			}
+			roles, err := parseGlobals(string(sql))
+			if err != nil {
+				return nil, fmt.Errorf("roles: %w", err)
+			}
+			if skipped, err = RestoreRoles(ctx, c, roles, o); err != nil {
+				return nil, err
+			}
 		case first:
 			return nil, fmt.Errorf("the backup starts with %q, not its roles", name)
 		default:

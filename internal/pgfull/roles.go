@@ -54,6 +54,9 @@ type Setting struct {
 	Role     string   `json:"role"`
 	Database string   `json:"database,omitempty"`
 	Config   []string `json:"config"`
+	// Parsed are settings read from SQL text: each its name, then its
+	// values (a list setting's elements apart).
+	Parsed [][]string `json:"-"`
 }
 
 // rolesQuery reads Roles as one JSON document. Membership options are read
@@ -238,13 +241,11 @@ func rolesScript(want *Roles, existing []serverRole, version int, o Options) (st
 			// archive holds them) when it is created by the restore.
 			continue
 		}
+		pairs := s.Parsed
 		for _, kv := range s.Config {
 			name, value, ok := strings.Cut(kv, "=")
 			if !ok || name == "" {
 				return "", nil, fmt.Errorf("role %q: a setting that is not name=value", s.Role)
-			}
-			if err := errors.Join(checkText(name), checkText(value)); err != nil {
-				return "", nil, fmt.Errorf("role %q's setting %q: %w", s.Role, name, err)
 			}
 			values := []string{value}
 			if listSetting(name) {
@@ -252,9 +253,16 @@ func rolesScript(want *Roles, existing []serverRole, version int, o Options) (st
 					return "", nil, fmt.Errorf("role %q's setting %q: not a list", s.Role, name)
 				}
 			}
-			quoted := make([]string, len(values))
-			for i, v := range values {
-				quoted[i] = literal(v)
+			pairs = append(pairs, append([]string{name}, values...))
+		}
+		for _, pair := range pairs {
+			name := pair[0]
+			quoted := make([]string, 0, len(pair)-1)
+			for _, v := range pair[1:] {
+				if err := errors.Join(checkText(name), checkText(v)); err != nil {
+					return "", nil, fmt.Errorf("role %q's setting %q: %w", s.Role, name, err)
+				}
+				quoted = append(quoted, literal(v))
 			}
 			if len(quoted) == 0 {
 				quoted = []string{"''"}

@@ -131,9 +131,6 @@ func Run(ctx context.Context, p Plan) (res Result, err error) {
 			return err
 		}
 		defer f.Close()
-		if _, err := io.WriteString(f, pgfull.Magic); err != nil {
-			return err
-		}
 		if err := pgfull.Dump(ctx, f, p.commander(p.OldHost, p.OldPort)); err != nil {
 			return fmt.Errorf("dumping: %w", err)
 		}

@@ -365,3 +365,48 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// TestMajorUpgradeRunsNoUserCodeAsSuperuser: a database owner's table
+// whose CHECK makes the owner a superuser when a superuser loads its rows
+// moves to the new major, and no role is a superuser there but the
+// upgrade's own.
+func TestMajorUpgradeRunsNoUserCodeAsSuperuser(t *testing.T) {
+	newBin := testpg.Bin17(t)
+	old := seeded(t)
+	old.Query(t, "postgres", "CREATE ROLE app LOGIN")
+	old.Query(t, "postgres", "CREATE DATABASE appdb OWNER app")
+	env := old.Env("appdb")
+	env["PGUSER"] = "app"
+	cmd := old.Command(env, "psql", "-XAtq", "-v", "ON_ERROR_STOP=1", "-c", `
+CREATE FUNCTION escalate() RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+  BEGIN RESET ROLE; EXCEPTION WHEN OTHERS THEN NULL; END;
+  IF (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) THEN
+    EXECUTE 'ALTER ROLE app SUPERUSER';
+  END IF;
+  RETURN true;
+END $$;
+CREATE TABLE trapped (i int CHECK (escalate()));
+INSERT INTO trapped VALUES (1), (2);`)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("as app: %v: %s", err, out)
+	}
+	p := plan(t, old, newBin)
+	res, err := majorupgrade.Run(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Tables != 4 {
+		t.Errorf("moved %d tables, want 4", res.Tables)
+	}
+	port := startNew(t, old, newBin, p)
+	q := old.Command(map[string]string{"PGHOST": p.WorkDir, "PGPORT": strconv.Itoa(port), "PGUSER": "postgres", "PGDATABASE": "postgres"},
+		"psql", "-XAtq", "-c", "SELECT string_agg(rolname, ',' ORDER BY rolname) FROM pg_roles WHERE rolsuper")
+	out, err := q.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if got := strings.TrimSpace(string(out)); got != "postgres" {
+		t.Errorf("superusers on the new server: %s", got)
+	}
+}

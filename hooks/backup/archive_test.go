@@ -1,6 +1,7 @@
 package backup
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -106,5 +107,17 @@ func TestArchivePrefixConfinedOnSharedStores(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "spec.backup.walArchive.prefix") || !strings.Contains(err.Error(), `"shop/"`) {
 			t.Errorf("prefix %q on a shared store: %v", prefix, err)
 		}
+	}
+}
+
+// TestStoreRequestChecksEndpoints: a request to a namespaced store's
+// endpoint is refused when the allowed endpoints no longer hold it (the
+// store's Ready status says it was allowed when it was checked), naming
+// the field; a ClusterBackupStore's endpoint is the admin's.
+func TestStoreRequestChecksEndpoints(t *testing.T) {
+	spec := v1alpha1.BackupStoreSpec{S3: &v1alpha1.S3Store{Bucket: "b", Endpoint: "http://10.0.0.9:9000", CredentialsSecretRef: v1alpha1.SecretRef{Name: "s3"}}}
+	_, msg := storeRequest(context.Background(), nil, spec, "shop", false, []string{"https://s3.example"})
+	if !strings.Contains(msg, "spec.s3.endpoint") || !strings.Contains(msg, "https://s3.example") {
+		t.Errorf("a namespaced store's endpoint outside the allowed ones: %q", msg)
 	}
 }

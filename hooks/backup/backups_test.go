@@ -198,7 +198,7 @@ func TestBackupRunsAsJob(t *testing.T) {
 		stores := &backup.StoreReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"), Stores: storeHelper(t),
 			Endpoints: []string{"http://127.0.0.1:*"}, SkipNameValidation: true}
 		backups := &backup.BackupReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"), Stores: storeHelper(t),
-			Image: "chartpilot:test", SkipNameValidation: true}
+			Endpoints: []string{"http://127.0.0.1:*"}, Image: "chartpilot:test", SkipNameValidation: true}
 		restores := &backup.RestoreReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"),
 			Image: "chartpilot:test", SkipNameValidation: true}
 		schedules := &backup.ScheduleReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"),

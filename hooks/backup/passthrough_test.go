@@ -89,7 +89,7 @@ func TestPassthroughBackup(t *testing.T) {
 		stores := &backup.StoreReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"), Stores: storeHelper(t),
 			Endpoints: []string{"http://127.0.0.1:*"}, SkipNameValidation: true}
 		backups := &backup.BackupReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"), Stores: storeHelper(t),
-			Image: "chartpilot:test", Kinds: kinds, SkipNameValidation: true}
+			Endpoints: []string{"http://127.0.0.1:*"}, Image: "chartpilot:test", Kinds: kinds, SkipNameValidation: true}
 		return []controller{stores, backups}
 	})
 	if err := cluster.Cordon(ctx, true); err != nil {
@@ -296,7 +296,7 @@ func TestBackupJobRunsAsIdentity(t *testing.T) {
 		stores := &backup.StoreReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"), Stores: storeHelper(t),
 			Endpoints: []string{"http://127.0.0.1:*"}, SkipNameValidation: true}
 		backups := &backup.BackupReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"), Stores: storeHelper(t),
-			Image: "chartpilot:test", SkipNameValidation: true,
+			Endpoints: []string{"http://127.0.0.1:*"}, Image: "chartpilot:test", SkipNameValidation: true,
 			Identity: &backup.Identity{Config: cluster.Config, Of: func(_ context.Context, u *unstructured.Unstructured) (string, error) {
 				if u.GetKind() != "Postgres" || u.GetName() != "db" {
 					t.Errorf("identity asked for %s %s", u.GetKind(), u.GetName())

@@ -386,6 +386,16 @@ func gcsConfig(ctx context.Context, reader client.Reader, g *v1alpha1.GCSStore, 
 // Azure) of spec with the Secrets of secretNS; why not when they cannot be
 // read, or when spec is a volume.
 func storeRequest(ctx context.Context, reader client.Reader, spec v1alpha1.BackupStoreSpec, secretNS string, cluster bool, endpoints []string) (backup.StoreRequest, string) {
+	// The endpoints a tenant's store may name are checked at every request,
+	// not only when the store was checked: the allowed list may have
+	// changed since (the manager restarted with another).
+	if !cluster {
+		for field, e := range map[string]string{"spec.s3.endpoint": s3Endpoint(spec), "spec.azure.endpoint": azureEndpoint(spec), "spec.gcs.endpoint": gcsEndpoint(spec)} {
+			if e != "" && !backup.EndpointAllowed(e, endpoints) {
+				return backup.StoreRequest{}, fmt.Sprintf("%s %q is not among the endpoints the operator allows (--backup-store-endpoints: %s)", field, e, strings.Join(orNone(endpoints), ", "))
+			}
+		}
+	}
 	switch {
 	case spec.S3 != nil:
 		cfg, _, msg := s3Config(ctx, reader, spec.S3, secretNS, secretNS)
@@ -405,4 +415,25 @@ func orNone(s []string) []string {
 		return []string{"none"}
 	}
 	return s
+}
+
+func s3Endpoint(spec v1alpha1.BackupStoreSpec) string {
+	if spec.S3 != nil {
+		return spec.S3.Endpoint
+	}
+	return ""
+}
+
+func azureEndpoint(spec v1alpha1.BackupStoreSpec) string {
+	if spec.Azure != nil {
+		return spec.Azure.Endpoint
+	}
+	return ""
+}
+
+func gcsEndpoint(spec v1alpha1.BackupStoreSpec) string {
+	if spec.GCS != nil {
+		return spec.GCS.Endpoint
+	}
+	return ""
 }

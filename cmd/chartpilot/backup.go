@@ -74,6 +74,7 @@ func backupCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs.Int64Var(&want.Size, "expect-size", 0, "restore, verify: the size in bytes the backup was recorded with; no more than this is downloaded")
 	postgres := fs.Bool("postgres", false, "run: back up everything the PostgreSQL server libpq's environment (PGHOST…) reaches holds, its roles and every database, instead of a command's output; restore: restore such a backup (or one database's pg_dump -Fc) into that server")
 	privileged := fs.Bool("privileged-roles", false, "restore --postgres: also restore SUPERUSER, REPLICATION and BYPASSRLS, and memberships in superusers and in pg_read_server_files, pg_write_server_files and pg_execute_server_program (without it, only the target's own roles have them)")
+	scratch := fs.Bool("scratch", false, "verify: restore the backup whole, roles included, into a server of the drill's own (initdb and postgres from PATH or /usr/lib/postgresql, in $CHARTPILOT_STAGE_DIR or the temporary directory), not into the server libpq's environment reaches")
 	manifestFile := fs.String("manifest-file", "", "also write the manifest to this file (a Job's /dev/termination-log, which its pod's status shows)")
 	labels := map[string]string{}
 	fs.Func("label", "run: key=value stored in the manifest (repeatable)", func(v string) error {
@@ -140,7 +141,7 @@ func backupCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 		}
 		if sub == "verify" {
 			var rep *verifyReport
-			if rep, err = backupVerify(ctx, b, *location, identity, want); err == nil {
+			if rep, err = backupVerify(ctx, b, *location, identity, want, *scratch); err == nil {
 				report = rep
 			}
 		} else if *postgres {
@@ -379,19 +380,31 @@ type verifyReport struct {
 // server the libpq environment names (createdb, pg_restore, psql and
 // dropdb from PATH): each database of a full backup, or the one database
 // of a pg_dump -Fc; counts their tables, and drops them whatever happened.
-func backupVerify(ctx context.Context, b *blob.Bucket, location, identity string, want backup.Expect) (*verifyReport, error) {
+// With scratch, it restores a full backup whole into a server of its own
+// instead (pgfull.DrillScratch), and the server backed up is not reached.
+func backupVerify(ctx context.Context, b *blob.Bucket, location, identity string, want backup.Expect, scratch bool) (*verifyReport, error) {
 	prefix := fmt.Sprintf("chartpilot_verify_%d", time.Now().UnixNano())
 	tables := 0
 	m, err := backupConsume(ctx, b, location, identity, want, func(ctx context.Context, r io.Reader) error {
 		br := bufio.NewReader(r)
 		head, _ := br.Peek(len(pgfull.Magic))
-		var err error
-		if pgfull.IsFull(head) {
+		full := pgfull.IsFull(head)
+		if full {
 			if _, err := br.Discard(len(pgfull.Magic)); err != nil {
 				return err
 			}
+		}
+		var err error
+		switch {
+		case scratch:
+			dir := os.Getenv("CHARTPILOT_STAGE_DIR")
+			if dir == "" {
+				dir = os.TempDir()
+			}
+			tables, err = pgfull.DrillScratch(ctx, br, full, dir, nil)
+		case full:
 			tables, err = pgfull.Drill(ctx, br, nil, prefix)
-		} else {
+		default:
 			tables, err = pgfull.DrillDump(ctx, br, nil, prefix)
 		}
 		return err

@@ -7,8 +7,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -57,13 +59,31 @@ func runJobWith(t *testing.T, ctx context.Context, c client.Client, job *batchv1
 	env := []string{"PATH=" + testpg.Bin(t) + ":" + os.Getenv("PATH")}
 	vars := jobEnv(t, ctx, c, job)
 	vars["PGHOST"], vars["PGPORT"] = pgHost, strconv.Itoa(pgPort)
+	// A drill starts a server of its own, which refuses root: the pod's
+	// user is the test servers' one.
+	var cred *syscall.Credential
+	tmp := t.TempDir
+	if slices.Contains(ctr.Args, "--scratch") && os.Geteuid() == 0 {
+		r := testpg.NewRunner(t, testpg.Bin(t))
+		cred = &syscall.Credential{Uid: uint32(r.UID), Gid: uint32(r.GID)}
+		tmp = func() string { return r.TempDir(t) }
+		copied := filepath.Join(tmp(), "chartpilot")
+		b, err := os.ReadFile(agent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(copied, b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		agent = copied
+	}
 	if _, ok := vars["CHARTPILOT_STAGE_DIR"]; ok {
-		vars["CHARTPILOT_STAGE_DIR"] = t.TempDir() // the Job's emptyDir
+		vars["CHARTPILOT_STAGE_DIR"] = tmp() // the Job's emptyDir
 	}
 	for k, v := range vars {
 		env = append(env, k+"="+v)
 	}
-	termination := filepath.Join(t.TempDir(), "termination-log")
+	termination := filepath.Join(tmp(), "termination-log")
 	args := append([]string{}, ctr.Command[1:]...)
 	for _, a := range ctr.Args {
 		// The kubelet expands $(VAR) of the container's environment.
@@ -79,6 +99,7 @@ func runJobWith(t *testing.T, ctx context.Context, c client.Client, job *batchv1
 	}
 	cmd := exec.CommandContext(ctx, agent, args...)
 	cmd.Env = env
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Run(); err != nil {

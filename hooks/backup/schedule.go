@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -335,16 +336,29 @@ func (r *ScheduleReconciler) drill(ctx context.Context, pg *v1alpha1.Postgres, n
 		st.LastVerifyResult = "Waiting: " + why
 		return now.Add(time.Minute), nil
 	}
-	env := pgEnv(pg)
+	// The drill restores the backup whole into a server of its own in the
+	// Job: the Postgres's server is not reached (no credential of it is in
+	// the Job), and nothing restored runs where the data lives.
+	var env []corev1.EnvVar
 	if sb.Encryption != nil {
 		env = append(env, corev1.EnvVar{Name: "CHARTPILOT_AGE_KEY", ValueFrom: secretKey(sb.Encryption.KeySecretRef.Name, sb.Encryption.KeySecretRef.Key)})
 	}
 	sargs, senv, volumes, mounts := storeFlags(store)
-	args := append([]string{"verify", "--location", b.Status.Location, "--manifest-file", "/dev/termination-log"}, sargs...)
+	args := append([]string{"verify", "--scratch", "--location", b.Status.Location, "--manifest-file", "/dev/termination-log"}, sargs...)
 	args = append(args, expectFlags(b.Status.SHA256, b.Status.Size)...)
 	lbl := map[string]string{v1alpha1.LabelComponent: "verify", "app.kubernetes.io/managed-by": "chartpilot", v1alpha1.LabelBackup: b.Name}
 	name := fmt.Sprintf("verify-%s-%s", truncate(pg.Name, 40), due.UTC().Format("200601021504"))
 	job := placedLike(pg, withAgent(agentJob(pg.Namespace, name, lbl, postgresImage(r.PostgresImage, pg), DefaultDeadline, args, append(env, senv...), volumes, mounts), r.Image, "backup"))
+	// initdb needs a user the image knows: the official image's postgres
+	// user, as in the chart. The server's data is no larger than the
+	// database: a volume of its own, without the stage's bound.
+	pod := &job.Spec.Template.Spec
+	pod.SecurityContext.RunAsUser, pod.SecurityContext.RunAsGroup, pod.SecurityContext.FSGroup = ptr.To[int64](999), ptr.To[int64](999), ptr.To[int64](999)
+	for i := range pod.Volumes {
+		if pod.Volumes[i].Name == "stage" && pod.Volumes[i].EmptyDir != nil {
+			pod.Volumes[i].EmptyDir.SizeLimit = nil
+		}
+	}
 	if err := controllerutil.SetControllerReference(pg, job, r.Client.Scheme()); err != nil {
 		return time.Time{}, err
 	}
@@ -357,7 +371,7 @@ func (r *ScheduleReconciler) drill(ctx context.Context, pg *v1alpha1.Postgres, n
 		return now.Add(time.Minute), nil
 	}
 	t := metav1.NewTime(due)
-	st.VerifyJob, st.LastVerifyTime, st.LastVerifyResult = name, &t, "Running: Job "+name+" restores Backup "+b.Name+" into a throwaway database"
+	st.VerifyJob, st.LastVerifyTime, st.LastVerifyResult = name, &t, "Running: Job "+name+" restores Backup "+b.Name+" into a throwaway server"
 	r.Recorder.Event(pg, corev1.EventTypeNormal, "BackupVerifyStarted", st.LastVerifyResult)
 	return vs.Next(now), nil
 }
@@ -398,7 +412,7 @@ func (r *ScheduleReconciler) followDrill(ctx context.Context, pg *v1alpha1.Postg
 			verifyFailures.WithLabelValues(pg.Namespace, "Postgres", pg.Name).Inc()
 		} else {
 			st.LastVerifiedBackup = job.Labels[v1alpha1.LabelBackup]
-			st.LastVerifyResult = fmt.Sprintf("Succeeded: Backup %s (sha256 %s) restored into a throwaway database with %d tables", st.LastVerifiedBackup, rep.SHA256, *rep.Tables)
+			st.LastVerifyResult = fmt.Sprintf("Succeeded: Backup %s (sha256 %s) restored whole into a throwaway server with %d tables", st.LastVerifiedBackup, rep.SHA256, *rep.Tables)
 			r.Recorder.Event(pg, corev1.EventTypeNormal, "BackupVerified", st.LastVerifyResult)
 			verifyLastSuccess.WithLabelValues(pg.Namespace, "Postgres", pg.Name).Set(float64(r.Now().Unix()))
 		}

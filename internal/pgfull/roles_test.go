@@ -3,8 +3,10 @@ package pgfull
 import (
 	"bytes"
 	"context"
+	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/chartpilot/chartpilot/internal/testpg"
@@ -199,5 +201,37 @@ func TestLoadingRunsNoUserCodeAsSuperuser(t *testing.T) {
 	}
 	if got := src.Query(t, "postgres", superusers); got != "postgres" {
 		t.Errorf("superusers of the backed-up server after a drill: %s", got)
+	}
+}
+
+// A drill in a server of its own restores the whole backup, roles
+// included, counts its tables, leaves nothing behind, and the trap makes
+// no superuser there either; the server backed up is not touched.
+func TestDrillInAServerOfItsOwn(t *testing.T) {
+	src := testpg.Start(t)
+	src.Query(t, "postgres", "CREATE ROLE app LOGIN PASSWORD 'app-secret'")
+	src.Query(t, "postgres", "CREATE DATABASE appdb OWNER app")
+	as(t, src, "app", "appdb", trap, "CREATE TABLE plain (x int)")
+	src.Query(t, "postgres", "CREATE TABLE c (z int)")
+	stream := fullBackup(t, src)
+	before := src.Query(t, "postgres", "SELECT string_agg(datname, ',' ORDER BY datname) FROM pg_database")
+	// The drill's server runs as the test servers' user (not root).
+	dir := src.TempDir(t)
+	cred := &syscall.Credential{Uid: uint32(src.UID), Gid: uint32(src.GID)}
+	tables, err := DrillScratch(context.Background(), bytes.NewReader(stream), true, dir, cred)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tables != 3 {
+		t.Errorf("the drill counted %d tables, want 3", tables)
+	}
+	if after := src.Query(t, "postgres", "SELECT string_agg(datname, ',' ORDER BY datname) FROM pg_database"); after != before {
+		t.Errorf("databases of the server backed up after the drill: %s, before: %s", after, before)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, "*")); len(left) != 0 {
+		t.Errorf("the drill left %q", left)
+	}
+	if _, err := DrillScratch(context.Background(), bytes.NewReader(nil), false, dir, cred); err == nil || !strings.Contains(err.Error(), "take a new backup") {
+		t.Errorf("a drill of one database's dump: %v", err)
 	}
 }

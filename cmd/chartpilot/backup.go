@@ -19,6 +19,7 @@ import (
 
 	"filippo.io/age"
 	"gocloud.dev/blob"
+	"golang.org/x/sys/unix"
 
 	"github.com/chartpilot/chartpilot/internal/backup"
 	"github.com/chartpilot/chartpilot/internal/blobstore"
@@ -397,6 +398,12 @@ func backupVerify(ctx context.Context, b *blob.Bucket, location, identity string
 		var err error
 		switch {
 		case scratch:
+			// The drill's server runs as this process's user: code that
+			// escaped it could not read this process's environment (the
+			// store's credentials, the backup's key) through /proc.
+			if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+				return fmt.Errorf("making the agent's memory unreadable to the drill's server: %w", err)
+			}
 			dir := os.Getenv("CHARTPILOT_STAGE_DIR")
 			if dir == "" {
 				dir = os.TempDir()

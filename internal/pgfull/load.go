@@ -34,8 +34,10 @@ import (
 //     resets it is left with the member's rights: none of its own.
 //     Tables a superuser owns load as the superuser.
 //  3. Everything else (sequence values, large objects, indexes,
-//     constraints, triggers, grants) as the superuser. Index expressions
-//     and constraint checks run as the table's owner there (the server
+//     constraints, triggers, grants) as the superuser, but for CHECK
+//     constraints pg_dump writes apart from their table or domain (adding
+//     one checks every row): each is added by the owner's loading role,
+//     as in 2. Index expressions run as the table's owner (the server
 //     itself switches to it).
 
 // stageDir is where a database's archive is kept while it loads:
@@ -169,8 +171,12 @@ func loadDatabase(ctx context.Context, c Commander, path, db string, create bool
 	}
 	defer os.Remove(list.Name())
 	w := bufio.NewWriter(list)
+	var checks []string
 	for _, line := range strings.SplitAfter(toc, "\n") {
-		if tableData.MatchString(line) {
+		if checkConstraint.MatchString(line) {
+			checks = append(checks, line)
+		}
+		if tableData.MatchString(line) || checkConstraint.MatchString(line) {
 			w.WriteString(";")
 		}
 		w.WriteString(line)
@@ -183,7 +189,139 @@ func loadDatabase(ctx context.Context, c Commander, path, db string, create bool
 	if _, err := restore(ctx, c, dbEnv, path, "--exit-on-error", "--section=data", "--section=post-data", "--use-list", list.Name(), "--dbname", connDB(db)); err != nil {
 		return fmt.Errorf("indexes, constraints and the rest: %w", err)
 	}
+	for _, line := range checks {
+		if err := loadCheck(ctx, c, path, db, line, o); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// checkConstraint is a TOC line of a CHECK constraint pg_dump writes apart
+// from its table or domain (ALTER … ADD CONSTRAINT, after the rows): adding
+// it checks every row with the constraint's expression, as whoever adds it.
+var checkConstraint = regexp.MustCompile(`^\s*\d+;\s+\d+\s+\d+\s+CHECK CONSTRAINT\s`)
+
+// loadCheck adds the CHECK constraint of TOC line as the owner of the
+// table or domain it constrains (found in the statement pg_restore writes
+// for it, read as SQL tokens, and in the target's catalog).
+func loadCheck(ctx context.Context, c Commander, path, db, line string, o Options) error {
+	one, err := os.CreateTemp(stageDir(o), "chartpilot-db-*.list")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(one.Name())
+	_, werr := one.WriteString(line)
+	if err := errors.Join(werr, one.Chmod(0o644), one.Close()); err != nil {
+		return err
+	}
+	sql, err := restore(ctx, c, nil, path, "--use-list", one.Name(), "--file", "-")
+	if err != nil {
+		return err
+	}
+	kind, schema, name, ok := alteredObject(sql)
+	if !ok {
+		return fmt.Errorf("a CHECK constraint apart from its table: no ALTER TABLE or ALTER DOMAIN found in %.80q", sql)
+	}
+	q := fmt.Sprintf(`SELECT json_build_object('owner', r.rolname, 'superuser', r.rolsuper) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+  JOIN pg_roles r ON r.oid = c.relowner WHERE n.nspname = %s AND c.relname = %s`, literal(schema), literal(name))
+	if kind == "domain" {
+		q = fmt.Sprintf(`SELECT json_build_object('owner', r.rolname, 'superuser', r.rolsuper) FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace
+  JOIN pg_roles r ON r.oid = t.typowner WHERE n.nspname = %s AND t.typname = %s AND t.typtype = 'd'`, literal(schema), literal(name))
+	}
+	out, err := c.run(ctx, []string{"PGDATABASE=" + db}, nil, nil, "psql", "-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=1",
+		"-c", "SET standard_conforming_strings = on", "-c", q)
+	if err != nil {
+		return err
+	}
+	var owner tableOwner
+	if err := json.Unmarshal([]byte(strings.TrimSpace(out)), &owner); err != nil || owner.Owner == "" {
+		return fmt.Errorf("a CHECK constraint on %s %q.%q: its owner is not found", kind, schema, name)
+	}
+	args := []string{"--exit-on-error", "--use-list", one.Name(), "--dbname", connDB(db)}
+	if owner.Superuser {
+		_, err = restore(ctx, c, nil, path, args...)
+	} else {
+		err = asOwner(ctx, c, db, owner.Owner, func(env []string) error {
+			_, err := restore(ctx, c, env, path, append(args, "--role", owner.Owner)...)
+			return err
+		})
+	}
+	if err != nil {
+		return fmt.Errorf("a CHECK constraint on %s %q.%q, added as %q: %w", kind, schema, name, owner.Owner, err)
+	}
+	return nil
+}
+
+// alteredObject finds the first ALTER TABLE [ONLY] or ALTER DOMAIN of sql
+// and the schema and name it alters, reading quoted identifiers, strings
+// and comments as the server would (a name cannot pass for a keyword).
+func alteredObject(sql string) (kind, schema, name string, ok bool) {
+	type tok struct {
+		word  string // a keyword or bare name, lower case
+		ident string // a name
+		quote bool
+	}
+	var toks []tok
+	for i := 0; i < len(sql); {
+		c := sql[i]
+		switch {
+		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
+			i++
+		case strings.HasPrefix(sql[i:], "--"):
+			for i < len(sql) && sql[i] != '\n' {
+				i++
+			}
+		case c == '\'' || c == '"':
+			var b strings.Builder
+			j := i + 1
+			for j < len(sql) {
+				if sql[j] == c {
+					if j+1 < len(sql) && sql[j+1] == c {
+						b.WriteByte(c)
+						j += 2
+						continue
+					}
+					break
+				}
+				b.WriteByte(sql[j])
+				j++
+			}
+			if c == '"' {
+				toks = append(toks, tok{ident: b.String(), quote: true})
+			} else {
+				toks = append(toks, tok{word: "'"})
+			}
+			i = j + 1
+		case c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z':
+			j := i + 1
+			for j < len(sql) && (sql[j] == '_' || sql[j] == '$' || sql[j] >= 'a' && sql[j] <= 'z' || sql[j] >= 'A' && sql[j] <= 'Z' || sql[j] >= '0' && sql[j] <= '9') {
+				j++
+			}
+			w := strings.ToLower(sql[i:j])
+			toks = append(toks, tok{word: w, ident: w})
+			i = j
+		default:
+			toks = append(toks, tok{word: string(c)})
+			i++
+		}
+	}
+	isName := func(t tok) bool { return t.quote || t.word != "" && t.ident != "" }
+	for i := 0; i+2 < len(toks); i++ {
+		if toks[i].quote || toks[i].word != "alter" || toks[i+1].quote || (toks[i+1].word != "table" && toks[i+1].word != "domain") {
+			continue
+		}
+		kind = toks[i+1].word
+		j := i + 2
+		if kind == "table" && !toks[j].quote && toks[j].word == "only" && j+1 < len(toks) && isName(toks[j+1]) {
+			j++
+		}
+		if j+2 < len(toks) && isName(toks[j]) && !toks[j+1].quote && toks[j+1].word == "." && isName(toks[j+2]) {
+			return kind, toks[j].ident, toks[j+2].ident, true
+		}
+		return "", "", "", false
+	}
+	return "", "", "", false
 }
 
 // asOwner runs load with the libpq environment of a login role made for

@@ -210,7 +210,9 @@ func rolesScript(want *Roles, existing []serverRole, version int, o Options) (st
 		if kept(m.Member) {
 			continue
 		}
-		if !o.Privileged && (super[m.Role] || slices.Contains(privilegedRoles, m.Role)) {
+		// A membership in one of the target's own roles (its superuser,
+		// its replication role) would hand their rights over.
+		if !o.Privileged && (super[m.Role] || kept(m.Role) || slices.Contains(privilegedRoles, m.Role)) {
 			skipped = append(skipped, fmt.Sprintf("role %q: membership in %q not restored (it reaches the server as a superuser)", m.Member, m.Role))
 			continue
 		}

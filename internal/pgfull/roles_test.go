@@ -235,3 +235,64 @@ func TestDrillInAServerOfItsOwn(t *testing.T) {
 		t.Errorf("a drill of one database's dump: %v", err)
 	}
 }
+
+// A CHECK whose function takes the table's row is written by pg_dump apart
+// from its table (ALTER TABLE … ADD CONSTRAINT, after the rows), where
+// adding it checks every row: it is added as the owner, and makes no
+// superuser; a membership in the target's own replication role, and a
+// role named as a drill server's superuser might be, give nothing either.
+func TestSeparateChecksAndOwnRolesGiveNothing(t *testing.T) {
+	src := testpg.Start(t)
+	src.Query(t, "postgres", "CREATE ROLE app LOGIN CREATEROLE")
+	src.Query(t, "postgres", "CREATE DATABASE appdb OWNER app")
+	as(t, src, "app", "appdb", `CREATE TABLE public.t (i int);
+CREATE FUNCTION public.escalate(r public.t) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+  BEGIN RESET ROLE; EXCEPTION WHEN OTHERS THEN NULL; END;
+  IF (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) THEN
+    EXECUTE 'ALTER ROLE app SUPERUSER';
+  END IF;
+  RETURN true;
+END $$;
+ALTER TABLE public.t ADD CONSTRAINT c CHECK (public.escalate(t.*));
+INSERT INTO public.t VALUES (1), (2);`)
+	as(t, src, "app", "postgres", "CREATE ROLE replicator", "GRANT replicator TO app", "CREATE ROLE chartpilot")
+	stream := fullBackup(t, src)
+
+	dst := testpg.Start(t)
+	dst.Query(t, "postgres", "CREATE ROLE replicator LOGIN REPLICATION")
+	if _, err := RestoreWith(context.Background(), bytes.NewReader(stream), commander(dst), Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := dst.Query(t, "postgres", superusers); got != "postgres" {
+		t.Errorf("superusers after the restore: %s", got)
+	}
+	if got := dst.Query(t, "appdb", "SELECT count(*) || ' ' || (SELECT count(*) FROM pg_constraint WHERE conname = 'c') FROM public.t"); got != "2 1" {
+		t.Errorf("rows and the CHECK after the restore: %s", got)
+	}
+	if got := dst.Query(t, "postgres", "SELECT count(*) FROM pg_auth_members WHERE roleid = 'replicator'::regrole"); got != "0" {
+		t.Errorf("%s memberships in the target's replication role", got)
+	}
+	dir := src.TempDir(t)
+	if _, err := DrillScratch(context.Background(), bytes.NewReader(stream), true, dir, &syscall.Credential{Uid: uint32(src.UID), Gid: uint32(src.GID)}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestAlteredObject(t *testing.T) {
+	for sql, want := range map[string][3]string{
+		"SET x = 1;\n-- ALTER TABLE evil.x\nALTER TABLE ONLY public.t\n    ADD CONSTRAINT c CHECK (public.f(t.*));": {"table", "public", "t"},
+		`ALTER TABLE "we""ird"."ALTER TABLE a.b" ADD CONSTRAINT x CHECK (true);`:                                    {"table", `we"ird`, "ALTER TABLE a.b"},
+		`ALTER TABLE ONLY "only".t ADD CONSTRAINT x CHECK (true);`:                                                  {"table", "only", "t"},
+		`ALTER DOMAIN public.d ADD CONSTRAINT x CHECK (VALUE > 0);`:                                                 {"domain", "public", "d"},
+		`SELECT 'ALTER TABLE a.b'; ALTER TABLE s.t ADD CONSTRAINT x CHECK (true);`:                                  {"table", "s", "t"},
+	} {
+		kind, schema, name, ok := alteredObject(sql)
+		if !ok || [3]string{kind, schema, name} != want {
+			t.Errorf("alteredObject(%q) = %s %q %q %v, want %q", sql, kind, schema, name, ok, want)
+		}
+	}
+	if _, _, _, ok := alteredObject("ALTER TABLE t ADD CONSTRAINT x CHECK (true);"); ok {
+		t.Error("an unqualified name was accepted")
+	}
+}

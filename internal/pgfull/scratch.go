@@ -2,6 +2,7 @@ package pgfull
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -23,13 +24,13 @@ import (
 // there.
 type Scratch struct {
 	dir, bin string
-	cred     *syscall.Credential
-	cmd      *exec.Cmd
-	exited   chan error
+	// user is the server's superuser: a random name, which no role of
+	// a backup can have (it would be taken for the server's own).
+	user   string
+	cred   *syscall.Credential
+	cmd    *exec.Cmd
+	exited chan error
 }
-
-// scratchUser is the scratch server's superuser.
-const scratchUser = "chartpilot"
 
 // serverBin is the directory of initdb and postgres: PATH's, else the
 // newest under /usr/lib/postgresql (Debian's layout, which its images and
@@ -64,7 +65,7 @@ func StartScratch(ctx context.Context, parent string, cred *syscall.Credential) 
 	if err != nil {
 		return nil, fmt.Errorf("the scratch server's directory: %w", err)
 	}
-	s := &Scratch{dir: dir, bin: bin, cred: cred}
+	s := &Scratch{dir: dir, bin: bin, cred: cred, user: "chartpilot_scratch_" + hex.EncodeToString(randomBytes(8))}
 	if cred != nil {
 		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
 			os.RemoveAll(dir)
@@ -72,7 +73,7 @@ func StartScratch(ctx context.Context, parent string, cred *syscall.Credential) 
 		}
 	}
 	env := []string{"LANG=C.UTF-8", "PATH=" + bin + ":/usr/bin:/bin"}
-	initdb := exec.CommandContext(ctx, filepath.Join(bin, "initdb"), "-D", filepath.Join(dir, "data"), "-U", scratchUser,
+	initdb := exec.CommandContext(ctx, filepath.Join(bin, "initdb"), "-D", filepath.Join(dir, "data"), "-U", s.user,
 		"--auth=trust", "-E", "UTF8", "--no-sync", "--no-instructions")
 	initdb.Env = env
 	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
@@ -137,7 +138,7 @@ func (s *Scratch) Commander() Commander {
 		}
 		cmd := exec.CommandContext(ctx, path, args...)
 		cmd.Env = append([]string{"LANG=C.UTF-8", "PATH=" + s.bin + ":/usr/bin:/bin", "PGCLIENTENCODING=UTF8",
-			"PGHOST=" + s.dir, "PGPORT=5432", "PGUSER=" + scratchUser, "PGDATABASE=postgres"}, env...)
+			"PGHOST=" + s.dir, "PGPORT=5432", "PGUSER=" + s.user, "PGDATABASE=postgres"}, env...)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred}
 		return cmd
 	}

@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/chartpilot/chartpilot/internal/testpg"
@@ -217,7 +216,7 @@ func TestDrillInAServerOfItsOwn(t *testing.T) {
 	before := src.Query(t, "postgres", "SELECT string_agg(datname, ',' ORDER BY datname) FROM pg_database")
 	// The drill's server runs as the test servers' user (not root).
 	dir := src.TempDir(t)
-	cred := &syscall.Credential{Uid: uint32(src.UID), Gid: uint32(src.GID)}
+	cred := src.Credential()
 	tables, err := DrillScratch(context.Background(), bytes.NewReader(stream), true, dir, cred)
 	if err != nil {
 		t.Fatal(err)
@@ -274,7 +273,7 @@ INSERT INTO public.t VALUES (1), (2);`)
 		t.Errorf("%s memberships in the target's replication role", got)
 	}
 	dir := src.TempDir(t)
-	if _, err := DrillScratch(context.Background(), bytes.NewReader(stream), true, dir, &syscall.Credential{Uid: uint32(src.UID), Gid: uint32(src.GID)}); err != nil {
+	if _, err := DrillScratch(context.Background(), bytes.NewReader(stream), true, dir, src.Credential()); err != nil {
 		t.Fatal(err)
 	}
 }

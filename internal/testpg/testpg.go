@@ -89,6 +89,10 @@ func (r *Runner) Command(env map[string]string, name string, args ...string) *ex
 	return cmd
 }
 
+// Credential is what runs a process as the Runner's user (nil: this
+// process's own).
+func (r *Runner) Credential() *syscall.Credential { return r.cred }
+
 // Mkdir makes path (and parents) owned by the Runner's user.
 func (r *Runner) Mkdir(t T, path string) {
 	t.Helper()

@@ -125,6 +125,17 @@ func runLoadBench(mb int) ([]loadRow, float64, error) {
 	}); err != nil {
 		return nil, 0, err
 	}
+	if err := timed("drill now, as the drill Job runs it: pgfull.DrillScratch (the whole backup into a server of its own)", func() error {
+		r, done, err := open()
+		if err != nil {
+			return err
+		}
+		defer done()
+		_, err = pgfull.DrillScratch(ctx, r, true, src.TempDir(t), src.Credential())
+		return err
+	}); err != nil {
+		return nil, 0, err
+	}
 	want := src.Query(t, "big", "select count(*) from events")
 	for _, s := range []*testpg.Server{before, after} {
 		if got := s.Query(t, "big", "select count(*) || ' ' || (select relowner::regrole::text from pg_class where relname = 'events') from events"); got != want+" app" {

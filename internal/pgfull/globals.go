@@ -50,29 +50,16 @@ func tokenize(sql string) ([][]token, error) {
 			cur = append(cur, token{'p', string(c)})
 			i++
 		case c == '\'' || c == '"':
-			var b strings.Builder
-			j := i + 1
-			for {
-				if j >= len(sql) {
-					return nil, errors.New("an unterminated quote")
-				}
-				if sql[j] == c {
-					if j+1 < len(sql) && sql[j+1] == c {
-						b.WriteByte(c)
-						j += 2
-						continue
-					}
-					break
-				}
-				b.WriteByte(sql[j])
-				j++
+			text, next, ok := scanQuoted(sql, i)
+			if !ok {
+				return nil, errors.New("an unterminated quote")
 			}
 			kind := byte('s')
 			if c == '"' {
 				kind = 'i'
 			}
-			cur = append(cur, token{kind, b.String()})
-			i = j + 1
+			cur = append(cur, token{kind, text})
+			i = next
 		case c == '-' || c >= '0' && c <= '9':
 			j := i + 1
 			for j < len(sql) && sql[j] >= '0' && sql[j] <= '9' {
@@ -81,10 +68,7 @@ func tokenize(sql string) ([][]token, error) {
 			cur = append(cur, token{'n', sql[i:j]})
 			i = j
 		case c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z':
-			j := i + 1
-			for j < len(sql) && (sql[j] == '_' || sql[j] == '$' || sql[j] >= 'a' && sql[j] <= 'z' || sql[j] >= 'A' && sql[j] <= 'Z' || sql[j] >= '0' && sql[j] <= '9') {
-				j++
-			}
+			j := scanWord(sql, i)
 			if j < len(sql) && sql[j] == '\'' {
 				// E'…', U&'…', B'…': pg_dumpall writes none of them.
 				return nil, fmt.Errorf("a %s-prefixed string", sql[i:j])
@@ -104,6 +88,35 @@ func tokenize(sql string) ([][]token, error) {
 		return nil, errors.New("a statement without its ;")
 	}
 	return stmts, nil
+}
+
+// scanQuoted reads the quoted string or identifier starting at sql[i] (its
+// quote doubled within it): its text and the index after it; false when it
+// is not closed.
+func scanQuoted(sql string, i int) (string, int, bool) {
+	q := sql[i]
+	var b strings.Builder
+	for j := i + 1; j < len(sql); j++ {
+		if sql[j] == q {
+			if j+1 < len(sql) && sql[j+1] == q {
+				b.WriteByte(q)
+				j++
+				continue
+			}
+			return b.String(), j + 1, true
+		}
+		b.WriteByte(sql[j])
+	}
+	return "", len(sql), false
+}
+
+// scanWord is the index after the keyword or bare name starting at sql[i].
+func scanWord(sql string, i int) int {
+	j := i + 1
+	for j < len(sql) && (sql[j] == '_' || sql[j] == '$' || sql[j] >= 'a' && sql[j] <= 'z' || sql[j] >= 'A' && sql[j] <= 'Z' || sql[j] >= '0' && sql[j] <= '9') {
+		j++
+	}
+	return j
 }
 
 // parseGlobals reads pg_dumpall --globals-only SQL into Roles.

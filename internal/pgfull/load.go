@@ -273,31 +273,15 @@ func alteredObject(sql string) (kind, schema, name string, ok bool) {
 				i++
 			}
 		case c == '\'' || c == '"':
-			var b strings.Builder
-			j := i + 1
-			for j < len(sql) {
-				if sql[j] == c {
-					if j+1 < len(sql) && sql[j+1] == c {
-						b.WriteByte(c)
-						j += 2
-						continue
-					}
-					break
-				}
-				b.WriteByte(sql[j])
-				j++
-			}
+			text, next, _ := scanQuoted(sql, i) // an unclosed one ends the text
 			if c == '"' {
-				toks = append(toks, tok{ident: b.String(), quote: true})
+				toks = append(toks, tok{ident: text, quote: true})
 			} else {
 				toks = append(toks, tok{word: "'"})
 			}
-			i = j + 1
+			i = next
 		case c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z':
-			j := i + 1
-			for j < len(sql) && (sql[j] == '_' || sql[j] == '$' || sql[j] >= 'a' && sql[j] <= 'z' || sql[j] >= 'A' && sql[j] <= 'Z' || sql[j] >= '0' && sql[j] <= '9') {
-				j++
-			}
+			j := scanWord(sql, i)
 			w := strings.ToLower(sql[i:j])
 			toks = append(toks, tok{word: w, ident: w})
 			i = j

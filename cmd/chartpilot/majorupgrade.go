@@ -55,8 +55,15 @@ func majorUpgradeCommand(ctx context.Context, args []string, stdout io.Writer) e
 	if *clientBin == "" {
 		*clientBin = *bin
 	}
+	// How the old server is authenticated goes to its connections only.
+	var oldEnv []string
+	for _, k := range []string{"PGSSLMODE", "PGSSLROOTCERT", "PGCHANNELBINDING", "PGREQUIREAUTH"} {
+		if v, ok := os.LookupEnv(k); ok {
+			oldEnv = append(oldEnv, k+"="+v)
+		}
+	}
 	plan := majorupgrade.Plan{
-		ClientBin: *clientBin, NewBin: *bin, OldHost: host, OldPort: oldPort,
+		ClientBin: *clientBin, NewBin: *bin, OldHost: host, OldPort: oldPort, OldEnv: oldEnv,
 		NewData: *data, WorkDir: *work, NewPort: *port, User: user, Password: os.Getenv("PGPASSWORD"),
 		Log: func(step, _ string) { fmt.Fprintf(os.Stderr, "step %s\n", step) },
 	}

@@ -33,15 +33,7 @@ import (
 )
 
 // buildAgent builds the chartpilot command the backup Jobs run.
-func buildAgent(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "chartpilot")
-	cmd := exec.Command("go", "build", "-o", bin, "../../cmd/chartpilot")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building the agent: %v\n%s", err, out)
-	}
-	return bin
-}
+func buildAgent(t *testing.T) string { return backup.BuildAgent(t) }
 
 // runJob plays the kubelet for a backup Job whose pod the (cordoned)
 // cluster cannot start: it runs the pod's command, the real agent, with

@@ -183,7 +183,7 @@ func (r *BackupReconciler) job(b *v1alpha1.Backup, pg *v1alpha1.Postgres, st *re
 	// Everything the server holds: its roles and every database.
 	args = append(append(args, sargs...), "--postgres")
 	lbl := map[string]string{v1alpha1.LabelBackup: b.Name, v1alpha1.LabelComponent: "backup", "app.kubernetes.io/managed-by": "chartpilot"}
-	return placedLike(pg, withAgent(agentJob(b.Namespace, JobName(b), lbl, postgresImage(r.PostgresImage, pg), r.Deadline, args, append(env, senv...), volumes, mounts), r.Image, "backup"))
+	return verifiesServer(pg, placedLike(pg, withAgent(agentJob(b.Namespace, JobName(b), lbl, postgresImage(r.PostgresImage, pg), r.Deadline, args, append(env, senv...), volumes, mounts), r.Image, "backup")))
 }
 
 func secretKey(name, key string) *corev1.EnvVarSource {
@@ -206,6 +206,37 @@ func pgEnv(pg *v1alpha1.Postgres) []corev1.EnvVar {
 		{Name: "PGUSER", ValueFrom: secretKey(pg.Status.Endpoints.Secret, "username")},
 		{Name: "PGPASSWORD", ValueFrom: secretKey(pg.Status.Endpoints.Secret, "password")},
 	}
+}
+
+// ServerCADir is where a Job that connects to a Postgres finds the CA its
+// server's certificate is verified against (ca.crt).
+const ServerCADir = "/etc/chartpilot/postgresql-ca"
+
+// verifiesServer makes job's client commands authenticate pg's server
+// before they offer a password: TLS with the server's name checked
+// against the CA of pg's status (sslmode=verify-full), and SCRAM bound to
+// that channel, so no password and no proof of one goes to whatever else
+// answers the Service. libpq 16 and later also refuse any method but
+// SCRAM. Without a CA (the server takes no TLS) only that last holds.
+func verifiesServer(pg *v1alpha1.Postgres, job *batchv1.Job) *batchv1.Job {
+	main := &job.Spec.Template.Spec.Containers[0]
+	main.Env = append(main.Env, corev1.EnvVar{Name: "PGREQUIREAUTH", Value: "scram-sha-256"})
+	ca := ""
+	if pg.Status.Endpoints != nil {
+		ca = pg.Status.Endpoints.CASecret
+	}
+	if ca == "" {
+		return job
+	}
+	pod := &job.Spec.Template.Spec
+	pod.Volumes = append(pod.Volumes, corev1.Volume{Name: "postgresql-ca", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+		SecretName: ca, Items: []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}}}}})
+	main.VolumeMounts = append(main.VolumeMounts, corev1.VolumeMount{Name: "postgresql-ca", MountPath: ServerCADir, ReadOnly: true})
+	main.Env = append(main.Env,
+		corev1.EnvVar{Name: "PGSSLMODE", Value: "verify-full"},
+		corev1.EnvVar{Name: "PGSSLROOTCERT", Value: ServerCADir + "/ca.crt"},
+		corev1.EnvVar{Name: "PGCHANNELBINDING", Value: "require"})
+	return job
 }
 
 // expectFlags tell a restoring agent what the Backup recorded, so that a

@@ -345,7 +345,7 @@ func (m *Major) job(pg *v1alpha1.Postgres, ch *majorChange, claim string) *batch
 	main := &pod.Containers[0]
 	main.Name = "major-upgrade"
 	main.Resources.Limits[corev1.ResourceMemory] = resource.MustParse("1Gi")
-	return withAgent(job, m.AgentImage)
+	return verifiesServer(pg, withAgent(job, m.AgentImage))
 }
 
 // Watch wakes a Postgres when its major upgrade Job or the Backup taken

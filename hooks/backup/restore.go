@@ -240,22 +240,7 @@ func (r *RestoreReconciler) step(ctx context.Context, pg *v1alpha1.Postgres) (ct
 		r.set(pg, v1alpha1.BackupFailed, why)
 		return ctrl.Result{}, nil
 	}
-	env := pgEnv(pg)
-	key := rs.Encryption
-	if key == nil && pg.Spec.Backup != nil {
-		key = pg.Spec.Backup.Encryption
-	}
-	if key != nil {
-		env = append(env, corev1.EnvVar{Name: "CHARTPILOT_AGE_KEY", ValueFrom: secretKey(key.KeySecretRef.Name, key.KeySecretRef.Key)})
-	}
-	sargs, senv, volumes, mounts := storeFlags(store)
-	args := append([]string{"restore", "--location", location, "--manifest-file", "/dev/termination-log"}, sargs...)
-	args = append(args, expectFlags(sum, size)...)
-	// Roles, then every database with its owner and grants (a backup from
-	// before backups were full: its one database into "postgres").
-	args = append(args, "--postgres")
-	lbl := map[string]string{v1alpha1.LabelComponent: "restore", "app.kubernetes.io/managed-by": "chartpilot", v1alpha1.LabelRestore: pg.Name}
-	job := placedLike(pg, withAgent(agentJob(pg.Namespace, RestoreJobName(pg), lbl, postgresImage(r.PostgresImage, pg), r.Deadline, args, append(env, senv...), volumes, mounts), r.Image, "backup"))
+	job := r.job(pg, store, location, sum, size)
 	if err := controllerutil.SetControllerReference(pg, job, r.Client.Scheme()); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -270,6 +255,27 @@ func (r *RestoreReconciler) step(ctx context.Context, pg *v1alpha1.Postgres) (ct
 	st.Job, st.Location, st.SHA256 = job.Name, location, sum
 	r.set(pg, v1alpha1.BackupRunning, fmt.Sprintf("Job %s restores %s", job.Name, location))
 	return ctrl.Result{}, nil
+}
+
+// job is pg's restore Job: the agent downloads the backup at location
+// (checked against sum and size when a Backup recorded them) and
+// restores roles, then every database with its owner and grants (a
+// backup from before backups were full: its one database into
+// "postgres").
+func (r *RestoreReconciler) job(pg *v1alpha1.Postgres, store *resolvedStore, location, sum string, size int64) *batchv1.Job {
+	env := pgEnv(pg)
+	key := pg.Spec.Restore.Encryption
+	if key == nil && pg.Spec.Backup != nil {
+		key = pg.Spec.Backup.Encryption
+	}
+	if key != nil {
+		env = append(env, corev1.EnvVar{Name: "CHARTPILOT_AGE_KEY", ValueFrom: secretKey(key.KeySecretRef.Name, key.KeySecretRef.Key)})
+	}
+	sargs, senv, volumes, mounts := storeFlags(store)
+	args := append([]string{"restore", "--location", location, "--manifest-file", "/dev/termination-log"}, sargs...)
+	args = append(append(args, expectFlags(sum, size)...), "--postgres")
+	lbl := map[string]string{v1alpha1.LabelComponent: "restore", "app.kubernetes.io/managed-by": "chartpilot", v1alpha1.LabelRestore: pg.Name}
+	return verifiesServer(pg, placedLike(pg, withAgent(agentJob(pg.Namespace, RestoreJobName(pg), lbl, postgresImage(r.PostgresImage, pg), r.Deadline, args, append(env, senv...), volumes, mounts), r.Image, "backup")))
 }
 
 // follow reads the restore Job's end.

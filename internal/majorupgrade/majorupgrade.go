@@ -48,6 +48,10 @@ type Plan struct {
 	// OldHost and OldPort reach the old server (a socket directory or a host).
 	OldHost string
 	OldPort int
+	// OldEnv is libpq's environment for the old server alone (how it is
+	// authenticated: PGSSLMODE, PGSSLROOTCERT, PGCHANNELBINDING,
+	// PGREQUIREAUTH); the new server is reached through its socket.
+	OldEnv []string
 	// NewData is created; WorkDir holds the dump and the new server's socket.
 	NewData, WorkDir string
 	NewPort          int
@@ -326,11 +330,19 @@ func (p Plan) query(ctx context.Context, host string, port int, db string, flags
 	for _, s := range sql {
 		args = append(args, "-c", s)
 	}
-	out, err := p.commandEnv(ctx, []string{"PGDATABASE=" + db}, filepath.Join(p.ClientBin, "psql"), args...)
+	out, err := p.commandEnv(ctx, append(p.serverEnv(host, port), "PGDATABASE="+db), filepath.Join(p.ClientBin, "psql"), args...)
 	if err != nil {
 		return "", fmt.Errorf("psql on %s:%d, database %q: %w: %s", host, port, db, err, out)
 	}
 	return out, nil
+}
+
+// serverEnv is OldEnv for the old server, nothing for the new one.
+func (p Plan) serverEnv(host string, port int) []string {
+	if host == p.OldHost && port == p.OldPort {
+		return slices.Clone(p.OldEnv)
+	}
+	return nil
 }
 
 func (p Plan) command(ctx context.Context, name string, args ...string) (string, error) {
@@ -358,7 +370,7 @@ func (p Plan) commandEnv(ctx context.Context, env []string, name string, args ..
 func (p Plan) commander(host string, port int) pgfull.Commander {
 	return func(ctx context.Context, env []string, name string, args ...string) *exec.Cmd {
 		cmd := exec.CommandContext(ctx, filepath.Join(p.ClientBin, name), args...)
-		cmd.Env = append([]string{"LANG=C", "PGCONNECT_TIMEOUT=5", "PGCLIENTENCODING=UTF8", "PGHOST=" + host, "PGPORT=" + strconv.Itoa(port), "PGUSER=" + p.User}, env...)
+		cmd.Env = append(append([]string{"LANG=C", "PGCONNECT_TIMEOUT=5", "PGCLIENTENCODING=UTF8", "PGHOST=" + host, "PGPORT=" + strconv.Itoa(port), "PGUSER=" + p.User}, p.serverEnv(host, port)...), env...)
 		if p.Password != "" && !slices.ContainsFunc(env, func(e string) bool { return strings.HasPrefix(e, "PGPASSWORD=") }) {
 			cmd.Env = append(cmd.Env, "PGPASSWORD="+p.Password)
 		}

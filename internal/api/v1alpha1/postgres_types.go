@@ -325,6 +325,13 @@ type PostgresEndpoints struct {
 	// until the read-write Service exists.
 	// +optional
 	Port int32 `json:"port,omitempty"`
+	// CASecret names the Secret whose ca.crt signed the server's
+	// certificate. Every Job of chartpilot that connects verifies the server
+	// against it (sslmode=verify-full, channel binding required). Absent
+	// while the server takes no TLS (the chart's tls.enabled off) or before
+	// its StatefulSet exists.
+	// +optional
+	CASecret string `json:"caSecret,omitempty"`
 }
 
 // PostgresStatus is the shared release status plus what a PostgreSQL user needs.

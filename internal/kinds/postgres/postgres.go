@@ -206,6 +206,18 @@ func servicePort(svc *corev1.Service) int32 {
 	return 0
 }
 
+// caSecret is the Secret of the server's certificate as sts mounts it
+// (the chart's volume "tls"): its ca.crt is what clients verify. Empty
+// when the server takes no TLS.
+func caSecret(sts *appsv1.StatefulSet) string {
+	for _, v := range sts.Spec.Template.Spec.Volumes {
+		if v.Name == "tls" && v.Secret != nil {
+			return v.Secret.SecretName
+		}
+	}
+	return ""
+}
+
 // Status reports the version, endpoints, tuning and Ready pods. While pods
 // are missing it asks to be called again in 5 seconds; once all are Ready it
 // asks for nothing, so a resting cluster costs no request.
@@ -235,6 +247,7 @@ func Status(ctx context.Context, c client.Reader, obj *unstructured.Unstructured
 		return nil, 0, fmt.Errorf("reading StatefulSet %s: %w", obj.GetName(), err)
 	default:
 		st.ReadyReplicas = sts.Status.ReadyReplicas
+		st.Endpoints.CASecret = caSecret(sts)
 	}
 	svc := &corev1.Service{}
 	err = c.Get(ctx, types.NamespacedName{Namespace: obj.GetNamespace(), Name: st.Endpoints.ReadWrite}, svc)

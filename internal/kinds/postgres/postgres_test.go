@@ -114,6 +114,32 @@ func TestStatusReportsServicePort(t *testing.T) {
 	}
 }
 
+// The CA Secret is the one the StatefulSet mounts as "tls" (the chart's
+// own or tls.existingSecret); none when the server takes no TLS.
+func TestStatusReportsCASecret(t *testing.T) {
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	obj := pgObject(map[string]any{"version": "17", "storage": map[string]any{"size": "1Gi"}, "failover": map[string]any{"enabled": false}})
+	for _, tc := range []struct {
+		volumes []corev1.Volume
+		want    any
+	}{
+		{[]corev1.Volume{{Name: "config"}, {Name: "tls", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "issued-by-cert-manager"}}}}, "issued-by-cert-manager"},
+		{[]corev1.Volume{{Name: "config", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "db-config"}}}}, nil},
+	} {
+		sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: "ns"}}
+		sts.Spec.Template.Spec.Volumes = tc.volumes
+		c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(sts).Build()
+		extras, _, err := Status(context.Background(), c, obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ep := extras["endpoints"].(map[string]any); ep["caSecret"] != tc.want {
+			t.Errorf("volumes %v: endpoints = %v, want caSecret %v", tc.volumes, ep, tc.want)
+		}
+	}
+}
+
 // TestStatusReportsFailover: the primary is the holder of the cluster's
 // Lease, and a Lease the promoting member annotated gives lastFailover.
 func TestStatusReportsFailover(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -52,6 +53,14 @@ func instanceCommand(ctx context.Context, args []string) error {
 	opts.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	// The server runs as this process's user (in the chart, both are the
+	// image's postgres user) and may be made to read files, /proc's
+	// included (pg_read_server_files, pg_read_binary_file): this
+	// process's environment (the superuser's password) and memory must
+	// not be among them. Its children are dumpable again after exec.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fmt.Errorf("making the manager's environment and memory unreadable to the server: %w", err)
 	}
 	log := zap.New(zap.UseFlagOptions(&opts)).WithName("instance")
 	c.Log = log

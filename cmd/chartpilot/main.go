@@ -4,6 +4,7 @@
 //	chartpilot rbac     prints the manager's ClusterRole, derived from watches.yaml
 //	chartpilot backup   backs a stream up to a store, or restores one (a backup Job's command)
 //	chartpilot wal-push, wal-fetch   archive_command and restore_command: WAL to and from a store
+//	chartpilot wal-serve             the WAL service those ask, holding the store's credentials
 //	chartpilot base-backup           a physical base backup beside the WAL
 //	chartpilot recover               a base backup and the WAL replayed to a point in time
 //	chartpilot get      lists the resources chartpilot manages, one line each
@@ -40,6 +41,7 @@ Usage:
   chartpilot backup verify [flags]                   restore drill into a throwaway database
   chartpilot install-agent DIR                       copy this binary to DIR/chartpilot (backup Jobs of other images)
   chartpilot wal-push|wal-fetch [flags] ...          archive_command / restore_command of WAL (chartpilot wal-push --help)
+  chartpilot wal-serve [flags]                       the WAL service wal-push and wal-fetch --via ask
   chartpilot base-backup [flags]                     a physical base backup stored beside the archived WAL
   chartpilot recover [flags]                         restore a base backup and replay the WAL to a point in time
   chartpilot store                                   the store helper: one request of the manager on stdin, its answer on stdout
@@ -82,7 +84,7 @@ func dispatch(args []string) int {
 		err = instanceCommand(signalContext(), rest)
 	case "major-upgrade":
 		err = majorUpgradeCommand(signalContext(), rest, os.Stdout)
-	case "wal-push", "wal-fetch", "wal-status", "wal-prune", "base-backup", "recover":
+	case "wal-push", "wal-fetch", "wal-serve", "wal-status", "wal-prune", "base-backup", "recover":
 		err = walCommand(signalContext(), name, rest, os.Stdout, os.Stderr)
 	case "store":
 		err = storeCommand(signalContext(), rest, os.Stdin, os.Stdout)

@@ -9,9 +9,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/chartpilot/chartpilot/internal/backup"
@@ -22,6 +25,9 @@ const walUsage = `Usage:
   chartpilot wal-push  [flags] PATH        archive_command: archive the WAL file at PATH (%p)
   chartpilot wal-fetch [flags] NAME PATH   restore_command: fetch WAL file NAME (%f) to PATH (%p);
                                            exit code 1 when the archive has no such file
+  chartpilot wal-serve [flags] --socket S --data-dir D
+                                           serve wal-push and wal-fetch --via S for the server of D:
+                                           the store's credentials and the key stay in this process
   chartpilot base-backup [flags]           a physical base backup (pg_basebackup) of the server
                                            libpq's environment (PGHOST…) reaches, stored beside the WAL
   chartpilot wal-status [flags]            what the archive can recover to: the first and last point,
@@ -54,12 +60,14 @@ func walCommand(ctx context.Context, name string, args []string, stdout, stderr 
 	segSize := fs.Int64("segment-size", wal.DefaultSegmentSize, "the server's wal_segment_size in bytes")
 	parallel := fs.Int("parallel", 4, "wal-push: segments uploaded at once (the one asked for and the next ones ready)")
 	compression := fs.String("compression", backup.CompressionZstd, "wal-push, base-backup: zstd or none")
-	dataDir := fs.String("data-dir", "", "recover: the data directory to restore into (absent or empty)")
+	dataDir := fs.String("data-dir", "", "recover: the data directory to restore into (absent or empty); wal-serve: the server's, under which requests name files")
 	base := fs.String("base", "", "recover: the base backup's location (default: the newest that ends before the target)")
 	targetTime := fs.String("target-time", "", "recover: stop after the last transaction committed at or before this time (RFC 3339)")
 	targetLSN := fs.String("target-lsn", "", "recover: stop at this LSN (such as 0/3000028)")
 	targetXID := fs.String("target-xid", "", "recover: stop after this transaction")
 	stagingDir := fs.String("staging-dir", "", "recover: where the base backup is checked before it is restored (default: beside --data-dir)")
+	via := fs.String("via", "", "wal-push, wal-fetch: ask the WAL service on this Unix socket (chartpilot wal-serve) instead of the store: no credential or key needed here")
+	socket := fs.String("socket", "", "wal-serve: the Unix socket to serve on (mode 0600)")
 	window := fs.String("recovery-window", "", "wal-prune: keep what recovers to any point this far back (such as 7d or 36h)")
 	var options []string
 	fs.Func("postgres-option", "recover: NAME=VALUE passed to postgres during the replay (repeatable)", func(v string) error {
@@ -71,6 +79,9 @@ func walCommand(ctx context.Context, name string, args []string, stdout, stderr 
 	})
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *via != "" {
+		return askService(ctx, name, *via, fs.Args())
 	}
 	if *prefix == "" {
 		return errors.New("--prefix is required")
@@ -105,6 +116,9 @@ func walCommand(ctx context.Context, name string, args []string, stdout, stderr 
 			return err
 		}
 		return json.NewEncoder(stdout).Encode(m)
+	case "wal-serve":
+		return serveWAL(ctx, &wal.Service{Archive: a, DataDir: *dataDir, Parallel: *parallel,
+			Log: func(op, name string, err error) { fmt.Fprintf(stderr, "%s %s: %v\n", op, name, err) }}, *socket, stderr)
 	case "wal-status":
 		w, err := a.Window(ctx)
 		if err != nil {
@@ -177,6 +191,41 @@ func walCommand(ctx context.Context, name string, args []string, stdout, stderr 
 	}
 	fmt.Fprintf(stderr, "recovered to %s and promoted; the server's messages are in %s\n", t, logPath)
 	return nil
+}
+
+// askService is wal-push or wal-fetch through the WAL service at socket.
+func askService(ctx context.Context, name, socket string, rest []string) error {
+	switch {
+	case name == "wal-push" && len(rest) == 1:
+		return wal.Ask(ctx, socket, wal.Request{Op: "push", Path: rest[0]})
+	case name == "wal-fetch" && len(rest) == 2:
+		return wal.Ask(ctx, socket, wal.Request{Op: "fetch", Name: rest[0], Path: rest[1]})
+	case name == "wal-push" || name == "wal-fetch":
+		return fmt.Errorf("usage: chartpilot %s --via SOCKET %s", name, map[string]string{"wal-push": "PATH", "wal-fetch": "NAME PATH"}[name])
+	}
+	return fmt.Errorf("--via is for wal-push and wal-fetch, not %s", name)
+}
+
+// serveWAL runs svc on a Unix socket only this user may connect to.
+func serveWAL(ctx context.Context, svc *wal.Service, socket string, stderr io.Writer) error {
+	if socket == "" || svc.DataDir == "" {
+		return errors.New("wal-serve: --socket and --data-dir are required")
+	}
+	if err := os.Remove(socket); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("removing the old socket %s: %w", socket, err)
+	}
+	old := syscall.Umask(0o077)
+	l, err := net.Listen("unix", socket)
+	syscall.Umask(old)
+	if err != nil {
+		return err
+	}
+	if err := os.Chmod(socket, 0o600); err != nil {
+		l.Close()
+		return err
+	}
+	fmt.Fprintf(stderr, "serving wal-push and wal-fetch for %s on %s\n", svc.DataDir, socket)
+	return svc.Serve(ctx, l)
 }
 
 // shellQuote quotes s for sh (restore_command runs through it).

@@ -81,8 +81,8 @@ func New(cfg Config) (*Manager, error) {
 
 // Run runs the member until ctx ends; the server is stopped (fast) then.
 func (m *Manager) Run(ctx context.Context) error {
-	if err := m.pg.writePassfile(); err != nil {
-		return fmt.Errorf("writing the passfile %s: %w", m.pg.passfile(), err)
+	if err := m.pg.writePassfile(!m.cfg.replicating()); err != nil {
+		return err
 	}
 	defer m.pg.stop(false)
 	go m.watchdog(ctx)

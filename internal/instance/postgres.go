@@ -24,32 +24,24 @@ type server struct {
 	// pid is the running server's process (0: none), for signals from
 	// other goroutines.
 	pid atomic.Int64
+	// passfileSuperuser: the passfile holds the superuser's password.
+	passfileSuperuser bool
 }
 
 func (s *server) bin(name string) string { return filepath.Join(s.cfg.Bin, name) }
 
 // command is a binary of the server's installation as the server's user.
+// Nothing of the manager's environment (the superuser's password) goes
+// with it: the server may be made to read its environment and memory
+// (pg_read_binary_file). The WAL archive's credentials are in the
+// wal-agent container, never here.
 func (s *server) command(name string, args ...string) *exec.Cmd {
 	cmd := exec.Command(s.bin(name), args...)
 	// Passwords come from the passfile (see writePassfile): the server's
 	// WAL receiver reads it too.
-	cmd.Env = append([]string{"PATH=" + s.cfg.Bin + ":/usr/bin:/bin", "LANG=C", "PGCONNECT_TIMEOUT=3", "PGPASSFILE=" + s.passfile()}, agentEnv(os.Environ())...)
+	cmd.Env = []string{"PATH=" + s.cfg.Bin + ":/usr/bin:/bin", "LANG=C", "PGCONNECT_TIMEOUT=3", "PGPASSFILE=" + s.passfile()}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cfg.Credential, Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	return cmd
-}
-
-// agentEnv is what of env the agent reads (CHARTPILOT_…: a store's
-// credentials, the archive's key): the server's archive_command and
-// restore_command run it. Nothing else of the manager's environment
-// (the superuser's password) reaches the server.
-func agentEnv(env []string) []string {
-	var out []string
-	for _, kv := range env {
-		if strings.HasPrefix(kv, "CHARTPILOT_") {
-			out = append(out, kv)
-		}
-	}
-	return out
 }
 
 func (s *server) run(name string, args ...string) (string, error) {

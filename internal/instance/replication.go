@@ -188,13 +188,13 @@ func (s *server) replicationUser(address string) (string, error) {
 	out, err := s.run("psql", "-X", "-A", "-t", "-q", "-d", s.conninfo(address, s.cfg.ReplicationUser)+" dbname=postgres", "-c", "SELECT rolreplication FROM pg_roles WHERE rolname = current_user")
 	switch {
 	case err == nil && strings.TrimSpace(out) == "t":
-		return s.cfg.ReplicationUser, nil
+		return s.replicateAs(s.cfg.ReplicationUser)
 	case err == nil:
 		s.cfg.Log.Info("The primary's replication role lacks REPLICATION (an older primary's): replicating as the superuser until it has it", "role", s.cfg.ReplicationUser)
-		return s.cfg.User, nil
+		return s.replicateAs(s.cfg.User)
 	case strings.Contains(out, "password authentication failed") || strings.Contains(out, "does not exist"):
 		s.cfg.Log.Info("The primary has no replication role for this password yet (an older primary's): replicating as the superuser until it has", "role", s.cfg.ReplicationUser)
-		return s.cfg.User, nil
+		return s.replicateAs(s.cfg.User)
 	}
 	return "", fmt.Errorf("reaching the primary as %s: %w", s.cfg.ReplicationUser, err)
 }
@@ -204,18 +204,36 @@ func (s *server) replicationUser(address string) (string, error) {
 // directory, readable by the server's user only.
 func (s *server) passfile() string { return filepath.Join(s.cfg.SocketDir, ".chartpilot.pgpass") }
 
-// writePassfile writes the passfile: the superuser's and the replication
-// role's passwords, for any host.
-func (s *server) writePassfile() error {
+// writePassfile writes the passfile: the replication role's password,
+// and the superuser's only while the superuser is what replicates (no
+// replication role, or a primary that has none yet). The server's user
+// owns the file, so a role that may read the server's files
+// (pg_read_server_files) reads it too: it must not find the superuser's
+// password there.
+func (s *server) writePassfile(superuser bool) error {
 	esc := strings.NewReplacer(`\`, `\\`, `:`, `\:`)
 	var b strings.Builder
-	if s.cfg.Password != "" {
+	if superuser && s.cfg.Password != "" {
 		fmt.Fprintf(&b, "*:*:*:%s:%s\n", esc.Replace(s.cfg.User), esc.Replace(s.cfg.Password))
 	}
 	if s.cfg.replicating() {
 		fmt.Fprintf(&b, "*:*:*:%s:%s\n", s.cfg.ReplicationUser, esc.Replace(s.cfg.ReplicationPassword))
 	}
-	return writeAs(s.cfg, s.passfile(), []byte(b.String()))
+	if err := writeAs(s.cfg, s.passfile(), []byte(b.String())); err != nil {
+		return fmt.Errorf("writing the passfile %s: %w", s.passfile(), err)
+	}
+	s.passfileSuperuser = superuser
+	return nil
+}
+
+// replicateAs makes the passfile hold what replicating as user needs.
+func (s *server) replicateAs(user string) (string, error) {
+	if super := user == s.cfg.User; super != s.passfileSuperuser {
+		if err := s.writePassfile(super); err != nil {
+			return "", err
+		}
+	}
+	return user, nil
 }
 
 // roleCheckEvery is how often a primary makes sure of the replication

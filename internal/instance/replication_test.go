@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -68,27 +69,42 @@ func TestReplicationConfig(t *testing.T) {
 	}
 }
 
+// The passfile holds the superuser's password only while the superuser
+// replicates: a role that may read the server's files reads it.
 func TestPassfile(t *testing.T) {
 	dir := t.TempDir()
 	s := &server{cfg: &Config{SocketDir: dir, User: "postgres", Password: `a:b\c`, ReplicationUser: "replicator", ReplicationPassword: "r:1", Log: logr.Discard()}}
-	if err := s.writePassfile(); err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(filepath.Join(dir, ".chartpilot.pgpass"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := "*:*:*:postgres:a\\:b\\\\c\n*:*:*:replicator:r\\:1\n"; string(b) != want {
-		t.Errorf("passfile %q, want %q", b, want)
-	}
-	if fi, _ := os.Stat(s.passfile()); fi.Mode().Perm() != 0o600 {
-		t.Errorf("passfile mode %v: libpq ignores a file others can read", fi.Mode().Perm())
+	for _, tc := range []struct {
+		superuser bool
+		want      string
+	}{
+		{false, "*:*:*:replicator:r\\:1\n"},
+		{true, "*:*:*:postgres:a\\:b\\\\c\n*:*:*:replicator:r\\:1\n"},
+		{false, "*:*:*:replicator:r\\:1\n"},
+	} {
+		if err := s.writePassfile(tc.superuser); err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(filepath.Join(dir, ".chartpilot.pgpass"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(b) != tc.want {
+			t.Errorf("passfile with the superuser %v: %q, want %q", tc.superuser, b, tc.want)
+		}
+		if fi, _ := os.Stat(s.passfile()); fi.Mode().Perm() != 0o600 {
+			t.Errorf("passfile mode %v: libpq ignores a file others can read", fi.Mode().Perm())
+		}
 	}
 }
 
-func TestAgentEnv(t *testing.T) {
-	got := agentEnv([]string{"POSTGRES_PASSWORD=secret", "CHARTPILOT_S3_ACCESS_KEY_ID=id", "PATH=/bin", "CHARTPILOT_AGE_KEY=k", "XCHARTPILOT_A=b"})
-	if strings.Join(got, " ") != "CHARTPILOT_S3_ACCESS_KEY_ID=id CHARTPILOT_AGE_KEY=k" {
-		t.Errorf("agentEnv passes %q, want only the CHARTPILOT_ variables", got)
+// The server's commands get nothing of the manager's environment.
+func TestServerEnvironment(t *testing.T) {
+	t.Setenv("POSTGRES_PASSWORD", "secret")
+	t.Setenv("CHARTPILOT_AGE_KEY", "AGE-SECRET-KEY-1")
+	s := &server{cfg: &Config{Bin: "/pg/bin", SocketDir: "/run/pg"}}
+	want := []string{"PATH=/pg/bin:/usr/bin:/bin", "LANG=C", "PGCONNECT_TIMEOUT=3", "PGPASSFILE=/run/pg/.chartpilot.pgpass"}
+	if got := s.command("postgres").Env; !slices.Equal(got, want) {
+		t.Errorf("the server's environment: %q, want %q", got, want)
 	}
 }

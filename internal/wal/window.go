@@ -21,7 +21,8 @@ type Window struct {
 	// is in the archive (a commit just before it may be in a segment not
 	// yet archived).
 	Last time.Time
-	// LastWAL is the newest WAL file's name.
+	// LastWAL is the newest WAL segment's name (the highest timeline,
+	// then position).
 	LastWAL string
 	Bases   int
 	Files   int
@@ -43,7 +44,12 @@ func (a *Archive) Window(ctx context.Context) (*Window, error) {
 	err = a.eachFile(ctx, func(name string, obj *blob.ListObject) error {
 		w.Files++
 		if obj.ModTime.After(w.Last) {
-			w.Last, w.LastWAL = obj.ModTime, name
+			w.Last = obj.ModTime
+		}
+		// By name, not by time: segments pushed in the same second (the
+		// store's precision) are ordered by their position in the WAL.
+		if segmentName.MatchString(name) && name > w.LastWAL {
+			w.LastWAL = name
 		}
 		return nil
 	})

@@ -93,7 +93,7 @@ func TestRecoveryWindowRetention(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w.Bases != 2 || !w.First.Equal(now.Add(-5*24*time.Hour)) || w.Files != 18 || w.LastWAL == "" {
+	if w.Bases != 2 || !w.First.Equal(now.Add(-5*24*time.Hour)) || w.Files != 18 || w.LastWAL != (Segment{2, 25}).Name(DefaultSegmentSize) {
 		t.Fatalf("window: %+v; want 2 bases, the first point at %s (%s's end), 18 files", w, now.Add(-5*24*time.Hour), b2)
 	}
 	bases, err := a.Bases(ctx)

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -191,6 +192,13 @@ func TestBackupRestoreOnRealPods(t *testing.T) {
 	if pod := job.Items[0].Spec.Template.Spec; pod.SecurityContext == nil || *pod.SecurityContext.RunAsUser != 65532 ||
 		!*pod.Containers[0].SecurityContext.ReadOnlyRootFilesystem || len(pod.InitContainers) != 1 {
 		t.Errorf("the backup Job's pod: %+v", pod)
+	}
+	// It reached the server through TLS, the server's certificate checked
+	// against the chart's CA (the Job succeeded: the check passed).
+	ctr := job.Items[0].Spec.Template.Spec.Containers[0]
+	if !slices.ContainsFunc(ctr.Env, func(e corev1.EnvVar) bool { return e.Name == "PGSSLMODE" && e.Value == "verify-full" }) ||
+		!slices.ContainsFunc(job.Items[0].Spec.Template.Spec.Volumes, func(v corev1.Volume) bool { return v.Secret != nil && v.Secret.SecretName == "src-tls" }) {
+		t.Errorf("the backup Job does not verify the server against src-tls's CA: env %v", ctr.Env)
 	}
 
 	restoreStart := time.Now()

@@ -222,6 +222,7 @@ func TestFailoverOnRealPods(t *testing.T) {
 		t.Errorf("the primary names no synchronous standby: %q, %v", v, err)
 	}
 	checkLinks(t, cs, ns, name, host, user, password, 2)
+	checkServerFilesHoldNoSuperuser(t, host, user, password)
 
 	members := []string{name + "-0", name + "-1", name + "-2"}
 	next := 1

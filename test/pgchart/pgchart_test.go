@@ -52,8 +52,10 @@ type rendered struct {
 	config   map[string]string // ConfigMap data: file name -> content
 	username string
 	password string
-	sts      *appsv1.StatefulSet
-	testPod  *corev1.Pod
+	// replication is the replication role's password.
+	replication string
+	sts         *appsv1.StatefulSet
+	testPod     *corev1.Pod
 	// tls is the TLS Secret's files (tls.crt, tls.key, ca.crt).
 	tls map[string]string
 }
@@ -90,12 +92,14 @@ func render(t *testing.T, vals map[string]any) rendered {
 			}
 			var s corev1.Secret
 			must(t, runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &s))
-			out.username, out.password = string(s.Data["username"]), string(s.Data["password"])
+			out.username, out.password, out.replication = string(s.Data["username"]), string(s.Data["password"]), string(s.Data["replication-password"])
 			if out.username == "" {
 				// Rendered as data (base64) by the template; the converter keeps it encoded.
-				u, _ := base64.StdEncoding.DecodeString(fmt.Sprint(o.Object["data"].(map[string]any)["username"]))
-				p, _ := base64.StdEncoding.DecodeString(fmt.Sprint(o.Object["data"].(map[string]any)["password"]))
-				out.username, out.password = string(u), string(p)
+				decoded := func(k string) string {
+					b, _ := base64.StdEncoding.DecodeString(fmt.Sprint(o.Object["data"].(map[string]any)[k]))
+					return string(b)
+				}
+				out.username, out.password, out.replication = decoded("username"), decoded("password"), decoded("replication-password")
 			}
 		case "StatefulSet":
 			out.sts = &appsv1.StatefulSet{}
@@ -180,6 +184,8 @@ func newPod(t *testing.T, r *testpg.Runner, rd rendered, root string, ordinal, p
 				v = rd.username
 			case "password":
 				v = rd.password
+			case "replication-password":
+				v = rd.replication
 			}
 		}
 		p.env[e.Name] = p.apply(v)
@@ -395,6 +401,25 @@ func TestChartRunsRealPostgreSQL(t *testing.T) {
 	}
 	if out, err := r.Command(map[string]string{"PGPASSWORD": rd.password, "PGSSLMODE": "disable", "PGCONNECT_TIMEOUT": "10"}, "psql", "-h", outside, "-p", strconv.Itoa(primary.port), "-U", rd.username, "-d", "postgres", "-XAtc", "select 1").CombinedOutput(); err == nil || !strings.Contains(string(out), "no encryption") {
 		t.Errorf("a client without TLS was not refused: %v %s", err, out)
+	}
+	// The replica streams as the replication role, not the superuser.
+	if got := q(primary, "select string_agg(usename::text, ',') from pg_stat_replication"); got != "replicator" {
+		t.Errorf("the replica streams as %q, want replicator", got)
+	}
+	// A role that may read the server's files (pg_read_binary_file)
+	// reads the server's memory, its environment's copy included: the
+	// superuser's password is not in it.
+	for _, p := range []*pod{primary, replica} {
+		mem, err := testpg.ServerMemory(func(sql string) (string, error) { return psql(r, outside, p.port, rd.username, rd.password, sql) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Contains(mem, []byte("PGDATA=")) {
+			t.Fatalf("pod %d: PGDATA= not in the %d bytes read of the server's memory: the search finds nothing", p.ordinal, len(mem))
+		}
+		if bytes.Contains(mem, []byte(rd.password)) {
+			t.Errorf("pod %d: the superuser's password is in the server's memory", p.ordinal)
+		}
 	}
 	q(primary, "create table probe (id int primary key, note text); insert into probe values (1, 'written on the primary')")
 	var note string

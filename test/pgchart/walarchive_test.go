@@ -1,6 +1,7 @@
 package pgchart
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"os/exec"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"filippo.io/age"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/chartpilot/chartpilot/internal/backup/backuptest"
 	"github.com/chartpilot/chartpilot/internal/blobstore"
@@ -21,11 +23,13 @@ import (
 // TestChartArchivesWAL renders charts/postgresql with walArchive on and
 // runs pod 0 as the kubelet would, with a real S3 server: the chart's own
 // archive_command runs the agent (built into the directory the chart's
-// install-agent init container fills) with the store's credentials and the
-// archive's key from the Secrets walArchive.secretEnv names. A WAL file
-// switched out reaches the store, pg_stat_archiver counts it with no
-// failure, it is fetched back decrypted with the key, and nothing the
-// chart renders into files or command lines holds a credential.
+// install-agent init container fills), which asks the WAL service of the
+// wal-agent container, run beside the server with the store's
+// credentials and the archive's key from the Secrets walArchive.secretEnv
+// names. A WAL file switched out reaches the store, pg_stat_archiver
+// counts it with no failure, it is fetched back decrypted with the key;
+// nothing the chart renders into files or command lines holds a
+// credential, and none is in the server's environment or memory.
 func TestChartArchivesWAL(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a real PostgreSQL server and an S3 server")
@@ -64,18 +68,27 @@ func TestChartArchivesWAL(t *testing.T) {
 	if !installs {
 		t.Fatal("no init container copies the agent into /chartpilot/bin")
 	}
+	var agent *corev1.Container
+	for i := range spec.Containers {
+		if spec.Containers[i].Name == "wal-agent" {
+			agent = &spec.Containers[i]
+		}
+	}
+	if agent == nil {
+		t.Fatal("no wal-agent container")
+	}
 	conf := rd.config["postgresql.conf"]
-	for _, want := range []string{"archive_mode = on", "archive_timeout = '60s'", "archive_command = '/chartpilot/bin/chartpilot wal-push --prefix=shop/orders --parallel=4 --store=s3 "} {
+	for _, want := range []string{"archive_mode = on", "archive_timeout = '60s'", "archive_command = '/chartpilot/bin/chartpilot wal-push --via=/var/run/postgresql/.chartpilot-wal %p'"} {
 		if !strings.Contains(conf, want) {
 			t.Errorf("postgresql.conf lacks %q:\n%s", want, conf)
 		}
 	}
 	// No credential in what is rendered into files or command lines.
-	rendered := conf + strings.Join(main.Command, " ") + strings.Join(main.Args, " ")
+	rendered := conf + strings.Join(main.Command, " ") + strings.Join(main.Args, " ") + strings.Join(agent.Command, " ")
 	for _, c := range spec.InitContainers {
 		rendered += strings.Join(c.Command, " ")
 	}
-	for _, e := range main.Env {
+	for _, e := range append(main.Env, agent.Env...) {
 		rendered += e.Value
 	}
 	for _, s := range []string{s3.SecretAccessKey, s3.AccessKeyID, id.String()} {
@@ -85,21 +98,26 @@ func TestChartArchivesWAL(t *testing.T) {
 	}
 
 	p := newPod(t, r, rd, r.TempDir(t), 0, port)
-	// The Secrets' values, as the kubelet gives them, by the references
-	// the chart rendered.
-	n := 0
-	for _, e := range main.Env {
+	for name := range p.env {
+		if strings.HasPrefix(name, "CHARTPILOT_") {
+			t.Errorf("the postgresql container's environment has %s", name)
+		}
+	}
+	// The Secrets' values, as the kubelet gives them to wal-agent, by the
+	// references the chart rendered.
+	agentEnv := map[string]string{}
+	for _, e := range agent.Env {
 		if ref := e.ValueFrom; ref != nil && ref.SecretKeyRef != nil {
 			if v, ok := secrets[ref.SecretKeyRef.Name][ref.SecretKeyRef.Key]; ok {
-				p.env[e.Name] = v
-				n++
+				agentEnv[e.Name] = v
 			}
 		}
 	}
-	if n != 3 {
-		t.Fatalf("%d of the 3 Secret references of walArchive.secretEnv are in the postgresql container's environment", n)
+	if len(agentEnv) != 3 {
+		t.Fatalf("%d of the 3 Secret references of walArchive.secretEnv are in the wal-agent container's environment", len(agentEnv))
 	}
-	// What install-agent copies: the agent, where the chart's mount is.
+	// What install-agent copies (the agent, where the chart's mount is),
+	// the same binary as the chartpilot image's.
 	bin := p.mounts["/chartpilot/bin"]
 	if bin == "" {
 		t.Fatal("the postgresql container does not mount /chartpilot/bin")
@@ -107,8 +125,30 @@ func TestChartArchivesWAL(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", filepath.Join(bin, "chartpilot"), "../../cmd/chartpilot").CombinedOutput(); err != nil {
 		t.Fatalf("building the agent: %v\n%s", err, out)
 	}
+	var words []string
+	for _, w := range agent.Command {
+		words = append(words, strings.Replace(p.apply(w), "/usr/local/bin/chartpilot", filepath.Join(bin, "chartpilot"), 1))
+	}
+	service := r.Command(agentEnv, words[0], words[1:]...)
+	serviceLog, err := os.Create(filepath.Join(p.dir, "wal-agent.log"))
+	must(t, err)
+	service.Stdout, service.Stderr = serviceLog, serviceLog
+	must(t, service.Start())
+	t.Cleanup(func() {
+		_ = service.Process.Kill()
+		_ = service.Wait()
+		serviceLog.Close()
+		if t.Failed() {
+			log, _ := os.ReadFile(serviceLog.Name())
+			t.Logf("wal-agent:\n%s", log)
+		}
+	})
 	p.start(rd)
 	p.waitProbe(main.StartupProbe, port)
+	socket := filepath.Join(p.mounts["/var/run/postgresql"], ".chartpilot-wal")
+	if fi, err := os.Stat(socket); err != nil || fi.Mode().Perm() != 0o600 || fi.Mode()&os.ModeSocket == 0 {
+		t.Errorf("the WAL service's socket: %v, %v; want a socket of mode 0600", fi, err)
+	}
 
 	q := func(query string) string {
 		t.Helper()
@@ -159,6 +199,20 @@ func TestChartArchivesWAL(t *testing.T) {
 	plain := &wal.Archive{Bucket: b, Prefix: "shop/orders"}
 	if err := plain.Fetch(context.Background(), switched, filepath.Join(t.TempDir(), switched)); err == nil {
 		t.Error("a WAL file fetched without the archive's key: it was stored unencrypted")
+	}
+	// What a role allowed to read the server's files and memory finds:
+	// none of the credentials.
+	mem, err := testpg.ServerMemory(func(sql string) (string, error) {
+		return psql(r, "127.0.0.1", port, rd.username, rd.password, sql)
+	})
+	must(t, err)
+	if !bytes.Contains(mem, []byte("PGDATA=")) {
+		t.Fatalf("PGDATA= not in the %d bytes read of the server's memory: the search finds nothing", len(mem))
+	}
+	for what, s := range map[string]string{"the store's secret key": s3.SecretAccessKey, "the archive's key": id.String()} {
+		if bytes.Contains(mem, []byte(s)) {
+			t.Errorf("%s is in the server's memory", what)
+		}
 	}
 	t.Logf("archived up to %s (last archived %s), %d WAL files in the store", switched, last, w.Files)
 }

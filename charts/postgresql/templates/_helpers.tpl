@@ -34,21 +34,36 @@ the official image and Debian's packages share. */}}
 {{- .Values.image.binDir | default (printf "/usr/lib/postgresql/%s/bin" $major) -}}
 {{- end -}}
 
-{{/* The agent's command line (without its file arguments) for
-archive_command (wal-push) and restore_command (wal-fetch): walArchive's
-store flags, prefix and, for wal-push, parallelism. Every word is checked
-against a set of characters that needs no quoting in postgresql.conf or sh
-(credentials never go here). Called with (list $ "wal-push"). */}}
-{{- define "postgresql.walAgent" -}}
-{{- $root := index . 0 -}}
-{{- $cmd := index . 1 -}}
-{{- $w := $root.Values.walArchive -}}
-{{- $prefix := $w.prefix | default (printf "%s/%s" $root.Release.Namespace (include "postgresql.fullname" $root)) -}}
-{{- $words := list "/chartpilot/bin/chartpilot" $cmd (printf "--prefix=%s" $prefix) -}}
-{{- if eq $cmd "wal-push" }}{{ $words = append $words (printf "--parallel=%d" (int $w.parallel)) }}{{ end -}}
+{{/* The socket of the WAL service (the wal-agent container) that
+archive_command and restore_command ask. */}}
+{{- define "postgresql.walSocket" -}}
+/var/run/postgresql/.chartpilot-wal
+{{- end }}
+
+{{/* The WAL service's command (chartpilot wal-serve in the wal-agent
+container): walArchive's store flags, prefix and parallelism, as a JSON
+list. Every word is checked against a plain set of characters
+(credentials never go here). */}}
+{{- define "postgresql.walServe" -}}
+{{- $w := .Values.walArchive -}}
+{{- $prefix := $w.prefix | default (printf "%s/%s" .Release.Namespace (include "postgresql.fullname" .)) -}}
+{{- $words := list "/usr/local/bin/chartpilot" "wal-serve" (printf "--socket=%s" (include "postgresql.walSocket" .)) "--data-dir=/var/lib/postgresql/data/pgdata" (printf "--prefix=%s" $prefix) (printf "--parallel=%d" (int $w.parallel)) -}}
 {{- range $w.storeArgs }}{{ $words = append $words (toString .) }}{{ end -}}
 {{- range $words }}
-{{- if not (regexMatch "^[A-Za-z0-9_./:=@+,-]+$" .) }}{{ fail (printf "walArchive: %q holds a character other than letters, digits and _./:=@+,- (storeArgs and prefix go into archive_command)" .) }}{{ end }}
+{{- if not (regexMatch "^[A-Za-z0-9_./:=@+,-]+$" .) }}{{ fail (printf "walArchive: %q holds a character other than letters, digits and _./:=@+,- (storeArgs and prefix)" .) }}{{ end }}
 {{- end -}}
-{{ join " " $words }}
+{{ toJson $words }}
 {{- end }}
+
+{{/* The replication role (failover.replicationUser) and its password, for
+the clone and the primary that makes the role. Absent from an existing
+Secret without the key: replicas then use the superuser. */}}
+{{- define "postgresql.replicationEnv" -}}
+{{- $u := .Values.failover.replicationUser | toString -}}
+{{- if $u }}
+{{- if or (not (regexMatch "^[a-z_][a-z0-9_]{0,62}$" $u)) (hasPrefix "pg_" $u) (eq $u .Values.auth.username) }}{{ fail (printf "failover.replicationUser %q: a role name of lower-case letters, digits and _, not pg_…, not the superuser (or empty: replicas use the superuser)" $u) }}{{ end }}
+- {name: REPLICATION_USER, value: {{ $u | quote }}}
+- name: REPLICATION_PASSWORD
+  valueFrom: {secretKeyRef: {name: {{ include "postgresql.secretName" . }}, key: replication-password, optional: true}}
+{{- end }}
+{{- end -}}

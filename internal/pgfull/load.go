@@ -16,6 +16,7 @@ import (
 	"os"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -311,7 +312,7 @@ func alteredObject(sql string) (kind, schema, name string, ok bool) {
 // asOwner runs load with the libpq environment of a login role made for
 // it: a member of owner alone, allowed to connect to db, with a random
 // password (the server is sent its SCRAM verifier only). The role is
-// dropped afterwards whatever happened.
+// dropped afterwards whatever happened (see dropLoader).
 func asOwner(ctx context.Context, c Commander, db, owner string, load func(env []string) error) (err error) {
 	var b [12]byte
 	if _, err := rand.Read(b[:]); err != nil {
@@ -324,19 +325,17 @@ func asOwner(ctx context.Context, c Commander, db, owner string, load func(env [
 		return err
 	}
 	create := fmt.Sprintf("CREATE ROLE %s LOGIN NOINHERIT PASSWORD %s; GRANT %s TO %s", ident(name), literal(verifier), ident(owner), ident(name))
-	if _, err := c.run(ctx, nil, nil, nil, "psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "--dbname", "postgres", "-c", "SET standard_conforming_strings = on", "-c", create); err != nil {
+	oid, err := c.run(ctx, nil, nil, nil, "psql", "-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=1", "--dbname", "postgres", "-c", "SET standard_conforming_strings = on",
+		"-c", create, "-c", "SELECT oid FROM pg_roles WHERE rolname = "+literal(name))
+	if err != nil {
 		return fmt.Errorf("making the loading role: %w", err)
 	}
+	oid = strings.TrimSpace(oid)
+	if _, err := strconv.ParseUint(oid, 10, 32); err != nil {
+		return fmt.Errorf("making the loading role: its OID reads %q", oid)
+	}
 	defer func() {
-		// Whatever the load left owned by the role, then the role.
-		ctx := context.WithoutCancel(ctx)
-		_, derr := c.run(ctx, []string{"PGDATABASE=" + db}, nil, nil, "psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-c", "DROP OWNED BY "+ident(name))
-		if derr == nil {
-			_, derr = c.run(ctx, nil, nil, nil, "psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "--dbname", "postgres", "-c", "DROP ROLE "+ident(name))
-		}
-		if derr != nil {
-			// It cannot log in again, at least.
-			_, _ = c.run(ctx, nil, nil, nil, "psql", "-X", "-q", "--dbname", "postgres", "-c", "ALTER ROLE "+ident(name)+" NOLOGIN PASSWORD NULL")
+		if derr := dropLoader(context.WithoutCancel(ctx), c, db, oid, owner); derr != nil {
 			err = errors.Join(err, fmt.Errorf("dropping the loading role %s: %w", name, derr))
 		}
 	}()
@@ -353,6 +352,32 @@ func asOwner(ctx context.Context, c Commander, db, owner string, load func(env [
 		}
 	}
 	return load([]string{"PGUSER=" + name, "PGPASSWORD=" + password, "PGPASSFILE=/dev/null"})
+}
+
+// dropLoader drops the loading role of OID oid, whatever it is called
+// by now (a role with CREATEROLE may rename it): what the load made it
+// own goes to owner (the owner's code may have made objects of the
+// owner's depend on it, which would stop DROP OWNED), its privileges are
+// revoked, then it is dropped. A role that cannot be dropped is left
+// unable to log in.
+func dropLoader(ctx context.Context, c Commander, db, oid, owner string) error {
+	out, err := c.run(ctx, nil, nil, nil, "psql", "-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=1", "--dbname", "postgres", "-c", "SELECT quote_ident(rolname) FROM pg_roles WHERE oid = "+oid)
+	if err != nil {
+		return err
+	}
+	quoted := strings.TrimSuffix(out, "\n")
+	if quoted == "" {
+		return nil // dropped already
+	}
+	_, err = c.run(ctx, []string{"PGDATABASE=" + db}, nil, nil, "psql", "-X", "-q", "-v", "ON_ERROR_STOP=1",
+		"-c", "REASSIGN OWNED BY "+quoted+" TO "+ident(owner), "-c", "DROP OWNED BY "+quoted)
+	if err == nil {
+		_, err = c.run(ctx, nil, nil, nil, "psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "--dbname", "postgres", "-c", "DROP ROLE "+quoted)
+	}
+	if err != nil {
+		_, _ = c.run(ctx, nil, nil, nil, "psql", "-X", "-q", "--dbname", "postgres", "-c", "ALTER ROLE "+quoted+" NOLOGIN PASSWORD NULL")
+	}
+	return err
 }
 
 func randomBytes(n int) []byte {

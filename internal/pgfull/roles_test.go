@@ -295,3 +295,45 @@ func TestAlteredObject(t *testing.T) {
 		t.Error("an unqualified name was accepted")
 	}
 }
+
+// TestLoadingRoleAlwaysDropped: a table's CHECK function, run by its
+// owner's loading role, makes that role own a table and a view of the
+// owner's depend on it, so that DROP OWNED alone would fail, and every
+// restore with it. The restore succeeds, the role is gone, and what it
+// made belongs to the owner.
+func TestLoadingRoleAlwaysDropped(t *testing.T) {
+	src := testpg.Start(t)
+	src.Query(t, "postgres", "CREATE ROLE app LOGIN CREATEROLE")
+	src.Query(t, "postgres", "CREATE DATABASE appdb OWNER app")
+	as(t, src, "app", "appdb", `CREATE TABLE public.t (i int);
+CREATE FUNCTION public.pin(r public.t) RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE loader text := session_user;
+BEGIN
+  IF loader LIKE 'chartpilot_load_%' AND to_regclass('public.mine') IS NULL THEN
+    EXECUTE format('GRANT CREATE ON SCHEMA public TO %I', loader);
+    RESET ROLE;
+    CREATE TABLE public.mine (i int);
+    GRANT SELECT ON public.mine TO app;
+    SET ROLE app;
+    CREATE VIEW public.pinned AS SELECT * FROM public.mine;
+  END IF;
+  RETURN true;
+END $$;
+ALTER TABLE public.t ADD CONSTRAINT c CHECK (public.pin(t.*));
+INSERT INTO public.t VALUES (1), (2);`)
+	stream := fullBackup(t, src)
+
+	dst := testpg.Start(t)
+	if _, err := RestoreWith(context.Background(), bytes.NewReader(stream), commander(dst), Options{}); err != nil {
+		t.Fatalf("the restore: %v", err)
+	}
+	if got := dst.Query(t, "postgres", "SELECT count(*) FROM pg_roles WHERE rolname LIKE 'chartpilot_load_%'"); got != "0" {
+		t.Errorf("%s loading roles left", got)
+	}
+	if got := dst.Query(t, "appdb", "SELECT (SELECT count(*) FROM public.t) || ' ' || (SELECT tableowner FROM pg_tables WHERE tablename = 'mine') || ' ' || (SELECT count(*) FROM public.pinned)"); got != "2 app 0" {
+		t.Errorf("rows, the owner of the table the loading role made, the view on it: %s", got)
+	}
+	if got := dst.Query(t, "postgres", superusers); got != "postgres" {
+		t.Errorf("superusers after the restore: %s", got)
+	}
+}

@@ -3,6 +3,7 @@ package nodes
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
@@ -234,6 +236,32 @@ func TestBackupRestoreOnRealPods(t *testing.T) {
 		t.Errorf("dst's superuser: %q", v)
 	}
 	t.Logf("restored: %s", strings.ReplaceAll(want, "\n", "; "))
+
+	// A restore drill as spec.backup.verify runs it: its Job (src's image,
+	// as its postgres user, holding no credential of src) restores the
+	// backup whole into a server it starts itself.
+	verify := func(schedule string) {
+		t.Helper()
+		patch := fmt.Sprintf(`{"spec":{"backup":{"verify":%q}}}`, schedule)
+		if _, err := dyn.Resource(postgresGVR).Namespace(tenant).Patch(ctx, "src", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	verify("* * * * *")
+	var drilled string
+	err = wait.PollUntilContextTimeout(ctx, 2*time.Second, 8*time.Minute, true, func(ctx context.Context) (bool, error) {
+		u, err := dyn.Resource(postgresGVR).Namespace(tenant).Get(ctx, "src", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		drilled, _, _ = unstructured.NestedString(u.Object, "status", "backup", "lastVerifyResult")
+		return strings.HasPrefix(drilled, "Succeeded") || strings.HasPrefix(drilled, "Failed"), nil
+	})
+	if err != nil || !strings.HasPrefix(drilled, "Succeeded: Backup full") || !strings.Contains(drilled, "throwaway server") {
+		t.Fatalf("the restore drill on real pods: %v, %q", err, drilled)
+	}
+	t.Logf("drilled: %s", drilled)
+	verify("")
 
 	// The backup is stored encrypted; restored with another key it is
 	// refused, naming both keys' recipients, before anything is read.

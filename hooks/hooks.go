@@ -165,7 +165,10 @@ type Hook struct {
 	Report     func(ctx context.Context, obj Object) *metav1.Condition
 	ReportType string
 	// Identity returns the user Helm actions for obj run as
-	// ("system:serviceaccount:ns:name"), or "" for the operator's own.
+	// ("system:serviceaccount:ns:name"), or "" to leave it to the watch's
+	// serviceAccountName and --default-service-account; of several hooks
+	// that name one, the last in the watch's order wins
+	// (internal/identity.Resolve).
 	Identity func(ctx context.Context, obj Object) (string, error)
 	// Peers returns the namespaces whose resources share a fleet rollout
 	// (canaries) with those of namespace, such as a tenant's namespaces;

@@ -3,7 +3,6 @@ package backup
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -12,6 +11,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/chartpilot/chartpilot/internal/identity"
 	"github.com/chartpilot/chartpilot/internal/redact"
 )
 
@@ -38,7 +38,7 @@ func (id *Identity) createJob(ctx context.Context, c client.Client, target *unst
 	if err != nil {
 		return err
 	}
-	if ns, name, ok := serviceAccountOf(user); ok && ns == job.Namespace {
+	if ns, name, ok := identity.ParseServiceAccount(user); ok && ns == job.Namespace {
 		job.Spec.Template.Spec.ServiceAccountName = name
 	}
 	err = as.Create(ctx, job)
@@ -97,13 +97,4 @@ func (id *Identity) clientFor(ctx context.Context, c client.Client, target *unst
 	}
 	id.clients[user] = cl
 	return cl, user, nil
-}
-
-func serviceAccountOf(user string) (namespace, name string, ok bool) {
-	rest, found := strings.CutPrefix(user, "system:serviceaccount:")
-	if !found {
-		return "", "", false
-	}
-	namespace, name, ok = strings.Cut(rest, ":")
-	return namespace, name, ok && namespace != "" && name != ""
 }

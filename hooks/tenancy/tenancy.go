@@ -30,6 +30,7 @@ import (
 
 	"github.com/chartpilot/chartpilot/hooks"
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
+	"github.com/chartpilot/chartpilot/internal/identity"
 	"github.com/chartpilot/chartpilot/internal/values"
 )
 
@@ -245,7 +246,7 @@ func (t *Tenancy) identity(ctx context.Context, obj hooks.Object) (string, error
 	if err != nil || tenant == nil || tenant.Spec.ServiceAccountName == "" {
 		return "", err
 	}
-	return "system:serviceaccount:" + obj.Resource.GetNamespace() + ":" + tenant.Spec.ServiceAccountName, nil
+	return identity.ServiceAccount(obj.Resource.GetNamespace(), tenant.Spec.ServiceAccountName), nil
 }
 
 // namespacesOf lists the namespaces a tenant claims.

@@ -38,6 +38,7 @@ import (
 	"github.com/chartpilot/chartpilot/internal/admission"
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/helm"
+	"github.com/chartpilot/chartpilot/internal/identity"
 	"github.com/chartpilot/chartpilot/internal/kinds"
 	"github.com/chartpilot/chartpilot/internal/kinds/postgres"
 	"github.com/chartpilot/chartpilot/internal/release"
@@ -361,35 +362,32 @@ func addReconcilers(o Options, mgr manager.Manager, scheme *runtime.Scheme, sour
 			return nil, nil, err
 		}
 	}
-	// Who a resource's writes run as, in the release reconciler's order:
-	// its hooks (a Tenant's ServiceAccount), the watch's
-	// serviceAccountName, --default-service-account; "" the manager.
-	identity := func(ctx context.Context, u *unstructured.Unstructured) (string, error) {
-		ns := u.GetNamespace()
+	// Who a resource's writes run as: the release reconciler's rule
+	// (identity.Resolve) over the watch's hooks.
+	identityOf := func(ctx context.Context, u *unstructured.Unstructured) (string, error) {
 		for _, w := range o.Watches {
 			if w.GVK != u.GroupVersionKind() {
 				continue
 			}
+			var fromHooks []string
 			for _, h := range selected[w.GVK] {
 				if h.Identity == nil {
 					continue
 				}
 				id, err := h.Identity(ctx, hooks.Object{Resource: u})
-				if err != nil || id != "" {
-					return id, err
+				if err != nil {
+					return "", err
 				}
+				fromHooks = append(fromHooks, id)
 			}
-			if w.ServiceAccountName != "" {
-				return "system:serviceaccount:" + ns + ":" + w.ServiceAccountName, nil
-			}
+			user, _ := identity.Resolve(u.GetNamespace(), fromHooks, w.ServiceAccountName, o.DefaultServiceAccount)
+			return user, nil
 		}
-		if o.DefaultServiceAccount != "" {
-			return "system:serviceaccount:" + ns + ":" + o.DefaultServiceAccount, nil
-		}
-		return "", nil
+		user, _ := identity.Resolve(u.GetNamespace(), nil, "", o.DefaultServiceAccount)
+		return user, nil
 	}
-	majorIdentity.Of = identity
-	return admitted, identity, nil
+	majorIdentity.Of = identityOf
+	return admitted, identityOf, nil
 }
 
 // addAutoExpander grows the volumes of a watch's resources that ask for

@@ -3,7 +3,6 @@ package release
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -12,31 +11,20 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/chartpilot/chartpilot/hooks"
+	"github.com/chartpilot/chartpilot/internal/identity"
 )
 
-// serviceAccountUser is the user name a ServiceAccount is impersonated as.
-func serviceAccountUser(namespace, name string) string {
-	return "system:serviceaccount:" + namespace + ":" + name
-}
-
-// identity resolves the user every write made for the resource runs as:
-// the one a hook names (a Tenant's ServiceAccount), else the watch's
-// serviceAccountName, else the operator's default ServiceAccount, each in
-// the resource's namespace. "" is the manager itself, which lockdown (a
-// default ServiceAccount set) never allows: there, a ServiceAccount that does
-// not exist is a stall (NoIdentity) before anything is written.
-func (r *Reconciler) identity(ctx context.Context, fromHooks string, namespace string) (string, *stallError) {
-	user, source := fromHooks, "the resource's Tenant"
-	if user == "" && r.Watch.ServiceAccountName != "" {
-		user, source = serviceAccountUser(namespace, r.Watch.ServiceAccountName), "the watch's serviceAccountName"
-	}
-	if user == "" && r.DefaultServiceAccount != "" {
-		user, source = serviceAccountUser(namespace, r.DefaultServiceAccount), "--default-service-account"
-	}
+// identity resolves the user every write made for the resource runs as
+// (identity.Resolve, from the users the hooks name). "" is the manager
+// itself, which lockdown (a default ServiceAccount set) never allows:
+// there, a ServiceAccount that does not exist is a stall (NoIdentity)
+// before anything is written.
+func (r *Reconciler) identity(ctx context.Context, fromHooks []string, namespace string) (string, *stallError) {
+	user, source := identity.Resolve(namespace, fromHooks, r.Watch.ServiceAccountName, r.DefaultServiceAccount)
 	if r.DefaultServiceAccount == "" {
 		return user, nil
 	}
-	ns, name, ok := parseServiceAccountUser(user)
+	ns, name, ok := identity.ParseServiceAccount(user)
 	if !ok {
 		return "", &stallError{"NoIdentity", fmt.Errorf("the operator runs locked down (--default-service-account) and %s names %q, not a ServiceAccount: nothing was written; set serviceAccountName on the Tenant or in watches.yaml", source, user)}
 	}
@@ -56,22 +44,12 @@ func (r *Reconciler) identity(ctx context.Context, fromHooks string, namespace s
 	return user, nil
 }
 
-// parseServiceAccountUser splits system:serviceaccount:NS:NAME.
-func parseServiceAccountUser(user string) (namespace, name string, ok bool) {
-	rest, ok := strings.CutPrefix(user, "system:serviceaccount:")
-	if !ok {
-		return "", "", false
-	}
-	namespace, name, ok = strings.Cut(rest, ":")
-	return namespace, name, ok && namespace != "" && name != ""
-}
-
 // identityForDeletion resolves the identity of a resource being deleted,
 // from the hooks that name one (they need only the resource) and the
 // fallbacks of identity.
 func (r *Reconciler) identityForDeletion(ctx context.Context, p *pass) (string, *stallError) {
 	hobj := hooks.Object{Resource: p.obj}
-	fromHooks := ""
+	var fromHooks []string
 	for _, h := range r.Hooks {
 		if h.Identity == nil {
 			continue
@@ -80,9 +58,7 @@ func (r *Reconciler) identityForDeletion(ctx context.Context, p *pass) (string, 
 		if err != nil {
 			return "", &stallError{"NoIdentity", fmt.Errorf("hook %s: %w", h.Name, err)}
 		}
-		if id != "" {
-			fromHooks = id
-		}
+		fromHooks = append(fromHooks, id)
 	}
 	return r.identity(ctx, fromHooks, p.key.Namespace)
 }

@@ -86,6 +86,8 @@ type desired struct {
 	hobj hooks.Object
 	// identity is the user Helm actions run as ("" for the operator itself).
 	identity string
+	// hookUsers are the users the hooks name, in order (see identity.Resolve).
+	hookUsers []string
 	// held: a hook refused the resource, policy holds it, or no chart can be
 	// had; nothing may be deployed (retryAfter > 0: look again then).
 	held       bool
@@ -143,7 +145,7 @@ func (r *Reconciler) desire(ctx context.Context, p *pass, deployed deployedState
 		r.mem.retried(p.key, "OverrideSecret")
 		layers = append(layers, values.Layer{Name: "overrides from Secrets", Values: secrets})
 	}
-	if d.identity, d.stall = r.identity(ctx, d.identity, p.key.Namespace); d.stall != nil {
+	if d.identity, d.stall = r.identity(ctx, d.hookUsers, p.key.Namespace); d.stall != nil {
 		return d
 	}
 	d.vals = values.Merge(layers...)
@@ -175,9 +177,7 @@ func (r *Reconciler) hookLayers(ctx context.Context, p *pass, d *desired, crVals
 				r.refusedBy(p, d, h, err)
 				return nil, false
 			}
-			if id != "" {
-				d.identity = id
-			}
+			d.hookUsers = append(d.hookUsers, id)
 		}
 		if h.Values != nil {
 			v, err := h.Values.Values(ctx, d.hobj)

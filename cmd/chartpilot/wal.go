@@ -126,23 +126,9 @@ func walCommand(ctx context.Context, name string, args []string, stdout, stderr 
 		}
 		return json.NewEncoder(stdout).Encode(w)
 	case "wal-prune":
-		d, err := parseWindow(*window)
-		if err != nil {
-			return fmt.Errorf("--recovery-window: %w", err)
-		}
-		p, err := a.Prune(ctx, d, time.Now())
-		if p != nil {
-			for _, b := range p.Bases {
-				fmt.Fprintf(stderr, "pruned base backup %s\n", b)
-			}
-			fmt.Fprintf(stderr, "pruned %d WAL files\n", p.Files)
-		}
-		return err
+		return prune(ctx, a, *window, stderr)
 	}
 	// recover
-	if *dataDir == "" {
-		return errors.New("--data-dir is required")
-	}
 	var t wal.Target
 	if *targetTime != "" {
 		if t.Time, err = time.Parse(time.RFC3339Nano, *targetTime); err != nil {
@@ -150,7 +136,45 @@ func walCommand(ctx context.Context, name string, args []string, stdout, stderr 
 		}
 	}
 	t.LSN, t.XID = *targetLSN, *targetXID
-	plan, err := a.Plan(ctx, t, *base)
+	fetch := append(append([]string{"wal-fetch"}, sf.args()...), "--prefix="+*prefix, fmt.Sprintf("--segment-size=%d", *segSize))
+	return recoverTo(ctx, a, recovery{target: t, base: *base, dataDir: *dataDir, stagingDir: *stagingDir, fetch: fetch, options: options}, stderr)
+}
+
+// prune deletes what no point of the recovery window needs.
+func prune(ctx context.Context, a *wal.Archive, window string, stderr io.Writer) error {
+	d, err := parseWindow(window)
+	if err != nil {
+		return fmt.Errorf("--recovery-window: %w", err)
+	}
+	p, err := a.Prune(ctx, d, time.Now())
+	if p != nil {
+		for _, b := range p.Bases {
+			fmt.Fprintf(stderr, "pruned base backup %s\n", b)
+		}
+		fmt.Fprintf(stderr, "pruned %d WAL files\n", p.Files)
+	}
+	return err
+}
+
+// recovery is what `chartpilot recover` was asked.
+type recovery struct {
+	target              wal.Target
+	base                string
+	dataDir, stagingDir string
+	// fetch is this binary's restore_command words (wal-fetch and the
+	// store's flags) before %f %p.
+	fetch   []string
+	options []string
+}
+
+// recoverTo restores a base backup of a into rc.dataDir and replays the
+// archived WAL to rc.target, then promotes.
+func recoverTo(ctx context.Context, a *wal.Archive, rc recovery, stderr io.Writer) error {
+	if rc.dataDir == "" {
+		return errors.New("--data-dir is required")
+	}
+	t := rc.target
+	plan, err := a.Plan(ctx, t, rc.base)
 	if err != nil {
 		return err
 	}
@@ -163,18 +187,16 @@ func walCommand(ctx context.Context, name string, args []string, stdout, stderr 
 	if err != nil {
 		return err
 	}
-	fetch := append([]string{self, "wal-fetch"}, sf.args()...)
-	fetch = append(fetch, "--prefix="+*prefix, fmt.Sprintf("--segment-size=%d", *segSize))
 	var quoted []string
-	for _, w := range fetch {
+	for _, w := range append([]string{self}, rc.fetch...) {
 		quoted = append(quoted, shellQuote(w))
 	}
 	restoreCommand := strings.Join(quoted, " ") + " %f %p"
-	staging := *stagingDir
+	staging := rc.stagingDir
 	if staging == "" {
-		staging = filepath.Dir(filepath.Clean(*dataDir))
+		staging = filepath.Dir(filepath.Clean(rc.dataDir))
 	}
-	if err := a.Prepare(ctx, plan, *dataDir, staging, restoreCommand, t, backup.Expect{}); err != nil {
+	if err := a.Prepare(ctx, plan, rc.dataDir, staging, restoreCommand, t, backup.Expect{}); err != nil {
 		return err
 	}
 	socketDir, err := os.MkdirTemp("", "chartpilot-recover-")
@@ -183,7 +205,7 @@ func walCommand(ctx context.Context, name string, args []string, stdout, stderr 
 	}
 	defer os.RemoveAll(socketDir)
 	logPath := filepath.Join(staging, "chartpilot-recover.log")
-	if err := wal.Replay(ctx, *dataDir, socketDir, logPath, options); err != nil {
+	if err := wal.Replay(ctx, rc.dataDir, socketDir, logPath, rc.options); err != nil {
 		if plan.Gap != "" {
 			return fmt.Errorf("%w; the archive has a gap at segment %s (missing while %s, newer, is there)", err, plan.Gap, plan.Last)
 		}

@@ -206,14 +206,17 @@ func (m *Major) carryOut(ctx context.Context, obj hooks.Object) error {
 		if err := m.start(ctx, obj.Resource, ch); err != nil {
 			return err
 		}
-		m.record(ctx, pg, &v1alpha1.PostgresMajorUpgrade{From: ch.from, To: ch.to, Phase: MajorRunning, Job: ch.job,
-			Message: "Job " + ch.job + " moves the data to claim " + ch.next + "-" + pg.Name + "-0; writes are stopped meanwhile"}, nil)
+		if err := m.record(ctx, pg, &v1alpha1.PostgresMajorUpgrade{From: ch.from, To: ch.to, Phase: MajorRunning, Job: ch.job,
+			Message: "Job " + ch.job + " moves the data to claim " + ch.next + "-" + pg.Name + "-0; writes are stopped meanwhile"}, nil); err != nil {
+			return err
+		}
 		return hooks.Reject("MajorUpgradeRunning", "%s: Job %s started: it stops writes, dumps the data and restores it into claim %s-%s-0 with PostgreSQL %s", what, ch.job, ch.next, pg.Name, ch.to)
 	case out.job.Labels[v1alpha1.LabelMajorUpgrade] != pg.Name:
 		return hooks.Reject("MajorUpgradeFailed", "%s: Job %s exists and is not chartpilot's major upgrade of %s: delete or rename it", what, ch.job, pg.Name)
 	case out.report != nil && out.report.OK && !out.failed && out.report.Major == ch.to:
-		m.completed(ctx, pg, ch, out.report)
-		return nil
+		// The release follows status.dataVolume: it must be written
+		// before the release moves.
+		return m.completed(ctx, pg, ch, out.report)
 	case out.report != nil || out.failed || out.job.Status.CompletionTime != nil:
 		step, why := "report", "the Job ended without a report of the data it moved"
 		switch {
@@ -224,7 +227,9 @@ func (m *Major) carryOut(ctx context.Context, obj hooks.Object) error {
 		case out.raw != "":
 			why = out.raw
 		}
-		m.record(ctx, pg, &v1alpha1.PostgresMajorUpgrade{From: ch.from, To: ch.to, Phase: MajorFailed, Job: ch.job, Step: step, Message: why}, nil)
+		if err := m.record(ctx, pg, &v1alpha1.PostgresMajorUpgrade{From: ch.from, To: ch.to, Phase: MajorFailed, Job: ch.job, Step: step, Message: why}, nil); err != nil {
+			return err
+		}
 		writes := "writes allowed again"
 		if out.report == nil {
 			// Killed before it could report (or give writes back).
@@ -245,48 +250,60 @@ func failoverEnabled(pg *v1alpha1.Postgres) bool {
 // completed records the data moved: status.dataVolume (which the values
 // follow from now on), status.previousVolume with the old claims, and an
 // event; once.
-func (m *Major) completed(ctx context.Context, pg *v1alpha1.Postgres, ch *majorChange, rep *majorupgrade.Report) {
+func (m *Major) completed(ctx context.Context, pg *v1alpha1.Postgres, ch *majorChange, rep *majorupgrade.Report) error {
 	if mu := pg.Status.MajorUpgrade; mu != nil && mu.Phase == MajorCompleted && mu.To == ch.to && pg.Status.DataVolume != nil && pg.Status.DataVolume.Major == ch.to {
-		return
+		return nil
 	}
 	claims := &corev1.PersistentVolumeClaimList{}
+	if err := m.Reader.List(ctx, claims, client.InNamespace(pg.Namespace)); err != nil {
+		return fmt.Errorf("listing the claims of PostgreSQL %s: %w", ch.from, err)
+	}
 	var old []string
-	if err := m.Reader.List(ctx, claims, client.InNamespace(pg.Namespace)); err == nil {
-		prefix := ch.volume + "-" + pg.Name + "-"
-		for _, c := range claims.Items {
-			if rest, ok := strings.CutPrefix(c.Name, prefix); ok && rest != "" && strings.Trim(rest, "0123456789") == "" {
-				old = append(old, c.Name)
-			}
+	prefix := ch.volume + "-" + pg.Name + "-"
+	for _, c := range claims.Items {
+		if rest, ok := strings.CutPrefix(c.Name, prefix); ok && rest != "" && strings.Trim(rest, "0123456789") == "" {
+			old = append(old, c.Name)
 		}
 	}
 	msg := fmt.Sprintf("%d tables in %d databases (%d rows) moved to PostgreSQL %s on claim %s-%s-0 and compared in %.1fs; the release switches to it; claims %s of PostgreSQL %s are kept until a person deletes them",
 		rep.Tables, rep.Databases, rep.Rows, ch.to, ch.next, pg.Name, rep.Seconds, strings.Join(old, ", "), ch.from)
-	m.record(ctx, pg, &v1alpha1.PostgresMajorUpgrade{From: ch.from, To: ch.to, Phase: MajorCompleted, Job: ch.job, Message: msg, Tables: rep.Tables, Rows: rep.Rows},
+	err := m.record(ctx, pg, &v1alpha1.PostgresMajorUpgrade{From: ch.from, To: ch.to, Phase: MajorCompleted, Job: ch.job, Message: msg, Tables: rep.Tables, Rows: rep.Rows},
 		map[string]any{
 			"dataVolume":     map[string]any{"name": ch.next, "major": ch.to},
 			"previousVolume": map[string]any{"name": ch.volume, "major": ch.from, "claims": old},
 		})
+	if err != nil {
+		return err
+	}
 	if m.Recorder != nil {
 		m.Recorder.Event(pg, corev1.EventTypeNormal, "MajorUpgradeDataMoved", msg)
 	}
+	return nil
 }
 
 // record merges status.majorUpgrade (and extra status fields) into pg's
-// status when they changed. A failed write is seen again next pass.
-func (m *Major) record(ctx context.Context, pg *v1alpha1.Postgres, mu *v1alpha1.PostgresMajorUpgrade, extra map[string]any) {
+// status when they changed; its error fails the pass, which is tried
+// again.
+func (m *Major) record(ctx context.Context, pg *v1alpha1.Postgres, mu *v1alpha1.PostgresMajorUpgrade, extra map[string]any) error {
 	if cur := pg.Status.MajorUpgrade; cur != nil && *cur == *mu && extra == nil {
-		return
+		return nil
 	}
 	raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(mu)
 	if err != nil {
-		return
+		return err
 	}
 	status := map[string]any{"majorUpgrade": raw}
 	for k, v := range extra {
 		status[k] = v
 	}
-	patch, _ := json.Marshal(map[string]any{"status": status})
-	_ = m.Client.Status().Patch(ctx, pg, client.RawPatch(types.MergePatchType, patch))
+	patch, err := json.Marshal(map[string]any{"status": status})
+	if err != nil {
+		return err
+	}
+	if err := m.Client.Status().Patch(ctx, pg, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		return fmt.Errorf("recording the major upgrade in %s's status: %w", pg.Name, err)
+	}
+	return nil
 }
 
 // start creates the new claim and the Job, as pg's identity.

@@ -2,9 +2,11 @@ package backup
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -15,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
+	"github.com/chartpilot/chartpilot/internal/majorupgrade"
 )
 
 // TestStaleReadKeepsRunningBackup: a pass that reads the Backup before its
@@ -58,5 +61,25 @@ func TestStaleReadKeepsRunningBackup(t *testing.T) {
 	}
 	if got.Status.Phase != v1alpha1.BackupRunning || got.Status.Job != "backup-nightly-1" {
 		t.Errorf("after a pass on a stale copy the Backup is %s (%s), job %q; want Running", got.Status.Phase, got.Status.Message, got.Status.Job)
+	}
+}
+
+// TestMajorUpgradeStatusWriteFails: a status write of the major upgrade
+// that the API server refuses fails the pass (to be tried again) rather
+// than letting the release move to a volume the status does not name.
+func TestMajorUpgradeStatusWriteFails(t *testing.T) {
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = v1alpha1.AddToScheme(scheme)
+	pg := testPostgres()
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(pg).WithStatusSubresource(&v1alpha1.Postgres{}).Build()
+	refusing := interceptor.NewClient(c, interceptor.Funcs{SubResourcePatch: func(ctx context.Context, cl client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+		return apierrors.NewServiceUnavailable("etcd is down")
+	}})
+	m := &Major{Client: refusing, Reader: c}
+	ch := &majorChange{pg: pg, from: "15", to: "17", volume: "data", next: "data-pg17", job: "orders-major-17"}
+	err := m.completed(context.Background(), pg, ch, &majorupgrade.Report{OK: true, Major: "17", Tables: 1, Databases: 1})
+	if err == nil || !strings.Contains(err.Error(), "etcd is down") {
+		t.Fatalf("completed with the status write refused: %v", err)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"gocloud.dev/blob"
 	"golang.org/x/sys/unix"
 
+	"github.com/chartpilot/chartpilot/internal/agentargs"
 	"github.com/chartpilot/chartpilot/internal/backup"
 	"github.com/chartpilot/chartpilot/internal/blobstore"
 	"github.com/chartpilot/chartpilot/internal/pgfull"
@@ -61,35 +62,14 @@ func backupCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs := flag.NewFlagSet("chartpilot backup "+sub, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, backupUsage); fs.PrintDefaults() }
-	location := fs.String("location", "", "key prefix of the backup in the store, e.g. orders/2026-11-30T120000Z (required)")
-	var sf storeFlags
-	sf.register(fs)
-	recipient := fs.String("recipient", "", "run: age X25519 public key (age1…) to encrypt for; empty: not encrypted")
-	compression := fs.String("compression", backup.CompressionZstd, "run: zstd or none")
-	identityFile := fs.String("identity-file", "", "restore: file holding the age X25519 secret key of an encrypted backup")
-	var keep backup.Retention
-	fs.IntVar(&keep.Count, "keep-count", 0, "run: after the backup, prune the series (the location's parent) to this many backups (0: no count rule)")
-	fs.DurationVar(&keep.MaxAge, "keep-max-age", 0, "run: after the backup, prune backups of the series older than this (0: no age rule); the newest is always kept")
-	var want backup.Expect
-	fs.StringVar(&want.SHA256, "expect-sha256", "", "restore, verify: the SHA-256 the backup was recorded with (its Backup's status); a backup in the store that differs is refused before it is downloaded")
-	fs.Int64Var(&want.Size, "expect-size", 0, "restore, verify: the size in bytes the backup was recorded with; no more than this is downloaded")
-	postgres := fs.Bool("postgres", false, "run: back up everything the PostgreSQL server libpq's environment (PGHOST…) reaches holds, its roles and every database, instead of a command's output; restore: restore such a backup (or one database's pg_dump -Fc) into that server")
-	privileged := fs.Bool("privileged-roles", false, "restore --postgres: also restore SUPERUSER, REPLICATION and BYPASSRLS, and memberships in superusers and in pg_read_server_files, pg_write_server_files and pg_execute_server_program (without it, only the target's own roles have them)")
-	scratch := fs.Bool("scratch", false, "verify: restore the backup whole, roles included, into a server of the drill's own (initdb and postgres from PATH or /usr/lib/postgresql, in $CHARTPILOT_STAGE_DIR or the temporary directory), not into the server libpq's environment reaches")
-	manifestFile := fs.String("manifest-file", "", "also write the manifest to this file (a Job's /dev/termination-log, which its pod's status shows)")
-	labels := map[string]string{}
-	fs.Func("label", "run: key=value stored in the manifest (repeatable)", func(v string) error {
-		k, val, ok := strings.Cut(v, "=")
-		if !ok || k == "" {
-			return fmt.Errorf("%q is not key=value", v)
-		}
-		labels[k] = val
-		return nil
-	})
+	a := agentargs.Backup{Sub: sub}
+	a.Register(fs)
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
 	command := fs.Args()
+	location, recipient, postgres, manifestFile := &a.Location, &a.Recipient, &a.Postgres, &a.ManifestFile
+	keep, want := backup.Retention{Count: a.KeepCount, MaxAge: a.KeepMaxAge}, backup.Expect{SHA256: a.ExpectSHA256, Size: a.ExpectSize}
 	switch {
 	case *location == "":
 		return errors.New("--location is required")
@@ -98,7 +78,7 @@ func backupCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	case len(command) == 0 && sub != "verify" && !*postgres:
 		return fmt.Errorf("the command to %s is required after -- (or --postgres for a PostgreSQL server)", map[string]string{"run": "back up", "restore": "restore into"}[sub])
 	}
-	b, err := sf.open(ctx)
+	b, err := (&storeFlags{a.Store}).open(ctx)
 	if err != nil {
 		return err
 	}
@@ -113,7 +93,7 @@ func backupCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 		*recipient = r
 	}
 	if sub == "run" {
-		o := backup.Options{Compression: *compression, Recipient: *recipient, Labels: labels}
+		o := backup.Options{Compression: a.Compression, Recipient: *recipient, Labels: a.LabelMap()}
 		if *postgres {
 			m, err = backupProduce(ctx, b, *location, o, func(ctx context.Context, w io.Writer) error { return pgfull.Dump(ctx, w, nil) })
 		} else {
@@ -131,22 +111,24 @@ func backupCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 		}
 	} else {
 		identity := ""
-		if *identityFile != "" {
-			data, err := os.ReadFile(*identityFile)
+		if a.IdentityFile != "" {
+			data, err := os.ReadFile(a.IdentityFile)
 			if err != nil {
 				return fmt.Errorf("--identity-file: %w", err)
 			}
 			identity = strings.TrimSpace(string(data))
-		} else if k := strings.TrimSpace(os.Getenv("CHARTPILOT_AGE_KEY")); strings.HasPrefix(k, "AGE-SECRET-KEY-1") {
+		} else if k := strings.TrimSpace(os.Getenv(agentargs.EnvAgeKey)); strings.HasPrefix(k, "AGE-SECRET-KEY-1") {
 			identity = k
 		}
 		if sub == "verify" {
 			var rep *verifyReport
-			if rep, err = backupVerify(ctx, b, *location, identity, want, *scratch); err == nil {
+			if rep, err = backupVerify(ctx, b, *location, identity, want, a.Scratch); err == nil {
 				report = rep
 			}
 		} else if *postgres {
-			m, err = backupConsume(ctx, b, *location, identity, want, func(ctx context.Context, r io.Reader) error { return restorePostgres(ctx, r, *privileged, stderr) })
+			m, err = backupConsume(ctx, b, *location, identity, want, func(ctx context.Context, r io.Reader) error {
+				return restorePostgres(ctx, r, a.PrivilegedRoles, stderr)
+			})
 		} else {
 			m, err = backupRestore(ctx, b, *location, identity, want, command, stderr)
 		}
@@ -169,58 +151,28 @@ func backupCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	return json.NewEncoder(stdout).Encode(report)
 }
 
-// storeFlags are the flags that name a store; its credentials come from
-// the environment (openStore).
-type storeFlags struct {
-	kind               string
-	s3                 backup.S3
-	az                 backup.Azure
-	gcs                backup.GCS
-	caFile, volumePath string
-	// fs is the flag set registered on (args).
-	fs *flag.FlagSet
-}
+// storeFlags are the flags that name a store (agentargs.Store, which
+// the Jobs' builders write); its credentials come from the environment.
+type storeFlags struct{ agentargs.Store }
 
-func (f *storeFlags) register(fs *flag.FlagSet) {
-	f.fs = fs
-	fs.StringVar(&f.kind, "store", "", "kind of store: s3, gcs, azure or volume (required)")
-	fs.StringVar(&f.s3.Endpoint, "s3-endpoint", "", "URL of an S3-compatible server (empty: AWS)")
-	fs.StringVar(&f.s3.Bucket, "s3-bucket", "", "bucket")
-	fs.StringVar(&f.s3.Prefix, "s3-prefix", "", "key prefix inside the bucket")
-	fs.StringVar(&f.s3.Region, "s3-region", "us-east-1", "region")
-	fs.BoolVar(&f.s3.ForcePathStyle, "s3-force-path-style", false, "address the bucket in the path, not the host name")
-	fs.StringVar(&f.caFile, "s3-ca-file", "", "PEM file of the CAs the endpoint's certificate is checked against")
-	fs.StringVar(&f.az.Endpoint, "azure-endpoint", "", "URL of the blob service (empty: https://ACCOUNT.blob.core.windows.net)")
-	fs.StringVar(&f.az.AccountName, "azure-account", "", "storage account")
-	fs.StringVar(&f.az.Container, "azure-container", "", "container")
-	fs.StringVar(&f.az.Prefix, "azure-prefix", "", "key prefix inside the container")
-	fs.StringVar(&f.gcs.Endpoint, "gcs-endpoint", "", "URL of the JSON API (empty: Google's)")
-	fs.StringVar(&f.gcs.Bucket, "gcs-bucket", "", "bucket")
-	fs.StringVar(&f.gcs.Prefix, "gcs-prefix", "", "key prefix inside the bucket")
-	fs.StringVar(&f.volumePath, "volume-path", "", "directory of the volume store")
-}
+func (f *storeFlags) register(fs *flag.FlagSet) { f.Store.Register(fs) }
 
 // args are the store flags given, as flags again (a command line that
 // opens the same store: credentials stay in the environment).
-func (f *storeFlags) args() []string {
-	var out []string
-	f.fs.Visit(func(fl *flag.Flag) {
-		if fl.Name == "store" || strings.HasPrefix(fl.Name, "s3-") || strings.HasPrefix(fl.Name, "azure-") ||
-			strings.HasPrefix(fl.Name, "gcs-") || fl.Name == "volume-path" {
-			out = append(out, "--"+fl.Name+"="+fl.Value.String())
-		}
-	})
-	return out
-}
+func (f *storeFlags) args() []string { return f.Store.Args() }
 
 func (f *storeFlags) open(ctx context.Context) (*blob.Bucket, error) {
-	return openStore(ctx, f.kind, f.s3, f.az, f.gcs, f.caFile, f.volumePath)
+	s := f.Store
+	return openStore(ctx, s.Kind,
+		backup.S3{Endpoint: s.S3Endpoint, Bucket: s.S3Bucket, Prefix: s.S3Prefix, Region: s.S3Region, ForcePathStyle: s.S3ForcePathStyle},
+		backup.Azure{Endpoint: s.AzureEndpoint, AccountName: s.AzureAccount, Container: s.AzureContainer, Prefix: s.AzurePrefix},
+		backup.GCS{Endpoint: s.GCSEndpoint, Bucket: s.GCSBucket, Prefix: s.GCSPrefix}, s.S3CAFile, s.VolumePath)
 }
 
 func openStore(ctx context.Context, kind string, s3 backup.S3, az backup.Azure, gcs backup.GCS, caFile, volumePath string) (*blob.Bucket, error) {
 	switch kind {
 	case "gcs":
-		gcs.ServiceAccountKey = os.Getenv("CHARTPILOT_GCS_SERVICE_ACCOUNT_KEY")
+		gcs.ServiceAccountKey = os.Getenv(agentargs.EnvGCSServiceAccountKey)
 		// The agent runs in the resource's own namespace, as its Job's
 		// ServiceAccount: a key's token endpoint is reached with no more
 		// than the tenant's own rights. The key's shape is still checked.
@@ -229,11 +181,11 @@ func openStore(ctx context.Context, kind string, s3 backup.S3, az backup.Azure, 
 		}
 		return blobstore.OpenGCS(ctx, gcs)
 	case "azure":
-		az.AccountKey = os.Getenv("CHARTPILOT_AZURE_ACCOUNT_KEY")
+		az.AccountKey = os.Getenv(agentargs.EnvAzureAccountKey)
 		return blobstore.OpenAzure(ctx, az)
 	case "s3":
-		s3.AccessKeyID = os.Getenv("CHARTPILOT_S3_ACCESS_KEY_ID")
-		s3.SecretAccessKey = os.Getenv("CHARTPILOT_S3_SECRET_ACCESS_KEY")
+		s3.AccessKeyID = os.Getenv(agentargs.EnvS3AccessKeyID)
+		s3.SecretAccessKey = os.Getenv(agentargs.EnvS3SecretAccessKey)
 		if caFile != "" {
 			ca, err := os.ReadFile(caFile)
 			if err != nil {
@@ -351,7 +303,7 @@ func restorePostgres(ctx context.Context, r io.Reader, privileged bool, stderr i
 // is not set): the key itself, or the recipient of an identity. The error
 // never shows the key.
 func recipientFromEnv() (string, error) {
-	key := strings.TrimSpace(os.Getenv("CHARTPILOT_AGE_KEY"))
+	key := strings.TrimSpace(os.Getenv(agentargs.EnvAgeKey))
 	switch {
 	case key == "":
 		return "", nil

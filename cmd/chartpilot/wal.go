@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/chartpilot/chartpilot/internal/agentargs"
 	"github.com/chartpilot/chartpilot/internal/backup"
 	"github.com/chartpilot/chartpilot/internal/wal"
 )
@@ -95,7 +96,7 @@ func walCommand(ctx context.Context, name string, args []string, stdout, stderr 
 	if a.Recipient, err = recipientFromEnv(); err != nil {
 		return err
 	}
-	if k := strings.TrimSpace(os.Getenv("CHARTPILOT_AGE_KEY")); strings.HasPrefix(k, "AGE-SECRET-KEY-1") {
+	if k := strings.TrimSpace(os.Getenv(agentargs.EnvAgeKey)); strings.HasPrefix(k, "AGE-SECRET-KEY-1") {
 		a.Identity = k
 	}
 	rest := fs.Args()

@@ -19,7 +19,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/chartpilot/chartpilot/hooks"
+	"github.com/chartpilot/chartpilot/internal/agentargs"
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
+	"github.com/chartpilot/chartpilot/internal/jobspec"
 )
 
 // Archive is the values layer of spec.backup.walArchive: the chart's
@@ -76,12 +78,13 @@ func archiveValues(pg *v1alpha1.Postgres, st *resolvedStore) (map[string]any, er
 	if st.spec.Volume != nil {
 		return nil, fmt.Errorf("spec.backup.walArchive: store %s is a volume, which the server's pods do not mount: archive the WAL to an s3, gcs or azure store", sb.Store.Name)
 	}
-	args, env, _, _ := storeFlags(st)
+	store, env, _, _ := jobspec.StoreFlags(st.spec)
+	args := store.Args()
 	if sb.Compression != "" {
 		args = append(args, "--compression", sb.Compression)
 	}
 	if e := sb.Encryption; e != nil {
-		env = append(env, corev1.EnvVar{Name: "CHARTPILOT_AGE_KEY", ValueFrom: secretKey(e.KeySecretRef.Name, e.KeySecretRef.Key)})
+		env = append(env, corev1.EnvVar{Name: agentargs.EnvAgeKey, ValueFrom: secretKey(e.KeySecretRef.Name, e.KeySecretRef.Key)})
 	}
 	words, err := archiveWords(sb.Store.Name, args)
 	if err != nil {

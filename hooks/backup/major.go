@@ -26,6 +26,7 @@ import (
 
 	"github.com/chartpilot/chartpilot/hooks"
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
+	"github.com/chartpilot/chartpilot/internal/jobspec"
 	"github.com/chartpilot/chartpilot/internal/majorupgrade"
 	"github.com/chartpilot/chartpilot/internal/redact"
 )
@@ -332,37 +333,16 @@ func (m *Major) start(ctx context.Context, u *unstructured.Unstructured, ch *maj
 	return m.Identity.createJob(ctx, m.Client, u, job)
 }
 
-// job is the major upgrade Job: the new major's image with chartpilot
-// copied in runs `chartpilot major-upgrade` against the old server (the
-// read-write Service, the superuser's password from its Secret), on the
-// new claim mounted where the chart mounts the data.
+// job is the major upgrade Job (jobspec.MajorUpgrade). Pod 0 gets the
+// moved data; with failover its instance manager leads with it whichever
+// member the Lease names, and the others clone from it.
 func (m *Major) job(pg *v1alpha1.Postgres, ch *majorChange, claim string) *batchv1.Job {
 	deadline := m.Deadline
 	if deadline == 0 {
 		deadline = 6 * time.Hour
 	}
-	lbl := map[string]string{v1alpha1.LabelMajorUpgrade: pg.Name, v1alpha1.LabelComponent: "major-upgrade", "app.kubernetes.io/managed-by": "chartpilot"}
-	args := []string{"major-upgrade", "--bin", "/usr/lib/postgresql/" + ch.to + "/bin",
-		"--data", "/var/lib/postgresql/data/pgdata", "--work-dir", "/var/lib/postgresql/data/major-upgrade", "--report", "/dev/termination-log"}
-	if failoverEnabled(pg) {
-		// Pod 0 gets the moved data; its instance manager leads with it
-		// whichever member the Lease names, and the others clone from it.
-		args = append(args, "--mark-moved")
-	}
-	env := pgEnv(pg)
-	volumes := []corev1.Volume{
-		{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}},
-		{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-	}
-	mounts := []corev1.VolumeMount{{Name: "data", MountPath: "/var/lib/postgresql/data"}, {Name: "tmp", MountPath: "/tmp"}}
-	job := placedLike(pg, agentJob(pg.Namespace, ch.job, lbl, postgresImage(m.PostgresImage, pg), deadline, args, env, volumes, mounts))
-	pod := &job.Spec.Template.Spec
-	// The official image's postgres user owns the data, as in the chart.
-	pod.SecurityContext.RunAsUser, pod.SecurityContext.RunAsGroup, pod.SecurityContext.FSGroup = ptr.To[int64](999), ptr.To[int64](999), ptr.To[int64](999)
-	main := &pod.Containers[0]
-	main.Name = "major-upgrade"
-	main.Resources.Limits[corev1.ResourceMemory] = resource.MustParse("1Gi")
-	return verifiesServer(pg, withAgent(job, m.AgentImage))
+	return jobspec.MajorUpgrade{Target: pg, To: ch.to, Name: ch.job, Claim: claim, MarkMoved: failoverEnabled(pg),
+		Images: jobspec.Images{Agent: m.AgentImage, Postgres: m.PostgresImage}, Deadline: deadline}.Job()
 }
 
 // Watch wakes a Postgres when its major upgrade Job or the Backup taken

@@ -28,6 +28,7 @@ import (
 	"github.com/chartpilot/chartpilot/hooks"
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/backup"
+	"github.com/chartpilot/chartpilot/internal/jobspec"
 )
 
 // Restores restores a backup into a new resource of a passthrough kind
@@ -207,35 +208,15 @@ func refusal(err error) error {
 	return err
 }
 
-// job is the restore Job: the kind's restore image with chartpilot copied
-// in; the agent reads the backup, checks its SHA-256 and pipes it into the
-// restore command, the claim mounted where the command expects it.
+// job is the restore Job (jobspec.PassthroughRestore).
 func (r *Restores) job(obj hooks.Object, pk PassthroughKind, b *v1alpha1.Backup, store *resolvedStore, claim string) *batchv1.Job {
-	u := obj.Resource
-	rs := pk.Backup.Restore
-	env := []corev1.EnvVar{
-		{Name: "CHARTPILOT_TARGET_NAME", Value: u.GetName()},
-		{Name: "CHARTPILOT_TARGET_NAMESPACE", Value: u.GetNamespace()},
-	}
-	// Not the backup command's env: it names the release's Secrets,
-	// which do not exist before the install.
-	sargs, senv, volumes, mounts := storeFlags(store)
-	args := append([]string{"restore", "--location", b.Status.Location, "--manifest-file", "/dev/termination-log"}, sargs...)
-	args = append(args, expectFlags(b.Status.SHA256, b.Status.Size)...)
-	args = append(append(args, "--"), rs.Command...)
-	volumes = append(volumes, corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}})
-	mounts = append(mounts, corev1.VolumeMount{Name: "data", MountPath: rs.MountPath})
-	image := rs.Image
-	if image == "" {
-		image = pk.Backup.Image
-	}
 	deadline := r.Deadline
 	if deadline == 0 {
 		deadline = DefaultDeadline
 	}
-	lbl := map[string]string{v1alpha1.LabelRestoreInto: u.GetName(), v1alpha1.LabelComponent: "restore", "app.kubernetes.io/managed-by": "chartpilot"}
-	job := agentJob(u.GetNamespace(), restoreJobName(u.GetNamespace(), u.GetName(), u.GetUID()), lbl, image, deadline, args, append(env, senv...), volumes, mounts)
-	return withAgent(placedByValues(job, pk.Backup, func(p []string) (any, bool) { return valueAt(obj, p) }), r.AgentImage, "backup")
+	u := obj.Resource
+	return jobspec.PassthroughRestore{Target: u, Block: pk.Backup, Backup: b, Store: store.spec, Name: restoreJobName(u.GetNamespace(), u.GetName(), u.GetUID()),
+		Claim: claim, AgentImage: r.AgentImage, Deadline: deadline, Values: func(p []string) (any, bool) { return valueAt(obj, p) }}.Job()
 }
 
 // follow reads the restore Job: complete with the manifest of the Backup

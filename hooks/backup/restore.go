@@ -23,6 +23,7 @@ import (
 	"github.com/chartpilot/chartpilot/hooks"
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/backup"
+	"github.com/chartpilot/chartpilot/internal/jobspec"
 )
 
 // HookName is the name of the backup hook in watches.yaml.
@@ -257,25 +258,15 @@ func (r *RestoreReconciler) step(ctx context.Context, pg *v1alpha1.Postgres) (ct
 	return ctrl.Result{}, nil
 }
 
-// job is pg's restore Job: the agent downloads the backup at location
-// (checked against sum and size when a Backup recorded them) and
-// restores roles, then every database with its owner and grants (a
-// backup from before backups were full: its one database into
-// "postgres").
+// job is pg's restore Job (jobspec.PostgresRestore), decrypting with
+// spec.restore's key, else spec.backup's.
 func (r *RestoreReconciler) job(pg *v1alpha1.Postgres, store *resolvedStore, location, sum string, size int64) *batchv1.Job {
-	env := pgEnv(pg)
 	key := pg.Spec.Restore.Encryption
 	if key == nil && pg.Spec.Backup != nil {
 		key = pg.Spec.Backup.Encryption
 	}
-	if key != nil {
-		env = append(env, corev1.EnvVar{Name: "CHARTPILOT_AGE_KEY", ValueFrom: secretKey(key.KeySecretRef.Name, key.KeySecretRef.Key)})
-	}
-	sargs, senv, volumes, mounts := storeFlags(store)
-	args := append([]string{"restore", "--location", location, "--manifest-file", "/dev/termination-log"}, sargs...)
-	args = append(append(args, expectFlags(sum, size)...), "--postgres")
-	lbl := map[string]string{v1alpha1.LabelComponent: "restore", "app.kubernetes.io/managed-by": "chartpilot", v1alpha1.LabelRestore: pg.Name}
-	return verifiesServer(pg, placedLike(pg, withAgent(agentJob(pg.Namespace, RestoreJobName(pg), lbl, postgresImage(r.PostgresImage, pg), r.Deadline, args, append(env, senv...), volumes, mounts), r.Image, "backup")))
+	return jobspec.PostgresRestore{Target: pg, Store: store.spec, Name: RestoreJobName(pg), Location: location, SHA256: sum, Size: size, Key: key,
+		Images: jobspec.Images{Agent: r.Image, Postgres: r.PostgresImage}, Deadline: r.Deadline}.Job()
 }
 
 // follow reads the restore Job's end.

@@ -15,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -23,6 +22,7 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
+	"github.com/chartpilot/chartpilot/internal/jobspec"
 )
 
 // keepFailed is how many failed scheduled Backups are kept (older ones are
@@ -336,29 +336,9 @@ func (r *ScheduleReconciler) drill(ctx context.Context, pg *v1alpha1.Postgres, n
 		st.LastVerifyResult = "Waiting: " + why
 		return now.Add(time.Minute), nil
 	}
-	// The drill restores the backup whole into a server of its own in the
-	// Job: the Postgres's server is not reached (no credential of it is in
-	// the Job), and nothing restored runs where the data lives.
-	var env []corev1.EnvVar
-	if sb.Encryption != nil {
-		env = append(env, corev1.EnvVar{Name: "CHARTPILOT_AGE_KEY", ValueFrom: secretKey(sb.Encryption.KeySecretRef.Name, sb.Encryption.KeySecretRef.Key)})
-	}
-	sargs, senv, volumes, mounts := storeFlags(store)
-	args := append([]string{"verify", "--scratch", "--location", b.Status.Location, "--manifest-file", "/dev/termination-log"}, sargs...)
-	args = append(args, expectFlags(b.Status.SHA256, b.Status.Size)...)
-	lbl := map[string]string{v1alpha1.LabelComponent: "verify", "app.kubernetes.io/managed-by": "chartpilot", v1alpha1.LabelBackup: b.Name}
 	name := fmt.Sprintf("verify-%s-%s", truncate(pg.Name, 40), due.UTC().Format("200601021504"))
-	job := placedLike(pg, withAgent(agentJob(pg.Namespace, name, lbl, postgresImage(r.PostgresImage, pg), DefaultDeadline, args, append(env, senv...), volumes, mounts), r.Image, "backup"))
-	// initdb needs a user the image knows: the official image's postgres
-	// user, as in the chart. The server's data is no larger than the
-	// database: a volume of its own, without the stage's bound.
-	pod := &job.Spec.Template.Spec
-	pod.SecurityContext.RunAsUser, pod.SecurityContext.RunAsGroup, pod.SecurityContext.FSGroup = ptr.To[int64](999), ptr.To[int64](999), ptr.To[int64](999)
-	for i := range pod.Volumes {
-		if pod.Volumes[i].Name == "stage" && pod.Volumes[i].EmptyDir != nil {
-			pod.Volumes[i].EmptyDir.SizeLimit = nil
-		}
-	}
+	job := jobspec.Drill{Backup: b, Target: pg, Store: store.spec, Name: name,
+		Images: jobspec.Images{Agent: r.Image, Postgres: r.PostgresImage}, Deadline: DefaultDeadline}.Job()
 	if err := controllerutil.SetControllerReference(pg, job, r.Client.Scheme()); err != nil {
 		return time.Time{}, err
 	}

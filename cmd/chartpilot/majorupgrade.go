@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"golang.org/x/sys/unix"
 	"io"
 	"os"
 	"path/filepath"
@@ -30,6 +31,12 @@ func majorUpgradeCommand(ctx context.Context, args []string, stdout io.Writer) e
 	report := fs.String("report", "", "also write the report to this file (a Job's /dev/termination-log)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	// The new server runs as this process's user and runs code of the
+	// database's roles while it loads: this process's environment (the
+	// superuser's password) and memory must not be readable to it.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fmt.Errorf("making the upgrade's environment unreadable to the new server: %w", err)
 	}
 	for name, v := range map[string]string{"--bin": *bin, "--data": *data, "--work-dir": *work} {
 		if v == "" {

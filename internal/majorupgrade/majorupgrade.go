@@ -337,12 +337,19 @@ func (p Plan) query(ctx context.Context, host string, port int, db string, flags
 	return out, nil
 }
 
-// serverEnv is OldEnv for the old server, nothing for the new one.
+// serverEnv is OldEnv and the password for the old server, nothing for
+// the new one: it trusts its socket, and it runs code of the database's
+// roles, which could read the environment of the processes talking to
+// it (they run as its user).
 func (p Plan) serverEnv(host string, port int) []string {
-	if host == p.OldHost && port == p.OldPort {
-		return slices.Clone(p.OldEnv)
+	if host != p.OldHost || port != p.OldPort {
+		return nil
 	}
-	return nil
+	env := slices.Clone(p.OldEnv)
+	if p.Password != "" {
+		env = append(env, "PGPASSWORD="+p.Password)
+	}
+	return env
 }
 
 func (p Plan) command(ctx context.Context, name string, args ...string) (string, error) {
@@ -352,9 +359,6 @@ func (p Plan) command(ctx context.Context, name string, args ...string) (string,
 func (p Plan) commandEnv(ctx context.Context, env []string, name string, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Env = append([]string{"LANG=C", "PGCONNECT_TIMEOUT=5"}, env...)
-	if p.Password != "" {
-		cmd.Env = append(cmd.Env, "PGPASSWORD="+p.Password)
-	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: p.Credential}
 	var out, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &stderr
@@ -371,9 +375,6 @@ func (p Plan) commander(host string, port int) pgfull.Commander {
 	return func(ctx context.Context, env []string, name string, args ...string) *exec.Cmd {
 		cmd := exec.CommandContext(ctx, filepath.Join(p.ClientBin, name), args...)
 		cmd.Env = append(append([]string{"LANG=C", "PGCONNECT_TIMEOUT=5", "PGCLIENTENCODING=UTF8", "PGHOST=" + host, "PGPORT=" + strconv.Itoa(port), "PGUSER=" + p.User}, p.serverEnv(host, port)...), env...)
-		if p.Password != "" && !slices.ContainsFunc(env, func(e string) bool { return strings.HasPrefix(e, "PGPASSWORD=") }) {
-			cmd.Env = append(cmd.Env, "PGPASSWORD="+p.Password)
-		}
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: p.Credential}
 		return cmd
 	}

@@ -129,10 +129,27 @@ func (a *Archive) Push(ctx context.Context, path string) error {
 	if err != nil {
 		return err
 	}
+	return a.PushBytes(ctx, name, data)
+}
+
+// PushBytes is Push of WAL file name read already (data).
+func (a *Archive) PushBytes(ctx context.Context, name string, data []byte) error {
+	if err := a.check(); err != nil {
+		return err
+	}
+	if !ValidName(name) {
+		return fmt.Errorf("%q is not a WAL file's name", name)
+	}
+	if int64(len(data)) > a.maxPlain(name) {
+		return fmt.Errorf("%s is larger than %d bytes: not a WAL file of this server's segment size", name, a.maxPlain(name))
+	}
 	sum := sha256.Sum256(data)
 	plainSum := hex.EncodeToString(sum[:])
 	return a.retry(ctx, "pushing "+name, func() error { return a.push(ctx, name, data, plainSum) })
 }
+
+// MaxFile is the largest WAL file name may be.
+func (a *Archive) MaxFile(name string) int64 { return a.maxPlain(name) }
 
 func (a *Archive) push(ctx context.Context, name string, data []byte, plainSum string) error {
 	key := a.Key(name)

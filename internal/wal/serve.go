@@ -10,8 +10,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Request is what archive_command and restore_command ask of the WAL
@@ -54,21 +58,31 @@ func (s *Service) Serve(ctx context.Context, l net.Listener) error {
 		<-ctx.Done()
 		l.Close()
 	}()
+	// Requests at once: PostgreSQL asks one at a time; more wait in the
+	// socket's backlog.
+	busy := make(chan struct{}, maxAnswering)
 	for {
 		conn, err := l.Accept()
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
+			if errors.Is(err, unix.EMFILE) || errors.Is(err, unix.ENFILE) || errors.Is(err, unix.ENOBUFS) || errors.Is(err, unix.ENOMEM) {
+				time.Sleep(100 * time.Millisecond) // out of descriptors or memory for a moment: the service stays
 				continue
 			}
 			return err
 		}
-		go s.answer(ctx, conn)
+		busy <- struct{}{}
+		go func() {
+			defer func() { <-busy }()
+			s.answer(ctx, conn)
+		}()
 	}
 }
+
+// maxAnswering bounds the requests answered at once.
+const maxAnswering = 32
 
 func (s *Service) answer(ctx context.Context, conn net.Conn) {
 	defer conn.Close()
@@ -94,27 +108,148 @@ func (s *Service) answer(ctx context.Context, conn net.Conn) {
 }
 
 func (s *Service) do(ctx context.Context, req Request) error {
-	path, err := s.under(req.Path)
+	name, err := s.under(req.Path)
 	if err != nil {
 		return err
 	}
+	wal, err := s.walDir()
+	if err != nil {
+		return err
+	}
+	defer unix.Close(wal)
 	switch req.Op {
 	case "push":
-		return s.Archive.PushReady(ctx, path, s.Parallel)
+		return s.push(ctx, wal, name)
 	case "fetch":
-		return s.Archive.Fetch(ctx, req.Name, path)
+		data, err := s.Archive.Read(ctx, req.Name)
+		if err != nil {
+			return err
+		}
+		return writeAt(wal, name, data)
 	}
 	return fmt.Errorf("unknown request %q (push or fetch)", req.Op)
 }
 
-// under is path if it is absolute and under the data directory.
+// under is the file name of path if path is a file of the data
+// directory's pg_wal (where PostgreSQL's %p always is).
 func (s *Service) under(path string) (string, error) {
-	root := filepath.Clean(s.DataDir) + string(filepath.Separator)
-	p := filepath.Clean(path)
-	if !filepath.IsAbs(path) || !strings.HasPrefix(p, root) {
-		return "", fmt.Errorf("%q is not a path under the data directory %s", path, s.DataDir)
+	dir, name := filepath.Split(filepath.Clean(path))
+	if !filepath.IsAbs(path) || filepath.Clean(dir) != filepath.Join(filepath.Clean(s.DataDir), "pg_wal") || name == "" || strings.HasPrefix(name, ".") {
+		return "", fmt.Errorf("%q is not a path under the data directory %s (a file of its pg_wal)", path, s.DataDir)
 	}
-	return p, nil
+	return name, nil
+}
+
+// walDir opens the data directory's pg_wal beneath the directory that
+// holds the data directory, following no symbolic link on the way: a
+// process of the server's user cannot point the service elsewhere.
+func (s *Service) walDir() (int, error) {
+	data := filepath.Clean(s.DataDir)
+	root, err := unix.Open(filepath.Dir(data), unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("opening %s: %w", filepath.Dir(data), err)
+	}
+	defer unix.Close(root)
+	fd, err := unix.Openat2(root, filepath.Join(filepath.Base(data), "pg_wal"), &unix.OpenHow{
+		Flags: unix.O_DIRECTORY | unix.O_RDONLY | unix.O_CLOEXEC, Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS})
+	if err != nil {
+		return -1, fmt.Errorf("opening %s/pg_wal (no symbolic link followed): %w", data, err)
+	}
+	return fd, nil
+}
+
+// push archives pg_wal's file name and, meanwhile, up to Parallel-1 of
+// the next ones PostgreSQL marked ready (see Archive.PushReady).
+func (s *Service) push(ctx context.Context, wal int, name string) error {
+	var more []string
+	if s.Parallel > 1 {
+		if f, err := readDirAt(wal, "archive_status"); err == nil {
+			for _, e := range f {
+				n, ok := strings.CutSuffix(e, ".ready")
+				if ok && n != name && segmentName.MatchString(n) && n > name {
+					more = append(more, n)
+				}
+			}
+		}
+		slices.Sort(more)
+		if len(more) > s.Parallel-1 {
+			more = more[:s.Parallel-1]
+		}
+	}
+	one := func(n string) error {
+		data, err := readAt(wal, n, s.Archive.MaxFile(n))
+		if err != nil {
+			return err
+		}
+		return s.Archive.PushBytes(ctx, n, data)
+	}
+	var wg sync.WaitGroup
+	for _, n := range more {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = one(n) // retried when PostgreSQL asks for it
+		}()
+	}
+	err := one(name)
+	wg.Wait()
+	return err
+}
+
+// readAt reads regular file name of directory dir, of at most max bytes,
+// not following a symbolic link.
+func readAt(dir int, name string, max int64) ([]byte, error) {
+	fd, err := unix.Openat(dir, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("opening pg_wal/%s: %w", name, err)
+	}
+	f := os.NewFile(uintptr(fd), name)
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("pg_wal/%s is not a regular file", name)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > max {
+		return nil, fmt.Errorf("pg_wal/%s is larger than %d bytes: not a WAL file of this server's segment size", name, max)
+	}
+	return data, nil
+}
+
+// writeAt writes data to file name of directory dir: to a new file
+// beside it (none followed or reused), synced, then renamed over name.
+func writeAt(dir int, name string, data []byte) error {
+	tmp := name + ".chartpilot-fetch"
+	if err := unix.Unlinkat(dir, tmp, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+		return err
+	}
+	fd, err := unix.Openat(dir, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return fmt.Errorf("creating pg_wal/%s: %w", tmp, err)
+	}
+	f := os.NewFile(uintptr(fd), tmp)
+	if err := writeSynced(f, data); err != nil {
+		_ = unix.Unlinkat(dir, tmp, 0)
+		return err
+	}
+	if err := unix.Renameat(dir, tmp, dir, name); err != nil {
+		_ = unix.Unlinkat(dir, tmp, 0)
+		return err
+	}
+	return nil
+}
+
+// readDirAt lists directory name of dir, not following a symbolic link.
+func readDirAt(dir int, name string) ([]string, error) {
+	fd, err := unix.Openat(dir, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), name)
+	defer f.Close()
+	return f.Readdirnames(-1)
 }
 
 // Ask sends req to the service at socket and waits for its reply (a

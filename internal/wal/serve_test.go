@@ -88,6 +88,36 @@ func TestServiceArchivesForTheServer(t *testing.T) {
 			t.Errorf("%+v: %v, want refused as outside the data directory", req, err)
 		}
 	}
+	// Symbolic links a process of the server's user could make: a WAL
+	// file that is a link to a secret, a link where the fetch writes its
+	// temporary file, and a link where the fetched file goes.
+	linked := "000000010000000000000005"
+	if err := os.Symlink(secret, filepath.Join(data, "pg_wal", linked)); err != nil {
+		t.Fatal(err)
+	}
+	if err := wal.Ask(ctx, socket, wal.Request{Op: "push", Path: filepath.Join(data, "pg_wal", linked)}); err == nil {
+		t.Error("a WAL file that is a symbolic link to a file outside was pushed")
+	}
+	target := filepath.Join(outside, "target")
+	if err := os.WriteFile(target, []byte("keep me"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, link := range []string{"RECOVERYXLOG.chartpilot-fetch", "RECOVERYHISTORY"} {
+		if err := os.Symlink(target, filepath.Join(data, "pg_wal", link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, dest := range []string{"RECOVERYXLOG", "RECOVERYHISTORY"} {
+		if err := wal.Ask(ctx, socket, wal.Request{Op: "fetch", Name: name, Path: filepath.Join(data, "pg_wal", dest)}); err != nil {
+			t.Errorf("fetch to %s: %v", dest, err)
+		}
+		if fi, err := os.Lstat(filepath.Join(data, "pg_wal", dest)); err != nil || !fi.Mode().IsRegular() || fi.Size() != seg {
+			t.Errorf("pg_wal/%s after the fetch: %v %v, want the segment, a regular file", dest, fi, err)
+		}
+	}
+	if b, _ := os.ReadFile(target); string(b) != "keep me" {
+		t.Errorf("a fetch wrote through a symbolic link: %q", b)
+	}
 	if names, _ := a.List(ctx); len(names) != 1 {
 		t.Errorf("the archive holds %v after the refused requests, want only %s", names, name)
 	}
@@ -100,7 +130,7 @@ func TestServiceArchivesForTheServer(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(logged) != 5 {
-		t.Errorf("logged %q, want the 5 failed requests", logged)
+	if len(logged) != 6 {
+		t.Errorf("logged %q, want the 6 failed requests", logged)
 	}
 }

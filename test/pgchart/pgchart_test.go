@@ -193,6 +193,34 @@ func newPod(t *testing.T, r *testpg.Runner, rd rendered, root string, ordinal, p
 	return p
 }
 
+// containerEnv is c's environment as the kubelet gives it (Secret
+// references resolved from the rendered Secret), made to run here.
+func (p *pod) containerEnv(rd rendered, c corev1.Container) map[string]string {
+	env := map[string]string{}
+	for _, e := range c.Env {
+		v := e.Value
+		if ref := e.ValueFrom; ref != nil && ref.SecretKeyRef != nil {
+			v = map[string]string{"username": rd.username, "password": rd.password, "replication-password": rd.replication}[ref.SecretKeyRef.Key]
+		}
+		env[e.Name] = p.apply(v)
+	}
+	return env
+}
+
+// runInit runs the init containers of the pod in order (their sh -c
+// scripts; the agent's installer is the test's to do).
+func (p *pod) runInit(rd rendered) {
+	p.t.Helper()
+	for _, c := range rd.sts.Spec.Template.Spec.InitContainers {
+		if len(c.Command) < 3 || c.Command[0] != "sh" {
+			continue
+		}
+		if out, err := p.sh(c.Command[2], p.containerEnv(rd, c)); err != nil {
+			p.t.Fatalf("pod %d: init container %s: %v\n%s", p.ordinal, c.Name, err, out)
+		}
+	}
+}
+
 // apply makes a command of the chart run here (see the package comment).
 func (p *pod) apply(s string) string {
 	return strings.NewReplacer(p.subst...).Replace(s)
@@ -348,24 +376,18 @@ func TestChartRunsRealPostgreSQL(t *testing.T) {
 	if initEnv["PGSSLMODE"] != "verify-full" {
 		t.Errorf("the init container clones with PGSSLMODE %q, want verify-full", initEnv["PGSSLMODE"])
 	}
-	podEnv := func(p *pod) map[string]string {
-		env := map[string]string{}
-		for k, v := range initEnv {
-			env[k] = p.apply(v)
+	for _, e := range main.Env {
+		if e.ValueFrom != nil {
+			t.Errorf("the postgresql container's environment has %s from a Secret: its exec probes carry it beside the server", e.Name)
 		}
-		return env
 	}
 	primary := newPod(t, r, rd, root, 0, ports[0])
-	if out, err := primary.sh(init.Command[2], podEnv(primary)); err != nil {
-		t.Fatalf("pod 0: init script: %v\n%s", err, out)
-	}
+	primary.runInit(rd)
 	primary.start(rd)
 	primary.waitProbe(main.StartupProbe, chartPort)
 
 	replica := newPod(t, r, rd, root, 1, ports[1])
-	if out, err := replica.sh(init.Command[2], podEnv(replica)); err != nil {
-		t.Fatalf("pod 1: init script (clone from pod 0): %v\n%s", err, out)
-	}
+	replica.runInit(rd)
 	if _, err := os.Stat(filepath.Join(replica.env["PGDATA"], "standby.signal")); err != nil {
 		t.Fatalf("pod 1: the init script did not make a standby: %v", err)
 	}

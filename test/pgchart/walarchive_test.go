@@ -143,6 +143,7 @@ func TestChartArchivesWAL(t *testing.T) {
 			t.Logf("wal-agent:\n%s", log)
 		}
 	})
+	p.runInit(rd)
 	p.start(rd)
 	p.waitProbe(main.StartupProbe, port)
 	socket := filepath.Join(p.mounts["/var/run/postgresql"], ".chartpilot-wal")

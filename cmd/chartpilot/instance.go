@@ -4,7 +4,12 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -49,6 +54,7 @@ func instanceCommand(ctx context.Context, args []string) error {
 	fs.DurationVar(&c.Period, "period", time.Second, "period of the manager's loop")
 	fs.IntVar(&c.Synchronous, "synchronous", 0, "synchronous standbys (0 or 1): with 1, a commit is acknowledged once a standby has it, and a failover loses no acknowledged commit")
 	fs.Int64Var(&c.MaxLagBytes, "max-lag-bytes", 0, "a standby further behind the last primary than this does not promote (0: no limit)")
+	health := fs.String("health-address", "", "serve the kubelet's probes here (GET /readyz, /livez: the server accepts connections on --port); empty: none")
 	opts := zap.Options{}
 	opts.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -110,7 +116,45 @@ func instanceCommand(ctx context.Context, args []string) error {
 		return err
 	}
 	ctrl.SetLogger(log)
+	if *health != "" {
+		if err := serveHealth(ctx, *health, c.Bin, c.Port); err != nil {
+			return err
+		}
+	}
 	return m.Run(ctx)
+}
+
+// serveHealth answers the kubelet's probes over HTTP, so that no probe
+// runs a command in the server's container: such a command would carry
+// the container's environment (the passwords) where the server can read
+// it. Both paths say whether the server accepts connections (pg_isready
+// on 127.0.0.1:port, run with no environment but PATH).
+func serveHealth(ctx context.Context, addr, bin string, port int) error {
+	ready := func(w http.ResponseWriter, r *http.Request) {
+		cctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(cctx, filepath.Join(bin, "pg_isready"), "-h", "127.0.0.1", "-p", strconv.Itoa(port), "-t", "3")
+		cmd.Env = []string{"PATH=" + bin + ":/usr/bin:/bin"}
+		if out, err := cmd.CombinedOutput(); err != nil {
+			http.Error(w, strings.TrimSpace(string(out)), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /readyz", ready)
+	mux.HandleFunc("GET /livez", ready)
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("--health-address: %w", err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	go func() { _ = srv.Serve(l) }()
+	return nil
 }
 
 // userSet reports whether --user was given.

@@ -3,11 +3,13 @@ package instance_test
 import (
 	"encoding/base64"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -189,6 +191,27 @@ func TestChartFailoverCommandLines(t *testing.T) {
 	if out, _ := c.Psql(c.Ports[res.To], 5*time.Second, "SELECT rolsuper, rolreplication FROM pg_roles WHERE rolname = 'replicator'"); out != "f|t" {
 		t.Errorf("the replication role's rolsuper|rolreplication = %q, want f|t", out)
 	}
+	// The kubelet's probes: every member answers over HTTP that its
+	// server accepts connections.
+	for _, mem := range c.Members {
+		c.WaitFor(mem+" ready over HTTP", time.Minute, func() (bool, string) {
+			resp, err := http.Get("http://" + healthAddress(t, mem) + "/readyz")
+			if err != nil {
+				return false, err.Error()
+			}
+			resp.Body.Close()
+			return resp.StatusCode == http.StatusOK, resp.Status
+		})
+	}
+}
+
+var healthAddresses sync.Map
+
+// healthAddress is member's address for the kubelet's probes, the same
+// at each start.
+func healthAddress(t *testing.T, member string) string {
+	a, _ := healthAddresses.LoadOrStore(member, "127.0.0.1:"+strconv.Itoa(testpg.FreePort(t)))
+	return a.(string)
 }
 
 // chartArgs maps the chart's flags to this machine (the stand-ins above);
@@ -207,6 +230,9 @@ func chartArgs(t *testing.T, args []string, s instancetest.MemberSpec, configDir
 		"--address":     "127.0.0.1:" + strconv.Itoa(s.Port),
 		"--port":        strconv.Itoa(s.Port),
 		"--tls-ca-file": filepath.Join(filepath.Dir(configDir), "tls", "ca.crt"),
+		// The kubelet's probes reach each pod's own address; here each
+		// member has a port of its own.
+		"--health-address": healthAddress(t, s.Member),
 	}
 	seen := map[string]bool{}
 	var out []string

@@ -67,3 +67,8 @@ Secret without the key: replicas then use the superuser. */}}
   valueFrom: {secretKeyRef: {name: {{ include "postgresql.secretName" . }}, key: replication-password, optional: true}}
 {{- end }}
 {{- end -}}
+
+{{/* The instance manager's port for the kubelet's probes (failover). */}}
+{{- define "postgresql.healthPort" -}}
+8008
+{{- end -}}

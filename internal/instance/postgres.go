@@ -456,15 +456,6 @@ func (s *server) follow(address, user string) error {
 	return nil
 }
 
-// primaryConninfo is the standby's current primary_conninfo.
-func (s *server) primaryConninfo() string {
-	out, err := s.query("SHOW primary_conninfo")
-	if err != nil {
-		return ""
-	}
-	return out
-}
-
 // lsn is the server's position: written WAL on a primary; on a standby
 // the further of WAL received and flushed and WAL replayed (a standby
 // restarted without its primary replays WAL it had received before, while

@@ -135,7 +135,17 @@ func (s *server) ensureReplicationRole() error {
 	for _, f := range rewindFunctions {
 		grants = append(grants, fmt.Sprintf("has_function_privilege('%s', '%s', 'EXECUTE')", name, f))
 	}
-	out, err := s.query(fmt.Sprintf(`SELECT rolsuper OR rolcreaterole OR rolcreatedb OR rolbypassrls OR NOT rolcanlogin OR NOT rolreplication, COALESCE(rolpassword, ''), %s FROM pg_authid WHERE rolname = '%s'`,
+	// Wrong besides its attributes: a role that made it first (CREATEROLE
+	// on PostgreSQL 16 and later keeps ADMIN on what it makes) or was
+	// granted it could take its privileges (SET ROLE, the rewind's file
+	// functions), lock it out (VALID UNTIL, CONNECTION LIMIT) or give it
+	// settings. So nobody may be a member of it, it of nobody, and it has
+	// no settings of its own.
+	out, err := s.query(fmt.Sprintf(`SELECT rolsuper OR rolcreaterole OR rolcreatedb OR rolbypassrls OR NOT rolcanlogin OR NOT rolreplication
+  OR COALESCE(rolvaliduntil <> 'infinity', false) OR rolconnlimit <> -1
+  OR EXISTS (SELECT FROM pg_auth_members m WHERE m.roleid = a.oid OR m.member = a.oid)
+  OR EXISTS (SELECT FROM pg_db_role_setting d WHERE d.setrole = a.oid),
+  COALESCE(rolpassword, ''), %s FROM pg_authid a WHERE rolname = '%s'`,
 		strings.Join(grants, " AND "), name))
 	if err != nil {
 		return fmt.Errorf("reading the replication role %s: %w", name, err)
@@ -160,7 +170,8 @@ func (s *server) ensureReplicationRole() error {
 	// the verifier.
 	b.WriteString("SET log_statement = 'none';\nSET log_min_duration_statement = -1;\nBEGIN;\n")
 	fmt.Fprintf(&b, "DO $$BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '%s') THEN CREATE ROLE \"%s\"; END IF; END$$;\n", name, name)
-	fmt.Fprintf(&b, "ALTER ROLE \"%s\" WITH LOGIN REPLICATION NOSUPERUSER NOCREATEDB NOCREATEROLE NOBYPASSRLS PASSWORD '%s';\n", name, verifier)
+	fmt.Fprintf(&b, "ALTER ROLE \"%s\" WITH LOGIN REPLICATION NOSUPERUSER NOCREATEDB NOCREATEROLE NOBYPASSRLS CONNECTION LIMIT -1 VALID UNTIL 'infinity' PASSWORD '%s';\n", name, verifier)
+	fmt.Fprintf(&b, repairMemberships, name)
 	for _, f := range rewindFunctions {
 		fmt.Fprintf(&b, "GRANT EXECUTE ON FUNCTION %s TO \"%s\";\n", f, name)
 	}
@@ -175,6 +186,31 @@ func (s *server) ensureReplicationRole() error {
 	}
 	return nil
 }
+
+// repairMemberships (a format of the role's name) takes every membership
+// in the replication role and of it away, with what was granted through
+// them (CASCADE), and its settings in every database. Grants have a
+// grantor each from PostgreSQL 16 on, and are revoked as made.
+const repairMemberships = `DO $$DECLARE r record; BEGIN
+  FOR r IN SELECT m.roleid::regrole AS granted, m.member::regrole AS member, m.grantor::regrole AS grantor
+    FROM pg_catalog.pg_auth_members m JOIN pg_catalog.pg_authid a ON a.oid IN (m.roleid, m.member) WHERE a.rolname = '%[1]s'
+  LOOP
+    IF current_setting('server_version_num')::int >= 160000 THEN
+      EXECUTE format('REVOKE %%s FROM %%s GRANTED BY %%s CASCADE', r.granted, r.member, r.grantor);
+    ELSE
+      EXECUTE format('REVOKE %%s FROM %%s CASCADE', r.granted, r.member);
+    END IF;
+  END LOOP;
+END$$;
+ALTER ROLE "%[1]s" RESET ALL;
+DO $$DECLARE d name; BEGIN
+  FOR d IN SELECT datname FROM pg_catalog.pg_db_role_setting s JOIN pg_catalog.pg_database ON pg_database.oid = s.setdatabase
+    WHERE s.setrole = '"%[1]s"'::regrole
+  LOOP
+    EXECUTE format('ALTER ROLE %%I IN DATABASE %%I RESET ALL', '%[1]s', d);
+  END LOOP;
+END$$;
+`
 
 // replicationUser is the role to clone, rewind and stream from the
 // primary at address as: the replication role once the primary has it

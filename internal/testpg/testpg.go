@@ -80,7 +80,18 @@ func NewRunner(t T, bin string) *Runner {
 // Command is name with args as the Runner's user, with only env (and
 // PATH, LANG) in its environment. It dies with the test process.
 func (r *Runner) Command(env map[string]string, name string, args ...string) *exec.Cmd {
+	// A bare name is looked for on the Runner's PATH, not this process's
+	// (where another installation's binary may come first).
+	if !strings.Contains(name, "/") {
+		for _, dir := range filepath.SplitList(r.path) {
+			if fi, err := os.Stat(filepath.Join(dir, name)); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
+				name = filepath.Join(dir, name)
+				break
+			}
+		}
+	}
 	cmd := exec.Command(name, args...)
+	cmd.Args[0] = filepath.Base(name)
 	cmd.Env = []string{"PATH=" + r.path, "LANG=C.UTF-8"}
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)

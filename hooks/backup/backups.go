@@ -26,6 +26,7 @@ import (
 
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/backup"
+	"github.com/chartpilot/chartpilot/internal/jobspec"
 	"github.com/chartpilot/chartpilot/internal/redact"
 	"github.com/chartpilot/chartpilot/internal/watches"
 )
@@ -282,6 +283,9 @@ func (r *BackupReconciler) target(ctx context.Context, b *v1alpha1.Backup) (*tar
 		}
 		if !serving(pg) || pg.Status.Endpoints == nil || pg.Status.Endpoints.ReadWrite == "" || pg.Status.Endpoints.Secret == "" {
 			return nil, fmt.Sprintf("spec.target: Postgres %s is not Ready", pg.Name), "", nil
+		}
+		if why := jobspec.ServerUnverified(pg); why != "" {
+			return nil, "spec.target: " + why, "", nil
 		}
 		t := &target{obj: asUnstructured(pg), databaseVersion: pg.Spec.Version, job: func(st *resolvedStore, location string) *batchv1.Job { return r.job(b, pg, st, location) }}
 		if pg.Status.Release != nil {

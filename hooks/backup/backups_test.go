@@ -174,6 +174,16 @@ func endPod(t *testing.T, ctx context.Context, c client.Client, job *batchv1.Job
 	}
 }
 
+// serverTakesNoTLS turns the chart's TLS off in pg's values (the test's
+// servers take none), so its Jobs need no CA to connect.
+func serverTakesNoTLS(t *testing.T, ctx context.Context, c client.Client, pg *v1alpha1.Postgres) {
+	t.Helper()
+	patch := []byte(`{"spec":{"values":{"tls":{"enabled":false}}}}`)
+	if err := c.Patch(ctx, pg, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func toUnstructured(t *testing.T, o *v1alpha1.Postgres) *unstructured.Unstructured {
 	t.Helper()
 	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(o)
@@ -275,6 +285,15 @@ func TestBackupRunsAsJob(t *testing.T) {
 	if err := c.Status().Patch(ctx, db, client.MergeFrom(dbBase)); err != nil {
 		t.Fatal(err)
 	}
+	// Ready, but with no CA reported for a server that takes TLS (the
+	// chart's default): no Job, so no password offered to an unproven
+	// server.
+	wait("first", v1alpha1.BackupPending, "status.endpoints.caSecret")
+	if jobs := (&batchv1.JobList{}); c.List(ctx, jobs, client.InNamespace(ns)) != nil || len(jobs.Items) != 0 {
+		t.Fatalf("a Job was made before the server's CA was known: %d", len(jobs.Items))
+	}
+	// The test's server takes no TLS: the resource says so.
+	serverTakesNoTLS(t, ctx, c, db)
 	got := wait("first", v1alpha1.BackupRunning, "")
 	if got.Status.ChartVersion != "1.4.0" || got.Status.DatabaseVersion != "15" || !strings.HasPrefix(got.Status.Location, ns+"/postgres/db/") {
 		t.Errorf("running Backup's status: %+v", got.Status)
@@ -354,6 +373,8 @@ func TestBackupRunsAsJob(t *testing.T) {
 	if err := c.Status().Patch(ctx, copyDB, client.MergeFrom(copyBase)); err != nil {
 		t.Fatal(err)
 	}
+	restoreIs(v1alpha1.BackupPending, "status.endpoints.caSecret")
+	serverTakesNoTLS(t, ctx, c, copyDB)
 	running := restoreIs(v1alpha1.BackupRunning, "restores "+done.Status.Location)
 	restoreJob := &batchv1.Job{}
 	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: running.Status.Restore.Job}, restoreJob); err != nil {

@@ -3,6 +3,7 @@ package backup
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -310,6 +311,9 @@ func (m *Major) record(ctx context.Context, pg *v1alpha1.Postgres, mu *v1alpha1.
 // start creates the new claim and the Job, as pg's identity.
 func (m *Major) start(ctx context.Context, u *unstructured.Unstructured, ch *majorChange) error {
 	pg := ch.pg
+	if why := jobspec.ServerUnverified(pg); why != "" {
+		return errors.New(why) // tried again; the status's next write has it
+	}
 	size, err := resource.ParseQuantity(pg.Spec.Storage.Size)
 	if err != nil {
 		return hooks.Reject("MajorUpgradeFailed", "spec.storage.size %q: %v", pg.Spec.Storage.Size, err)

@@ -318,7 +318,7 @@ func TestBackupJobRunsAsIdentity(t *testing.T) {
 		}
 	}
 	db.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "InstallSucceeded", Message: "ok", LastTransitionTime: metav1.Now()}}
-	db.Status.Endpoints = &v1alpha1.PostgresEndpoints{ReadWrite: "db", Secret: "db-auth"}
+	db.Status.Endpoints = &v1alpha1.PostgresEndpoints{ReadWrite: "db", Secret: "db-auth", CASecret: "db-tls"}
 	if err := c.Status().Update(ctx, db); err != nil {
 		t.Fatal(err)
 	}

@@ -211,6 +211,10 @@ func (r *RestoreReconciler) step(ctx context.Context, pg *v1alpha1.Postgres) (ct
 		r.set(pg, v1alpha1.BackupPending, "the restore starts once the release is installed")
 		return ctrl.Result{}, nil // the release's status change wakes this
 	}
+	if why := jobspec.ServerUnverified(pg); why != "" {
+		r.set(pg, v1alpha1.BackupPending, why)
+		return ctrl.Result{}, nil // the status's next write wakes this
+	}
 	// The source: a completed Backup, or a location in a store.
 	rs := pg.Spec.Restore
 	storeRef, location, sum, size := v1alpha1.StoreRef{}, "", "", int64(0)

@@ -8,6 +8,8 @@
 package jobspec
 
 import (
+	"encoding/json"
+	"fmt"
 	"maps"
 	"path"
 	"slices"
@@ -138,7 +140,8 @@ const ServerCADir = "/etc/chartpilot/postgresql-ca"
 // against the CA of pg's status (sslmode=verify-full), and SCRAM bound to
 // that channel, so no password and no proof of one goes to whatever else
 // answers the Service. libpq 16 and later also refuse any method but
-// SCRAM. Without a CA (the server takes no TLS) only that last holds.
+// SCRAM. Without a CA (the server takes no TLS, see ServerUnverified)
+// only that last holds.
 func verifiesServer(pg *v1alpha1.Postgres, job *batchv1.Job) *batchv1.Job {
 	main := &job.Spec.Template.Spec.Containers[0]
 	main.Env = append(main.Env, corev1.EnvVar{Name: "PGREQUIREAUTH", Value: "scram-sha-256"})
@@ -158,6 +161,30 @@ func verifiesServer(pg *v1alpha1.Postgres, job *batchv1.Job) *batchv1.Job {
 		corev1.EnvVar{Name: "PGSSLROOTCERT", Value: ServerCADir + "/ca.crt"},
 		corev1.EnvVar{Name: "PGCHANNELBINDING", Value: "require"})
 	return job
+}
+
+// ServerUnverified says why no Job may connect to pg's server yet: its
+// server takes TLS (the chart's tls.enabled, on unless spec.values turns
+// it off) and its status names no CA to verify it against (a status
+// written before it did, or a StatefulSet not yet seen). A Job made then
+// would offer the password to whatever answers the Service. Empty: the
+// Job can verify the server, or the server takes no TLS by the
+// resource's own choice.
+func ServerUnverified(pg *v1alpha1.Postgres) string {
+	if pg.Status.Endpoints != nil && pg.Status.Endpoints.CASecret != "" {
+		return ""
+	}
+	if pg.Spec.Values != nil && len(pg.Spec.Values.Raw) > 0 {
+		var v struct {
+			TLS struct {
+				Enabled *bool `json:"enabled"`
+			} `json:"tls"`
+		}
+		if json.Unmarshal(pg.Spec.Values.Raw, &v) == nil && v.TLS.Enabled != nil && !*v.TLS.Enabled {
+			return ""
+		}
+	}
+	return fmt.Sprintf("Postgres %s has not reported the CA of its server's certificate (status.endpoints.caSecret) yet: waiting for it, so no password goes to a server not proven to be its own", pg.Name)
 }
 
 // StoreCAFile is where a Job finds an S3 store's CA.

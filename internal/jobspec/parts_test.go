@@ -2,10 +2,12 @@ package jobspec
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
@@ -84,5 +86,37 @@ func TestPassthroughJobsPlacedAsPods(t *testing.T) {
 	none := placedByValues(agentJob("shop", "j", nil, "redis:7.4", time.Minute, nil, nil, nil, nil), &watches.Backup{Image: "redis:7.4", Command: []string{"redis-cli"}}, at)
 	if p := none.Spec.Template.Spec; p.NodeSelector != nil || p.Tolerations != nil {
 		t.Errorf("a block naming no values placed the Job: %v %v", p.NodeSelector, p.Tolerations)
+	}
+}
+
+// No Job connects to a server that takes TLS until the CA to verify it is
+// known; a server whose values turn TLS off needs none.
+func TestServerUnverified(t *testing.T) {
+	for _, tc := range []struct {
+		name, values, ca string
+		waits            bool
+	}{
+		{"no status yet", "", "", true},
+		{"the CA reported", "", "db-tls", false},
+		{"TLS on by the values", `{"tls":{"enabled":true}}`, "", true},
+		{"TLS off by the values", `{"tls":{"enabled":false}}`, "", false},
+		{"other values", `{"tls":{"existingSecret":"x"},"image":{"tag":"15"}}`, "", true},
+		{"values not an object", `[1]`, "", true},
+	} {
+		pg := &v1alpha1.Postgres{}
+		pg.Name = "db"
+		if tc.values != "" {
+			pg.Spec.Values = &apiextensionsv1.JSON{Raw: []byte(tc.values)}
+		}
+		if tc.ca != "" {
+			pg.Status.Endpoints = &v1alpha1.PostgresEndpoints{CASecret: tc.ca}
+		}
+		why := ServerUnverified(pg)
+		if (why != "") != tc.waits {
+			t.Errorf("%s: %q, want waiting %v", tc.name, why, tc.waits)
+		}
+		if why != "" && !strings.Contains(why, "status.endpoints.caSecret") {
+			t.Errorf("%s: %q names no field", tc.name, why)
+		}
 	}
 }

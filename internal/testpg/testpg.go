@@ -82,16 +82,17 @@ func NewRunner(t T, bin string) *Runner {
 func (r *Runner) Command(env map[string]string, name string, args ...string) *exec.Cmd {
 	// A bare name is looked for on the Runner's PATH, not this process's
 	// (where another installation's binary may come first).
+	path := name
 	if !strings.Contains(name, "/") {
 		for _, dir := range filepath.SplitList(r.path) {
 			if fi, err := os.Stat(filepath.Join(dir, name)); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
-				name = filepath.Join(dir, name)
+				path = filepath.Join(dir, name)
 				break
 			}
 		}
 	}
-	cmd := exec.Command(name, args...)
-	cmd.Args[0] = filepath.Base(name)
+	cmd := exec.Command(path, args...)
+	cmd.Args[0] = name
 	cmd.Env = []string{"PATH=" + r.path, "LANG=C.UTF-8"}
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)

@@ -19,10 +19,10 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/chartpilot/chartpilot/hooks/storage"
 	"github.com/chartpilot/chartpilot/internal/admission"
 	data "github.com/chartpilot/chartpilot/internal/backup"
 	"github.com/chartpilot/chartpilot/internal/cliutil"
+	"github.com/chartpilot/chartpilot/internal/controller/storage"
 	"github.com/chartpilot/chartpilot/internal/operator"
 	"github.com/chartpilot/chartpilot/internal/source"
 	"github.com/chartpilot/chartpilot/internal/watches"

@@ -25,9 +25,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
-	"github.com/chartpilot/chartpilot/hooks"
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/backup"
+	"github.com/chartpilot/chartpilot/internal/hooks"
 	"github.com/chartpilot/chartpilot/internal/jobspec"
 )
 

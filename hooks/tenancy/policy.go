@@ -9,8 +9,8 @@ import (
 	"github.com/Masterminds/semver/v3"
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/chartpilot/chartpilot/hooks"
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
+	"github.com/chartpilot/chartpilot/internal/hooks"
 )
 
 // check is one limit: pure, from the tenant and a resource's facts to a
@@ -30,8 +30,8 @@ var checks = []check{
 	checkNodePlacement,
 }
 
-// evaluate runs every check and returns the first refusal.
-func evaluate(t *v1alpha1.Tenant, obj hooks.Object) (reason, msg string, ok bool) {
+// Evaluate runs every check and returns the first refusal.
+func Evaluate(t *v1alpha1.Tenant, obj hooks.Object) (reason, msg string, ok bool) {
 	for _, c := range checks {
 		if reason, msg, ok := c(t, obj); !ok {
 			return reason, msg, false
@@ -188,14 +188,14 @@ func claimSize(c corev1.PersistentVolumeClaim) int64 {
 	return max(req.Value(), capacity.Value())
 }
 
-// tenantStorage is the storage of a tenant's resources and claims: each
+// TenantStorage is the storage of a tenant's resources and claims: each
 // resource counts the larger of what its spec asks for and what the claims
 // labelled with its name hold (a kept old volume, a grown one), and a
 // claim of no resource counts whole (a resource deleted with its claims
 // kept, a restore's claim). except, when set, is left out: a resource
 // whose spec is being checked; its own claims then count with it
 // (exceptClaims), not here.
-func tenantStorage(resources []hooks.Object, claims []corev1.PersistentVolumeClaim, except *hooks.Object) (total, exceptClaims int64) {
+func TenantStorage(resources []hooks.Object, claims []corev1.PersistentVolumeClaim, except *hooks.Object) (total, exceptClaims int64) {
 	type key struct{ ns, name string }
 	held := map[key]int64{}
 	for _, c := range claims {

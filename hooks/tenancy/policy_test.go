@@ -10,8 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/chartpilot/chartpilot/hooks"
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
+	"github.com/chartpilot/chartpilot/internal/hooks"
 )
 
 func q(s string) *resource.Quantity { v := resource.MustParse(s); return &v }
@@ -66,7 +66,7 @@ func TestChecks(t *testing.T) {
 		{"node placement not asked", v1alpha1.TenantLimits{DenyNodePlacement: true}, hooks.Facts{}, "", "", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			reason, msg, ok := evaluate(tenant(tc.limits), object(tc.facts, tc.chart))
+			reason, msg, ok := Evaluate(tenant(tc.limits), object(tc.facts, tc.chart))
 			if tc.reason == "" {
 				if !ok {
 					t.Fatalf("refused: %s %s", reason, msg)

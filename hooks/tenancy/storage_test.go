@@ -10,8 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/chartpilot/chartpilot/hooks"
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
+	"github.com/chartpilot/chartpilot/internal/hooks"
 )
 
 func claim(ns, name, instance, size string, bound string) corev1.PersistentVolumeClaim {
@@ -59,7 +59,7 @@ func TestTenantStorageCountsClaims(t *testing.T) {
 			[]corev1.PersistentVolumeClaim{claim("b", "data-db-0", "db", "4Gi", "")}, 5 * gi},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got, _ := tenantStorage(tc.resources, tc.claims, nil); got != tc.want {
+			if got, _ := TenantStorage(tc.resources, tc.claims, nil); got != tc.want {
 				t.Errorf("tenantStorage = %d GiB, want %d GiB", got/gi, tc.want/gi)
 			}
 		})
@@ -74,12 +74,12 @@ func TestClaimKeptAfterDeleteCountsAgainstTheLimit(t *testing.T) {
 		Limits: v1alpha1.TenantLimits{MaxTotalStorage: q("10Gi")}}}
 	kept := []corev1.PersistentVolumeClaim{claim("a", "data-gone-0", "gone", "6Gi", "6Gi")}
 	tn := &Tenancy{Claims: func(context.Context, string) ([]corev1.PersistentVolumeClaim, error) { return kept, nil }}
-	claims, err := tn.claimsIn(context.Background(), ten.Spec.Namespaces)
+	claims, err := tn.ClaimsIn(context.Background(), ten.Spec.Namespaces)
 	if err != nil {
 		t.Fatal(err)
 	}
 	obj := named("a", "db", 5<<30, 1)
-	sum, own := tenantStorage(nil, claims, &obj)
+	sum, own := TenantStorage(nil, claims, &obj)
 	if sum != 6<<30 || own != 0 {
 		t.Fatalf("others %d, own %d", sum, own)
 	}
@@ -88,7 +88,7 @@ func TestClaimKeptAfterDeleteCountsAgainstTheLimit(t *testing.T) {
 		t.Fatalf("a 5Gi resource beside a kept 6Gi claim under a 10Gi limit: %v %s %s", ok, reason, msg)
 	}
 	kept = nil
-	sum, _ = tenantStorage(nil, kept, &obj)
+	sum, _ = TenantStorage(nil, kept, &obj)
 	if _, _, ok := checkTotalStorage(ten, obj, sum); !ok {
 		t.Fatal("refused once the kept claim was deleted")
 	}

@@ -28,8 +28,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
-	"github.com/chartpilot/chartpilot/hooks"
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
+	"github.com/chartpilot/chartpilot/internal/hooks"
 	"github.com/chartpilot/chartpilot/internal/identity"
 	"github.com/chartpilot/chartpilot/internal/values"
 )
@@ -53,8 +53,8 @@ type Tenancy struct {
 	Claims func(ctx context.Context, namespace string) ([]corev1.PersistentVolumeClaim, error)
 }
 
-// claimsIn reads the claims of namespaces (none without Claims).
-func (t *Tenancy) claimsIn(ctx context.Context, namespaces []string) ([]corev1.PersistentVolumeClaim, error) {
+// ClaimsIn reads the claims of namespaces (none without Claims).
+func (t *Tenancy) ClaimsIn(ctx context.Context, namespaces []string) ([]corev1.PersistentVolumeClaim, error) {
 	if t.Claims == nil {
 		return nil, nil
 	}
@@ -95,13 +95,13 @@ func (t *Tenancy) tenantOf(ctx context.Context, ns string) (*v1alpha1.Tenant, er
 	if err := t.Client.List(ctx, list); err != nil {
 		return nil, fmt.Errorf("listing tenants: %w", err)
 	}
-	nsLabels, err := t.namespaceLabels(ctx, ns)
+	nsLabels, err := t.NamespaceLabels(ctx, ns)
 	if err != nil {
 		return nil, err
 	}
 	var matched []*v1alpha1.Tenant
 	for i := range list.Items {
-		if claims(&list.Items[i], ns, nsLabels) {
+		if Claims(&list.Items[i], ns, nsLabels) {
 			matched = append(matched, &list.Items[i])
 		}
 	}
@@ -120,7 +120,7 @@ func (t *Tenancy) tenantOf(ctx context.Context, ns string) (*v1alpha1.Tenant, er
 	}
 }
 
-func (t *Tenancy) namespaceLabels(ctx context.Context, ns string) (labels.Set, error) {
+func (t *Tenancy) NamespaceLabels(ctx context.Context, ns string) (labels.Set, error) {
 	m := &metav1.PartialObjectMetadata{}
 	m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
 	if err := t.Client.Get(ctx, types.NamespacedName{Name: ns}, m); err != nil {
@@ -129,8 +129,8 @@ func (t *Tenancy) namespaceLabels(ctx context.Context, ns string) (labels.Set, e
 	return labels.Set(m.GetLabels()), nil
 }
 
-// claims reports whether tenant claims namespace ns (with labels).
-func claims(tenant *v1alpha1.Tenant, ns string, nsLabels labels.Set) bool {
+// Claims reports whether tenant claims namespace ns (with labels).
+func Claims(tenant *v1alpha1.Tenant, ns string, nsLabels labels.Set) bool {
 	if slices.Contains(tenant.Spec.Namespaces, ns) {
 		return true
 	}
@@ -146,11 +146,11 @@ func (t *Tenancy) validate(ctx context.Context, obj hooks.Object) error {
 	if err != nil || tenant == nil {
 		return err
 	}
-	if reason, msg, ok := evaluate(tenant, obj); !ok {
+	if reason, msg, ok := Evaluate(tenant, obj); !ok {
 		return hooks.Reject(reason, "%s", msg)
 	}
 	if tenant.Spec.Limits.MaxTotalStorage != nil && t.Resources != nil {
-		namespaces, err := t.namespacesOf(ctx, tenant)
+		namespaces, err := t.NamespacesOf(ctx, tenant)
 		if err != nil {
 			return err
 		}
@@ -168,11 +168,11 @@ func (t *Tenancy) validate(ctx context.Context, obj hooks.Object) error {
 			}
 			rest = append(rest, o)
 		}
-		claims, err := t.claimsIn(ctx, namespaces)
+		claims, err := t.ClaimsIn(ctx, namespaces)
 		if err != nil {
 			return err
 		}
-		sum, own := tenantStorage(rest, claims, &obj)
+		sum, own := TenantStorage(rest, claims, &obj)
 		// The resource's own claims beyond what its spec asks for (an old
 		// volume kept after a major upgrade) count as well.
 		if extra := own - storageOf(obj.Facts); extra > 0 {
@@ -237,7 +237,7 @@ func (t *Tenancy) peers(ctx context.Context, ns string) ([]string, error) {
 	if err != nil || tenant == nil {
 		return nil, err
 	}
-	return t.namespacesOf(ctx, tenant)
+	return t.NamespacesOf(ctx, tenant)
 }
 
 // identity is the tenant's ServiceAccount in the resource's namespace.
@@ -249,8 +249,8 @@ func (t *Tenancy) identity(ctx context.Context, obj hooks.Object) (string, error
 	return identity.ServiceAccount(obj.Resource.GetNamespace(), tenant.Spec.ServiceAccountName), nil
 }
 
-// namespacesOf lists the namespaces a tenant claims.
-func (t *Tenancy) namespacesOf(ctx context.Context, tenant *v1alpha1.Tenant) ([]string, error) {
+// NamespacesOf lists the namespaces a tenant claims.
+func (t *Tenancy) NamespacesOf(ctx context.Context, tenant *v1alpha1.Tenant) ([]string, error) {
 	set := map[string]bool{}
 	for _, n := range tenant.Spec.Namespaces {
 		set[n] = true
@@ -282,7 +282,7 @@ func (t *Tenancy) Watch(mgr manager.Manager, c controller.Controller, enqueue ho
 	add := func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request], tenants ...*v1alpha1.Tenant) {
 		var namespaces []string
 		for _, tn := range tenants {
-			ns, err := t.namespacesOf(ctx, tn)
+			ns, err := t.NamespacesOf(ctx, tn)
 			if err == nil {
 				namespaces = append(namespaces, ns...)
 			}

@@ -7,7 +7,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/chartpilot/chartpilot/hooks"
+	"github.com/chartpilot/chartpilot/internal/hooks"
 )
 
 func TestGenericFacts(t *testing.T) {

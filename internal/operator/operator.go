@@ -30,14 +30,15 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
-	"github.com/chartpilot/chartpilot/hooks"
 	"github.com/chartpilot/chartpilot/hooks/backup"
 	"github.com/chartpilot/chartpilot/hooks/monitoring"
-	"github.com/chartpilot/chartpilot/hooks/storage"
 	"github.com/chartpilot/chartpilot/hooks/tenancy"
 	"github.com/chartpilot/chartpilot/internal/admission"
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
+	"github.com/chartpilot/chartpilot/internal/controller/storage"
+	"github.com/chartpilot/chartpilot/internal/controller/tenant"
 	"github.com/chartpilot/chartpilot/internal/helm"
+	"github.com/chartpilot/chartpilot/internal/hooks"
 	"github.com/chartpilot/chartpilot/internal/identity"
 	"github.com/chartpilot/chartpilot/internal/kinds"
 	"github.com/chartpilot/chartpilot/internal/kinds/postgres"
@@ -357,7 +358,7 @@ func addReconcilers(o Options, mgr manager.Manager, scheme *runtime.Scheme, sour
 	}
 	// The Tenant kind (and its CRD) is needed only when a watch uses tenancy.
 	if tenancyUsed {
-		status := &tenancy.StatusReconciler{Client: mgr.GetClient(), Tenancy: tn, Kinds: gvks}
+		status := &tenant.StatusReconciler{Client: mgr.GetClient(), Tenancy: tn, Kinds: gvks}
 		if err := status.SetupWithManager(mgr, o.SeveralInProcess); err != nil {
 			return nil, nil, err
 		}

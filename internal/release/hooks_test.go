@@ -10,8 +10,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/chartpilot/chartpilot/hooks"
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
+	"github.com/chartpilot/chartpilot/internal/hooks"
 	"github.com/chartpilot/chartpilot/internal/operator"
 	"github.com/chartpilot/chartpilot/internal/watches"
 )

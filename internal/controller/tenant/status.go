@@ -1,11 +1,13 @@
-package tenancy
+package tenant
 
 import (
 	"context"
 	"fmt"
-	corev1 "k8s.io/api/core/v1"
 	"slices"
 	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -19,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/chartpilot/chartpilot/hooks/tenancy"
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 )
 
@@ -29,7 +32,7 @@ const maxViolations = 20
 // with other tenants, resources, storage used, violations.
 type StatusReconciler struct {
 	Client  client.Client
-	Tenancy *Tenancy
+	Tenancy *tenancy.Tenancy
 	// Kinds are the watched kinds; a change of one of their resources
 	// refreshes the status of the tenant of its namespace.
 	Kinds []schema.GroupVersionKind
@@ -53,10 +56,10 @@ func (r *StatusReconciler) tenantsOfNamespace(ctx context.Context, o client.Obje
 	if err := r.Client.List(ctx, list); err != nil {
 		return nil
 	}
-	nsLabels, _ := r.Tenancy.namespaceLabels(ctx, o.GetNamespace())
+	nsLabels, _ := r.Tenancy.NamespaceLabels(ctx, o.GetNamespace())
 	var out []reconcile.Request
 	for i := range list.Items {
-		if claims(&list.Items[i], o.GetNamespace(), nsLabels) {
+		if tenancy.Claims(&list.Items[i], o.GetNamespace(), nsLabels) {
 			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: list.Items[i].Name}})
 		}
 	}
@@ -69,7 +72,7 @@ func (r *StatusReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	if err := r.Client.Get(ctx, req.NamespacedName, tenant); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	namespaces, err := r.Tenancy.namespacesOf(ctx, tenant)
+	namespaces, err := r.Tenancy.NamespacesOf(ctx, tenant)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -86,7 +89,7 @@ func (r *StatusReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		if other.Name == tenant.Name {
 			continue
 		}
-		theirs, err := r.Tenancy.namespacesOf(ctx, other)
+		theirs, err := r.Tenancy.NamespacesOf(ctx, other)
 		if err != nil {
 			return ctrl.Result{}, err
 		}
@@ -113,20 +116,20 @@ func (r *StatusReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	// is limited; otherwise storageUsed is the resources' specs.
 	var claims []corev1.PersistentVolumeClaim
 	if tenant.Spec.Limits.MaxTotalStorage != nil {
-		if claims, err = r.Tenancy.claimsIn(ctx, namespaces); err != nil {
+		if claims, err = r.Tenancy.ClaimsIn(ctx, namespaces); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
-	used, _ := tenantStorage(resources, claims, nil)
+	used, _ := tenancy.TenantStorage(resources, claims, nil)
 	for _, o := range resources {
-		if reason, msg, ok := evaluate(tenant, o); !ok && len(st.Violations) < maxViolations {
+		if reason, msg, ok := tenancy.Evaluate(tenant, o); !ok && len(st.Violations) < maxViolations {
 			st.Violations = append(st.Violations, fmt.Sprintf("%s %s/%s: %s (%s)", o.Resource.GetKind(), o.Resource.GetNamespace(), o.Resource.GetName(), msg, reason))
 		}
 	}
 	if tenant.Spec.Limits.MaxTotalStorage != nil && used > tenant.Spec.Limits.MaxTotalStorage.Value() && len(st.Violations) < maxViolations {
-		st.Violations = append(st.Violations, fmt.Sprintf("storage used %s is over limits.maxTotalStorage %s", bytes(used), tenant.Spec.Limits.MaxTotalStorage.String()))
+		st.Violations = append(st.Violations, fmt.Sprintf("storage used %s is over limits.maxTotalStorage %s", quantity(used), tenant.Spec.Limits.MaxTotalStorage.String()))
 	}
-	st.StorageUsed = bytes(used)
+	st.StorageUsed = quantity(used)
 	if equality.Semantic.DeepEqual(st, tenant.Status) {
 		return ctrl.Result{}, nil
 	}
@@ -138,3 +141,6 @@ func (r *StatusReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 func controllerOptions(skipNameValidation bool) controller.Options {
 	return controller.Options{SkipNameValidation: &skipNameValidation}
 }
+
+// quantity is n bytes as a Kubernetes quantity (binary suffixes).
+func quantity(n int64) string { return resource.NewQuantity(n, resource.BinarySI).String() }

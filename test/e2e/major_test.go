@@ -71,7 +71,7 @@ func (e *env) endJobPod(job, message string) {
 // stays, and the status names both volumes. The local cluster's pods are
 // simulated, so the test plays the kubelet of the two Jobs' pods and
 // reports for them what their commands report (the commands themselves
-// run against real PostgreSQL servers in hooks/backup's tests).
+// run against real PostgreSQL servers in internal/controller/backup's tests).
 func TestPostgresMajorUpgradeCarriedOut(t *testing.T) {
 	e := setup(t, func(o *operator.Options) { o.BackupImage = "chartpilot:test" })
 	ctx := context.Background()

@@ -24,7 +24,7 @@ import (
 // Backup's checksum the release is installed and its StatefulSet adopts
 // that claim (same UID), and Restored is True. The local cluster's pods
 // are simulated, so the test plays the kubelet of the two Jobs' pods (their
-// commands run against real redis-server in hooks/backup's tests).
+// commands run against real redis-server in internal/controller/backup's tests).
 func TestRedisRestoredBeforeInstall(t *testing.T) {
 	e := setup(t, func(o *operator.Options) { o.BackupImage = "chartpilot:test" })
 	ctx := context.Background()

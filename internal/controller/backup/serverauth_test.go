@@ -34,7 +34,7 @@ import (
 func BuildAgent(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "chartpilot")
-	cmd := exec.Command("go", "build", "-o", bin, "../../cmd/chartpilot")
+	cmd := exec.Command("go", "build", "-o", bin, "../../../cmd/chartpilot")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("building the agent: %v\n%s", err, out)
 	}

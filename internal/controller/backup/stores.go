@@ -1,6 +1,10 @@
-// Package backup holds the controllers of backups. StoreReconciler checks
-// BackupStores and ClusterBackupStores: a probe object written, read back
-// and deleted for S3, the claim bound for a volume, and Ready says so.
+// Package backup holds the backup controllers (StoreReconciler,
+// BackupReconciler, ScheduleReconciler with its drills, RestoreReconciler)
+// and the hooks of the release reconciler that share their store
+// resolution, identity and Job following: Hook (a restore before install,
+// the Restored condition, the backup before a major upgrade), Major (the
+// major upgrade), Archive (the WAL archive's values) and Restores
+// (passthrough restores).
 package backup
 
 import (
@@ -94,7 +98,9 @@ func options(skipNameValidation bool) controller.Options {
 const Workers = 4
 
 // StoreReconciler checks the stores of one kind (BackupStore, or
-// ClusterBackupStore when Cluster is set).
+// ClusterBackupStore when Cluster is set): a probe object written, read
+// back and deleted for an object store, the claim bound for a volume;
+// Ready says so.
 type StoreReconciler struct {
 	Client client.Client
 	// Reader reads Secrets and claims from the API server (they are not

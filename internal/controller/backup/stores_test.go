@@ -25,10 +25,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/chartpilot/chartpilot/hooks/backup"
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	data "github.com/chartpilot/chartpilot/internal/backup"
 	"github.com/chartpilot/chartpilot/internal/backup/backuptest"
+	"github.com/chartpilot/chartpilot/internal/controller/backup"
 	"github.com/chartpilot/chartpilot/internal/testcluster"
 	"github.com/chartpilot/chartpilot/internal/testwait"
 )
@@ -104,7 +104,7 @@ func storeHelper(t *testing.T) *data.StoreHelper {
 			return
 		}
 		helper.path = filepath.Join(helper.dir, "chartpilot")
-		if out, err := exec.Command("go", "build", "-o", helper.path, "../../cmd/chartpilot").CombinedOutput(); err != nil {
+		if out, err := exec.Command("go", "build", "-o", helper.path, "../../../cmd/chartpilot").CombinedOutput(); err != nil {
 			helper.err = fmt.Errorf("building the store helper: %v\n%s", err, out)
 		}
 	})

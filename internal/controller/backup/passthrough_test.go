@@ -19,9 +19,9 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/chartpilot/chartpilot/hooks/backup"
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/backup/backuptest"
+	"github.com/chartpilot/chartpilot/internal/controller/backup"
 	"github.com/chartpilot/chartpilot/internal/hooks"
 	"github.com/chartpilot/chartpilot/internal/testpg"
 	"github.com/chartpilot/chartpilot/internal/testwait"
@@ -68,7 +68,7 @@ func redisCLI(t *testing.T, port int, password string, args ...string) string {
 // snapshot has every key.
 func TestPassthroughBackup(t *testing.T) {
 	cluster.Skip(t)
-	ws, err := watches.Load(filepath.Join("..", "..", "watches.yaml"))
+	ws, err := watches.Load(filepath.Join("..", "..", "..", "watches.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -54,8 +54,7 @@ func (a *Archive) values(ctx context.Context, obj hooks.Object) (map[string]any,
 	if sb == nil || sb.WALArchive == nil {
 		return nil, nil
 	}
-	resolver := &BackupReconciler{Client: a.Client, Reader: a.Reader}
-	st, why, mayWait := resolver.store(ctx, &v1alpha1.Backup{Spec: v1alpha1.BackupSpec{Store: sb.Store}})
+	st, why, mayWait := resolveStore(ctx, a.Client, a.Reader, pg.Namespace, sb.Store)
 	if st == nil {
 		// Archiving waits for the store; nothing of the release changes.
 		why = "spec.backup.walArchive: " + strings.Replace(why, "spec.store", "spec.backup.store", 1)

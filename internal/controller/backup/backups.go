@@ -15,7 +15,6 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -27,7 +26,6 @@ import (
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/backup"
 	"github.com/chartpilot/chartpilot/internal/jobspec"
-	"github.com/chartpilot/chartpilot/internal/redact"
 	"github.com/chartpilot/chartpilot/internal/watches"
 )
 
@@ -169,71 +167,6 @@ func (r *BackupReconciler) fail(b *v1alpha1.Backup, why string) {
 	backupFailures.WithLabelValues(b.Namespace, b.Spec.Target.Kind, b.Spec.Target.Name, b.Spec.Store.Name).Inc()
 }
 
-// resolvedStore is a store a Backup may use, as its Job sees it.
-type resolvedStore struct {
-	spec v1alpha1.BackupStoreSpec
-	// cluster: a ClusterBackupStore (the admin's own).
-	cluster bool
-	// secretNS is where the store's Secrets are.
-	secretNS string
-}
-
-// store resolves b's store: it exists, is Ready for its current spec, is
-// offered to b's namespace, and its Secrets are ones a Job of that
-// namespace can use. The string says why not.
-func (r *BackupReconciler) store(ctx context.Context, b *v1alpha1.Backup) (*resolvedStore, string, bool) {
-	ref := b.Spec.Store
-	if ref.Kind == "ClusterBackupStore" {
-		cs := &v1alpha1.ClusterBackupStore{}
-		if err := r.Client.Get(ctx, types.NamespacedName{Name: ref.Name}, cs); err != nil {
-			return nil, fmt.Sprintf("spec.store: ClusterBackupStore %s: %v", ref.Name, redact.Error(err)), apierrors.IsNotFound(err)
-		}
-		if why := r.offered(ctx, cs, b.Namespace); why != "" {
-			return nil, why, true
-		}
-		if why := notReady("ClusterBackupStore", cs.Name, cs.Generation, cs.Status.Conditions); why != "" {
-			return nil, why, true
-		}
-		if s3 := cs.Spec.S3; s3 != nil && (s3.CredentialsSecretRef.Namespace != b.Namespace || (s3.CASecretRef != nil && s3.CASecretRef.Namespace != b.Namespace)) {
-			return nil, fmt.Sprintf("spec.store: ClusterBackupStore %s keeps its S3 Secrets in namespace %s, which a backup Job of %s cannot read: use a BackupStore of %s, or a ClusterBackupStore whose Secrets are in %s", cs.Name, s3.CredentialsSecretRef.Namespace, b.Namespace, b.Namespace, b.Namespace), false
-		}
-		if az := cs.Spec.Azure; az != nil && az.CredentialsSecretRef.Namespace != b.Namespace {
-			return nil, fmt.Sprintf("spec.store: ClusterBackupStore %s keeps its Azure Secret in namespace %s, which a backup Job of %s cannot read: use a BackupStore of %s, or a ClusterBackupStore whose Secret is in %s", cs.Name, az.CredentialsSecretRef.Namespace, b.Namespace, b.Namespace, b.Namespace), false
-		}
-		if g := cs.Spec.GCS; g != nil && g.CredentialsSecretRef != nil && g.CredentialsSecretRef.Namespace != b.Namespace {
-			return nil, fmt.Sprintf("spec.store: ClusterBackupStore %s keeps its GCS Secret in namespace %s, which a backup Job of %s cannot read: use a BackupStore of %s, or a ClusterBackupStore whose Secret is in %s", cs.Name, g.CredentialsSecretRef.Namespace, b.Namespace, b.Namespace, b.Namespace), false
-		}
-		return &resolvedStore{spec: v1alpha1.BackupStoreSpec{S3: cs.Spec.S3, GCS: cs.Spec.GCS, Azure: cs.Spec.Azure, Volume: cs.Spec.Volume}, secretNS: b.Namespace, cluster: true}, "", true
-	}
-	s := &v1alpha1.BackupStore{}
-	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: b.Namespace, Name: ref.Name}, s); err != nil {
-		return nil, fmt.Sprintf("spec.store: BackupStore %s/%s: %v", b.Namespace, ref.Name, redact.Error(err)), apierrors.IsNotFound(err)
-	}
-	if why := notReady("BackupStore", s.Name, s.Generation, s.Status.Conditions); why != "" {
-		return nil, why, true
-	}
-	return &resolvedStore{spec: s.Spec, secretNS: b.Namespace}, "", true
-}
-
-// offered says why cs does not serve namespace ns ("" when it does).
-func (r *BackupReconciler) offered(ctx context.Context, cs *v1alpha1.ClusterBackupStore, ns string) string {
-	if cs.Spec.NamespaceSelector == nil {
-		return fmt.Sprintf("spec.store: ClusterBackupStore %s has no namespaceSelector and serves no namespace: ask an admin to select %s", cs.Name, ns)
-	}
-	sel, err := metav1.LabelSelectorAsSelector(cs.Spec.NamespaceSelector)
-	if err != nil {
-		return fmt.Sprintf("spec.store: ClusterBackupStore %s has an invalid namespaceSelector: %v", cs.Name, err)
-	}
-	n := &corev1.Namespace{}
-	if err := r.Reader.Get(ctx, types.NamespacedName{Name: ns}, n); err != nil {
-		return fmt.Sprintf("reading namespace %s: %v", ns, redact.Error(err))
-	}
-	if sel.Empty() || !sel.Matches(labels.Set(n.Labels)) {
-		return fmt.Sprintf("spec.store: ClusterBackupStore %s does not serve namespace %s (its namespaceSelector does not select it): use a BackupStore of %s, or ask an admin", cs.Name, ns, ns)
-	}
-	return ""
-}
-
 // notReady says why a store is not usable now ("" when it is).
 func notReady(kind, name string, generation int64, conds []metav1.Condition) string {
 	c := apimeta.FindStatusCondition(conds, v1alpha1.ConditionReady)
@@ -338,7 +271,7 @@ func (r *BackupReconciler) start(ctx context.Context, b *v1alpha1.Backup) (ctrl.
 	case wait != "":
 		return r.wait(b, wait), nil
 	}
-	st, why, mayWait := r.store(ctx, b)
+	st, why, mayWait := resolveStore(ctx, r.Client, r.Reader, b.Namespace, b.Spec.Store)
 	if st == nil {
 		if !mayWait {
 			r.fail(b, why)

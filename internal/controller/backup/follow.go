@@ -121,7 +121,7 @@ func jobCondition(job *batchv1.Job, t batchv1.JobConditionType) bool {
 // checked is false when the store could not be looked at (no helper slot
 // free, or the helper gave no answer): why says so, and nothing is known.
 func (r *BackupReconciler) manifest(ctx context.Context, b *v1alpha1.Backup, job *batchv1.Job) (m *backup.Manifest, why string, checked bool) {
-	st, why, _ := r.store(ctx, b)
+	st, why, _ := resolveStore(ctx, r.Client, r.Reader, b.Namespace, b.Spec.Store)
 	if st == nil {
 		return nil, fmt.Sprintf("Job %s succeeded, but its backup cannot be checked: %s", job.Name, why), true
 	}

@@ -121,8 +121,7 @@ func (r *Restores) start(ctx context.Context, obj hooks.Object, pk PassthroughKi
 	default:
 		return hooks.Reject("Restoring", "the restore waits for Backup %s to complete (%s)", from, orPending(b.Status.Phase))
 	}
-	resolver := &BackupReconciler{Client: r.Client, Reader: r.Reader}
-	store, why, mayWait := resolver.store(ctx, b)
+	store, why, mayWait := resolveStore(ctx, r.Client, r.Reader, b.Namespace, b.Spec.Store)
 	if store == nil {
 		if mayWait && time.Since(u.GetCreationTimestamp().Time) < StartGrace {
 			return hooks.Reject("Restoring", "the restore of Backup %s waits for its store: %s", from, why)

@@ -235,8 +235,7 @@ func (r *RestoreReconciler) step(ctx context.Context, pg *v1alpha1.Postgres) (ct
 	} else {
 		storeRef, location = rs.FromStore.Store, rs.FromStore.Location
 	}
-	resolver := &BackupReconciler{Client: r.Client, Reader: r.Reader}
-	store, why, mayWait := resolver.store(ctx, &v1alpha1.Backup{ObjectMeta: metav1.ObjectMeta{Namespace: pg.Namespace}, Spec: v1alpha1.BackupSpec{Store: storeRef}})
+	store, why, mayWait := resolveStore(ctx, r.Client, r.Reader, pg.Namespace, storeRef)
 	if store == nil {
 		if mayWait {
 			r.set(pg, v1alpha1.BackupPending, why)

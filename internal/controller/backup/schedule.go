@@ -326,8 +326,7 @@ func (r *ScheduleReconciler) drill(ctx context.Context, pg *v1alpha1.Postgres, n
 	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: pg.Namespace, Name: st.LastSuccessfulBackup}, b); err != nil {
 		return vs.Next(now), client.IgnoreNotFound(err)
 	}
-	resolver := &BackupReconciler{Client: r.Client, Reader: r.Reader}
-	store, why, _ := resolver.store(ctx, b)
+	store, why, _ := resolveStore(ctx, r.Client, r.Reader, b.Namespace, b.Spec.Store)
 	released := apimeta.FindStatusCondition(pg.Status.Conditions, v1alpha1.ConditionReleased)
 	if store == nil || released == nil || released.Status != metav1.ConditionTrue || pg.Status.Endpoints == nil {
 		if why == "" {

@@ -1,6 +1,7 @@
 package release
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -11,10 +12,20 @@ import (
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 )
 
-// cleanupFailedInstall uninstalls a release that never deployed (failed,
+// cleanupStep is the Cleanup action.
+type cleanupStep struct{}
+
+var _ = registerStep(actCleanup, cleanupStep{})
+
+func (s cleanupStep) full(ctx context.Context, r *Reconciler, f *fullPass) (ctrl.Result, bool, error) {
+	res, err := s.run(r, f.p, f.d, f.o)
+	return res, false, err
+}
+
+// run uninstalls a release that never deployed (failed,
 // interrupted, or caught mid-uninstall), so that Install can start again
 // from nothing. nextAction has already waited out the back-off.
-func (r *Reconciler) cleanupFailedInstall(p *pass, d *desired, o Observation) (ctrl.Result, error) {
+func (cleanupStep) run(r *Reconciler, p *pass, d *desired, o Observation) (ctrl.Result, error) {
 	_, err := timed("uninstall", func() (struct{}, error) {
 		return struct{}{}, r.Helm.As(d.identity).Uninstall(r.scope(p.key.Namespace), p.key.Name, r.Watch.Timeout)
 	})

@@ -1,6 +1,7 @@
 package release
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -10,13 +11,23 @@ import (
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 )
 
-// discard is the Discard action: the newest revision failed only because
+// discardStep is the Discard action.
+type discardStep struct{}
+
+var _ = registerStep(actDiscard, discardStep{})
+
+func (s discardStep) full(ctx context.Context, r *Reconciler, f *fullPass) (ctrl.Result, bool, error) {
+	res, err := s.run(r, f.p, f.d, f.o)
+	return res, false, err
+}
+
+// run is the Discard action: the newest revision failed only because
 // requests to the API server did (brokenOff), so its record is deleted and
 // the action runs again as revision of the same number. The objects it
 // made stay: they carry the release's ownership, and the next install or
 // upgrade takes them over. Nothing is uninstalled or rolled back, and the
 // history keeps one revision per inputs.
-func (r *Reconciler) discard(p *pass, d *desired, o Observation) (ctrl.Result, error) {
+func (discardStep) run(r *Reconciler, p *pass, d *desired, o Observation) (ctrl.Result, error) {
 	if err := r.Helm.As(d.identity).DeleteRevision(p.key.Namespace, p.key.Name, o.Latest.Revision); err != nil {
 		return ctrl.Result{}, fmt.Errorf("discarding revision %d broken off by an API error: %w", o.Latest.Revision, err)
 	}

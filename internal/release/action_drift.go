@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -16,10 +17,20 @@ import (
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 )
 
-// correctDrift is the CorrectDrift action: every object of the deployed
+// correctDriftStep is the CorrectDrift action.
+type correctDriftStep struct{}
+
+var _ = registerStep(actCorrectDrift, correctDriftStep{})
+
+func (s correctDriftStep) full(ctx context.Context, r *Reconciler, f *fullPass) (ctrl.Result, bool, error) {
+	res, err := s.run(ctx, r, f.p, f.d, f.o)
+	return res, false, err
+}
+
+// run is the CorrectDrift action: every object of the deployed
 // manifest is compared with the cluster; deleted objects are created again
 // and changed fields set back, without a new Helm revision.
-func (r *Reconciler) correctDrift(ctx context.Context, p *pass, d *desired, o Observation) (ctrl.Result, error) {
+func (correctDriftStep) run(ctx context.Context, r *Reconciler, p *pass, d *desired, o Observation) (ctrl.Result, error) {
 	drifted, err := r.findDrift(ctx, d.identity, p.key.Namespace, o.Latest.Manifest)
 	if r.stallOutOfScope(p, err) {
 		return ctrl.Result{}, nil
@@ -64,6 +75,38 @@ func (r *Reconciler) correctDrift(ctx context.Context, p *pass, d *desired, o Ob
 	r.recordHistory(p, d.digest, "CorrectDrift", o.Latest, true, msg)
 	r.markInSync(p, d, o.Latest)
 	return ctrl.Result{RequeueAfter: r.Watch.ReconcilePeriod}, nil
+}
+
+// cached compares the release's objects with the caches: clean
+// when nothing changed. A difference is looked at again in a second
+// (done), because the cache may show one object of a release's own change
+// before another; one that stays, or anything it cannot read, goes to the
+// full pass, which corrects it (neither clean nor done).
+func (correctDriftStep) cached(ctx context.Context, r *Reconciler, p *pass, d *desired, v *cacheView) (res ctrl.Result, clean, done bool) {
+	if !r.cachedBody(ctx, p, d, v) {
+		return ctrl.Result{}, false, false
+	}
+	drifted, err := r.findDrift(ctx, d.identity, p.key.Namespace, v.body.Manifest)
+	if err != nil {
+		return ctrl.Result{}, false, false
+	}
+	if len(drifted) > 0 {
+		again := false
+		r.mem.with(p.key, func(m *memo) {
+			again = !m.driftRecheck
+			m.driftRecheck, m.driftDue = again, again || m.driftDue
+		})
+		if again {
+			return ctrl.Result{RequeueAfter: time.Second}, false, true
+		}
+		return ctrl.Result{}, false, false
+	}
+	r.mem.with(p.key, func(m *memo) { m.driftRecheck = false })
+	driftChecks.WithLabelValues(r.Watch.GVK.Kind, "none").Inc()
+	if c := apimeta.FindStatusCondition(p.status.Conditions, v1alpha1.ConditionDrifted); c != nil && c.Status == metav1.ConditionTrue {
+		setCondition(p.status, p.obj, v1alpha1.ConditionDrifted, metav1.ConditionFalse, "NoDrift", "every object matches the release")
+	}
+	return ctrl.Result{}, true, false
 }
 
 // restore creates a deleted object or sets the chart's fields back on a changed one.

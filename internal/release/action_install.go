@@ -17,8 +17,18 @@ import (
 	"github.com/chartpilot/chartpilot/internal/hooks"
 )
 
-// install is the Install action.
-func (r *Reconciler) install(ctx context.Context, p *pass, d *desired) (ctrl.Result, error) {
+// installStep is the Install action.
+type installStep struct{}
+
+var _ = registerStep(actInstall, installStep{})
+
+func (s installStep) full(ctx context.Context, r *Reconciler, f *fullPass) (ctrl.Result, bool, error) {
+	res, err := s.run(ctx, r, f.p, f.d)
+	return res, false, err
+}
+
+// run is the Install action.
+func (installStep) run(ctx context.Context, r *Reconciler, p *pass, d *desired) (ctrl.Result, error) {
 	if res, held, err := r.preInstall(ctx, p, d); held || err != nil {
 		return res, err
 	}

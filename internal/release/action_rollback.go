@@ -1,6 +1,7 @@
 package release
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -11,8 +12,18 @@ import (
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 )
 
-// rollback is the Rollback action after a failed upgrade.
-func (r *Reconciler) rollback(p *pass, d *desired, o Observation) (ctrl.Result, error) {
+// rollbackStep is the Rollback action.
+type rollbackStep struct{}
+
+var _ = registerStep(actRollback, rollbackStep{})
+
+func (s rollbackStep) full(ctx context.Context, r *Reconciler, f *fullPass) (ctrl.Result, bool, error) {
+	res, err := s.run(r, f.p, f.d, f.o)
+	return res, false, err
+}
+
+// run is the Rollback action after a failed upgrade.
+func (rollbackStep) run(r *Reconciler, p *pass, d *desired, o Observation) (ctrl.Result, error) {
 	target := o.LastGood
 	_, err := timed("rollback", func() (struct{}, error) {
 		return struct{}{}, r.Helm.As(d.identity).Rollback(r.scope(p.key.Namespace), p.key.Name, target.Revision, r.Watch.Timeout, r.Watch.MaxHistory)

@@ -1,6 +1,7 @@
 package release
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"time"
@@ -12,13 +13,23 @@ import (
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 )
 
-// unlock is the Unlock action: a revision left pending-* by a process that
+// unlockStep is the Unlock action.
+type unlockStep struct{}
+
+var _ = registerStep(actUnlock, unlockStep{})
+
+func (s unlockStep) full(ctx context.Context, r *Reconciler, f *fullPass) (ctrl.Result, bool, error) {
+	res, err := s.run(r, f.p, f.d, f.o)
+	return res, false, err
+}
+
+// run is the Unlock action: a revision left pending-* by a process that
 // died mid-action is dropped (its record deleted), so that the next pass
 // runs the action again as a revision of the same number, taking over the
 // objects the interrupted one made (they carry the release's ownership).
 // The history keeps one revision per inputs; nothing is uninstalled.
 // nextAction chooses it only when the revision's holder is gone (lockLive).
-func (r *Reconciler) unlock(p *pass, d *desired, o Observation) (ctrl.Result, error) {
+func (unlockStep) run(r *Reconciler, p *pass, d *desired, o Observation) (ctrl.Result, error) {
 	action := strings.TrimPrefix(string(o.Latest.Status), "pending-")
 	if err := r.Helm.As(d.identity).DeleteRevision(p.key.Namespace, p.key.Name, o.Latest.Revision); err != nil {
 		return ctrl.Result{}, fmt.Errorf("unlocking release: %w", err)

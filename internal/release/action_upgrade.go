@@ -13,9 +13,37 @@ import (
 	"github.com/chartpilot/chartpilot/internal/helm"
 )
 
-// upgrade is the Upgrade action (also how an interrupted upgrade is
-// finished). The caller holds an upgrade slot.
-func (r *Reconciler) upgrade(ctx context.Context, p *pass, d *desired, o Observation) (ctrl.Result, error) {
+// upgradeStep is the Upgrade action.
+type upgradeStep struct{}
+
+var _ = registerStep(actUpgrade, upgradeStep{})
+
+// full takes an upgrade slot (or waits for one) and upgrades.
+func (s upgradeStep) full(ctx context.Context, r *Reconciler, f *fullPass) (ctrl.Result, bool, error) {
+	if !r.slots.begin(f.p.key) {
+		return r.queued(f.p), false, nil
+	}
+	f.p.reserved = false // the upgrade holds the slot now
+	r.setWaiting(f.p.key, "")
+	res, err := s.run(ctx, r, f.p, f.d, f.o)
+	return res, false, err
+}
+
+// cached reserves the slot before the full pass reads the resource and
+// the history: passes that lose the race for the last slot queue here,
+// having read nothing.
+func (upgradeStep) cached(_ context.Context, r *Reconciler, p *pass, _ *desired, _ *cacheView) (ctrl.Result, bool, bool) {
+	newly, ok := r.slots.reserve(p.key)
+	if !ok {
+		return r.queued(p), false, true
+	}
+	p.reserved = newly
+	return ctrl.Result{}, false, false
+}
+
+// run upgrades (also how an interrupted upgrade is finished). The
+// caller holds an upgrade slot.
+func (upgradeStep) run(ctx context.Context, r *Reconciler, p *pass, d *desired, o Observation) (ctrl.Result, error) {
 	opts := r.actionOptions(p, d, "Upgrade by chartpilot")
 	from, prevRevision := "", 0
 	if o.Latest != nil {

@@ -31,7 +31,7 @@ func TestInstallAction(t *testing.T) {
 		if a := e.choose(p, d, e.observe(d)); a != actInstall {
 			t.Fatalf("no release: chose %s", a)
 		}
-		res, err := e.r.install(ctx, p, d)
+		res, err := (installStep{}).run(ctx, e.r, p, d)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -55,7 +55,7 @@ func TestInstallAction(t *testing.T) {
 		e := newActionEnv(t)
 		e.objects.createErr = errChart
 		p, d := e.pass(), e.desired("hello")
-		if _, err := e.r.install(ctx, p, d); err != nil {
+		if _, err := (installStep{}).run(ctx, e.r, p, d); err != nil {
 			t.Fatal(err)
 		}
 		if got := e.statuses(); got != "1 failed" {
@@ -74,7 +74,7 @@ func TestInstallAction(t *testing.T) {
 		e := newActionEnv(t)
 		e.objects.createErr = errAPI
 		p, d := e.pass(), e.desired("hello")
-		res, err := e.r.install(ctx, p, d)
+		res, err := (installStep{}).run(ctx, e.r, p, d)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -96,7 +96,7 @@ func TestInstallAction(t *testing.T) {
 		e := newActionEnv(t)
 		p, d := e.pass(), e.desired("hello")
 		d.vals["replicas"] = "three"
-		if _, err := e.r.install(ctx, p, d); err != nil {
+		if _, err := (installStep{}).run(ctx, e.r, p, d); err != nil {
 			t.Fatal(err)
 		}
 		if h := e.history(); len(h) != 0 {
@@ -122,7 +122,7 @@ func TestUpgradeAction(t *testing.T) {
 		if !e.r.slots.begin(e.key()) {
 			t.Fatal("no upgrade slot free")
 		}
-		res, err := e.r.upgrade(ctx, p, d, o)
+		res, err := (upgradeStep{}).run(ctx, e.r, p, d, o)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -147,7 +147,7 @@ func TestUpgradeAction(t *testing.T) {
 		e.objects.updateErr = errChart
 		p, d := e.pass(), e.desired("green")
 		e.r.slots.begin(e.key())
-		if _, err := e.r.upgrade(ctx, p, d, e.observe(d)); err != nil {
+		if _, err := (upgradeStep{}).run(ctx, e.r, p, d, e.observe(d)); err != nil {
 			t.Fatal(err)
 		}
 		// Helm keeps the previous revision deployed.
@@ -175,7 +175,7 @@ func TestRollbackAction(t *testing.T) {
 		e.objects.updateErr = errChart
 		d := e.desired("green")
 		e.r.slots.begin(e.key())
-		if _, err := e.r.upgrade(ctx, e.pass(), d, e.observe(d)); err != nil {
+		if _, err := (upgradeStep{}).run(ctx, e.r, e.pass(), d, e.observe(d)); err != nil {
 			t.Fatal(err)
 		}
 		e.objects.updateErr = nil
@@ -188,7 +188,7 @@ func TestRollbackAction(t *testing.T) {
 		if o.State != StateFailedUpgrade || e.choose(p, d, o) != actRollback {
 			t.Fatalf("a failed upgrade: %s, chose %s", o.State, e.choose(p, d, o))
 		}
-		if _, err := e.r.rollback(p, d, o); err != nil {
+		if _, err := (rollbackStep{}).run(e.r, p, d, o); err != nil {
 			t.Fatal(err)
 		}
 		h := e.history()
@@ -211,7 +211,7 @@ func TestRollbackAction(t *testing.T) {
 		e, d := failedUpgrade(t)
 		e.objects.updateErr = errChart
 		p, o := e.pass(), e.observe(d)
-		res, err := e.r.rollback(p, d, o)
+		res, err := (rollbackStep{}).run(e.r, p, d, o)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -235,7 +235,7 @@ func TestUnlockAction(t *testing.T) {
 	if o.State != StateLocked || e.choose(p, d, o) != actUnlock {
 		t.Fatalf("a pending revision without a live holder: %s, chose %s", o.State, e.choose(p, d, o))
 	}
-	if _, err := e.r.unlock(p, d, o); err != nil {
+	if _, err := (unlockStep{}).run(e.r, p, d, o); err != nil {
 		t.Fatal(err)
 	}
 	if got := e.statuses(); got != "1 deployed" {
@@ -261,7 +261,7 @@ func TestCleanupAction(t *testing.T) {
 	if a := e.choose(p, d, o); a != actCleanup {
 		t.Fatalf("a failed install after its back-off: chose %s", a)
 	}
-	if _, err := e.r.cleanupFailedInstall(p, d, o); err != nil {
+	if _, err := (cleanupStep{}).run(e.r, p, d, o); err != nil {
 		t.Fatal(err)
 	}
 	if got := e.statuses(); got != "" {
@@ -281,7 +281,7 @@ func TestDiscardAction(t *testing.T) {
 	e.objects.updateErr = errAPI
 	d := e.desired("green")
 	e.r.slots.begin(e.key())
-	if _, err := e.r.upgrade(ctx, e.pass(), d, e.observe(d)); err != nil {
+	if _, err := (upgradeStep{}).run(ctx, e.r, e.pass(), d, e.observe(d)); err != nil {
 		t.Fatal(err)
 	}
 	e.objects.updateErr = nil
@@ -289,7 +289,7 @@ func TestDiscardAction(t *testing.T) {
 	if o.State != StateFailedUpgrade || e.choose(p, d, o) != actDiscard {
 		t.Fatalf("an upgrade broken off by an API error: %s, chose %s", o.State, e.choose(p, d, o))
 	}
-	if _, err := e.r.discard(p, d, o); err != nil {
+	if _, err := (discardStep{}).run(e.r, p, d, o); err != nil {
 		t.Fatal(err)
 	}
 	if got := e.statuses(); got != "1 deployed" {
@@ -429,7 +429,7 @@ func TestCorrectDriftAction(t *testing.T) {
 		t.Fatalf("in sync, healthy, drift due: chose %s", a)
 	}
 	// Nothing changed: nothing to do.
-	if _, err := e.r.correctDrift(ctx, p, d, o); err != nil {
+	if _, err := (correctDriftStep{}).run(ctx, e.r, p, d, o); err != nil {
 		t.Fatal(err)
 	}
 	if evs := e.drainEvents(); len(evs) != 0 {
@@ -454,7 +454,7 @@ func TestCorrectDriftAction(t *testing.T) {
 		t.Fatal(err)
 	}
 	p = e.pass()
-	if _, err := e.r.correctDrift(ctx, p, d, o); err != nil {
+	if _, err := (correctDriftStep{}).run(ctx, e.r, p, d, o); err != nil {
 		t.Fatal(err)
 	}
 	cm, err := cms.Get(ctx, "web-config", metav1.GetOptions{})
@@ -486,7 +486,7 @@ func TestCheckHealthAction(t *testing.T) {
 		e.installed("blue")
 		d := e.desired("green")
 		e.r.slots.begin(e.key())
-		if _, err := e.r.upgrade(ctx, e.pass(), d, e.observe(d)); err != nil {
+		if _, err := (upgradeStep{}).run(ctx, e.r, e.pass(), d, e.observe(d)); err != nil {
 			t.Fatal(err)
 		}
 		e.applied()
@@ -499,7 +499,7 @@ func TestCheckHealthAction(t *testing.T) {
 		if a := e.choose(p, d, o); a != actCheckHealth {
 			t.Fatalf("a fresh revision: chose %s", a)
 		}
-		res, healthy, err := e.r.checkHealth(ctx, p, d, o, e.history())
+		res, healthy, err := (checkHealthStep{}).run(ctx, e.r, p, d, o, e.history())
 		if err != nil || healthy {
 			t.Fatalf("a Deployment without ready replicas: healthy %v, %v", healthy, err)
 		}
@@ -512,7 +512,7 @@ func TestCheckHealthAction(t *testing.T) {
 		}
 		e.deploymentReady()
 		p = e.pass()
-		if _, healthy, err := e.r.checkHealth(ctx, p, d, o, e.history()); err != nil || !healthy {
+		if _, healthy, err := (checkHealthStep{}).run(ctx, e.r, p, d, o, e.history()); err != nil || !healthy {
 			t.Fatalf("a ready Deployment: healthy %v, %v", healthy, err)
 		}
 		if m := e.r.mem.get(e.key()); m.healthyRev != 2 || m.awaiting {
@@ -529,7 +529,7 @@ func TestCheckHealthAction(t *testing.T) {
 		e, d := upgraded(t)
 		e.now = e.now.Add(2 * e.r.Watch.HealthTimeout)
 		p, o := e.pass(), e.observe(d)
-		if _, healthy, err := e.r.checkHealth(ctx, p, d, o, e.history()); err != nil || healthy {
+		if _, healthy, err := (checkHealthStep{}).run(ctx, e.r, p, d, o, e.history()); err != nil || healthy {
 			t.Fatalf("past the health timeout: healthy %v, %v", healthy, err)
 		}
 		h := e.history()

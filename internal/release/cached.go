@@ -2,7 +2,6 @@ package release
 
 import (
 	"context"
-	"time"
 
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -76,48 +75,21 @@ func (r *Reconciler) fromCaches(ctx context.Context, p *pass, d *desired, driftD
 		return ctrl.Result{}, false
 	}
 	v := &cacheView{o: o, c: r.cachedGates(ctx, p, d, o, driftDue)}
+	return runCached(ctx, r, p, d, v, func(v *cacheView) action { return nextAction(v.o, v.c.gates) })
+}
+
+// runCached carries out, from the caches, the actions choose picks for
+// v, as long as each has a cached variant and passes its gate; the first
+// without one ends the cache path (done false: the full pass takes it).
+func runCached(ctx context.Context, r *Reconciler, p *pass, d *desired, v *cacheView, choose func(*cacheView) action) (ctrl.Result, bool) {
 	for {
-		switch a := nextAction(v.o, v.c.gates); a {
-		case actNone:
-			if v.body == nil && r.workloadsToFollow(p) && !r.cachedBody(ctx, p, d, v) {
-				return ctrl.Result{}, false
-			}
-			if v.body == nil {
-				rendersSkipped.WithLabelValues(r.Watch.GVK.Kind).Inc()
-			}
-			r.followWorkloads(ctx, p, d, v.body)
-			r.markInSync(p, d, v.body)
-			return ctrl.Result{RequeueAfter: r.Watch.ReconcilePeriod}, true
-		case actCheckHealth:
-			res, healthy, done := r.healthFromCaches(ctx, p, d, v)
-			if !healthy {
-				return res, done
-			}
-			v.c.gates.healthy = true
-		case actCorrectDrift:
-			res, clean, done := r.driftFromCaches(ctx, p, d, v)
-			if !clean {
-				return res, done
-			}
-			v.c.gates.driftDue = false
-		case actQueue:
-			// Every slot is taken: the upgrade waits its turn without
-			// reading anything (a freed slot wakes it).
-			return r.queued(p), true
-		case actUpgrade:
-			// The slot is taken before the full pass reads the resource
-			// and the history: passes that lose the race for the last
-			// slot queue here, having read nothing.
-			newly, ok := r.slots.reserve(p.key)
-			if !ok {
-				return r.queued(p), true
-			}
-			p.reserved = newly
+		cs, ok := cachedStepFor(choose(v))
+		if !ok {
 			return ctrl.Result{}, false
-		case actHoldRollout:
-			return r.waitRollout(p, *v.c.rollout), true
-		default:
-			return ctrl.Result{}, false
+		}
+		res, next, done := cs.cached(ctx, r, p, d, v)
+		if !next {
+			return res, done
 		}
 	}
 }
@@ -160,71 +132,4 @@ func (r *Reconciler) cachedBody(ctx context.Context, p *pass, d *desired, v *cac
 	r.watchObjects(ctx, p, rel)
 	v.body = rel
 	return true
-}
-
-// healthFromCaches is the health gate of a revision whose workloads
-// settle within healthTimeout: healthy when they are all ready, or the
-// pass ends settling (done). A timeout, or anything it cannot read, is
-// left to the full pass (neither healthy nor done).
-func (r *Reconciler) healthFromCaches(ctx context.Context, p *pass, d *desired, v *cacheView) (res ctrl.Result, healthy, done bool) {
-	if !r.cachedBody(ctx, p, d, v) {
-		return ctrl.Result{}, false, false
-	}
-	rel := v.body
-	if r.now().Sub(rel.LastDeployed) >= r.Watch.HealthTimeout {
-		return ctrl.Result{}, false, false
-	}
-	pending, err := r.notReady(ctx, d.identity, p.key.Namespace, rel.Manifest)
-	if err != nil {
-		return ctrl.Result{}, false, false
-	}
-	if len(pending) == 0 {
-		r.seenHealthy(p, rel.Revision)
-		return ctrl.Result{}, true, false
-	}
-	r.mem.with(p.key, func(m *memo) {
-		m.awaiting = true
-		// A change of the release's objects seen while it settles is
-		// looked at once it is healthy, not forgotten.
-		m.driftDue = m.driftDue || v.c.gates.driftDue
-	})
-	if rel.Revision > 1 {
-		r.slots.hold(p.key) // an upgrade settling holds its slot until healthy
-	}
-	progressing(p, pending)
-	p.settling = true
-	r.setReleaseInfo(p, rel)
-	return ctrl.Result{RequeueAfter: r.mem.healthLookAfter(p.key, rel.Revision)}, false, true
-}
-
-// driftFromCaches compares the release's objects with the caches: clean
-// when nothing changed. A difference is looked at again in a second
-// (done), because the cache may show one object of a release's own change
-// before another; one that stays, or anything it cannot read, goes to the
-// full pass, which corrects it (neither clean nor done).
-func (r *Reconciler) driftFromCaches(ctx context.Context, p *pass, d *desired, v *cacheView) (res ctrl.Result, clean, done bool) {
-	if !r.cachedBody(ctx, p, d, v) {
-		return ctrl.Result{}, false, false
-	}
-	drifted, err := r.findDrift(ctx, d.identity, p.key.Namespace, v.body.Manifest)
-	if err != nil {
-		return ctrl.Result{}, false, false
-	}
-	if len(drifted) > 0 {
-		again := false
-		r.mem.with(p.key, func(m *memo) {
-			again = !m.driftRecheck
-			m.driftRecheck, m.driftDue = again, again || m.driftDue
-		})
-		if again {
-			return ctrl.Result{RequeueAfter: time.Second}, false, true
-		}
-		return ctrl.Result{}, false, false
-	}
-	r.mem.with(p.key, func(m *memo) { m.driftRecheck = false })
-	driftChecks.WithLabelValues(r.Watch.GVK.Kind, "none").Inc()
-	if c := apimeta.FindStatusCondition(p.status.Conditions, v1alpha1.ConditionDrifted); c != nil && c.Status == metav1.ConditionTrue {
-		setCondition(p.status, p.obj, v1alpha1.ConditionDrifted, metav1.ConditionFalse, "NoDrift", "every object matches the release")
-	}
-	return ctrl.Result{}, true, false
 }

@@ -40,12 +40,34 @@ const owedMax = 10 * time.Second
 // own; a freed slot wakes it sooner.
 const queuedPoll = 30 * time.Second
 
-// checkHealth is the health gate of an in-sync release: every object of the
+// checkHealthStep is the CheckHealth action: the health gate of a fresh
+// revision.
+type checkHealthStep struct{}
+
+var _ = registerStep(actCheckHealth, checkHealthStep{})
+
+func (s checkHealthStep) full(ctx context.Context, r *Reconciler, f *fullPass) (ctrl.Result, bool, error) {
+	res, healthy, err := s.run(ctx, r, f.p, f.d, f.o, f.history)
+	if err != nil || !healthy {
+		if f.c.gates.driftDue {
+			// A change of the release's objects seen while the revision
+			// settles (an object deleted) is checked once it is healthy,
+			// not forgotten.
+			r.mem.with(f.p.key, func(m *memo) { m.driftDue = true })
+		}
+		return res, false, err
+	}
+	// Healthy: the gate is passed, and the pass chooses again.
+	f.c.gates.healthy = true
+	return res, true, nil
+}
+
+// run is the health gate of an in-sync release: every object of the
 // manifest must be Current by kstatus. While they settle the resource is
 // Reconciling (so not Ready) and looked at again shortly; an upgrade whose
 // workloads are not ready within healthTimeout is condemned, so that the next
 // pass rolls it back. healthy is true when the pass may go on.
-func (r *Reconciler) checkHealth(ctx context.Context, p *pass, d *desired, o Observation, history []*helm.Release) (res ctrl.Result, healthy bool, err error) {
+func (checkHealthStep) run(ctx context.Context, r *Reconciler, p *pass, d *desired, o Observation, history []*helm.Release) (res ctrl.Result, healthy bool, err error) {
 	rel := o.Latest
 	pending, err := r.notReady(ctx, d.identity, p.key.Namespace, rel.Manifest)
 	if r.stallOutOfScope(p, err) {
@@ -73,6 +95,41 @@ func (r *Reconciler) checkHealth(ctx context.Context, p *pass, d *desired, o Obs
 	why := fmt.Sprintf("revision %d did not become ready within %s: %s", rel.Revision, r.Watch.HealthTimeout, strings.Join(pending, "; "))
 	res, err = r.unhealthy(p, d, rel, lastGoodBefore(history, rel.Revision), why)
 	return res, false, err
+}
+
+// cached is the health gate of a revision whose workloads
+// settle within healthTimeout: healthy when they are all ready, or the
+// pass ends settling (done). A timeout, or anything it cannot read, is
+// left to the full pass (neither healthy nor done).
+func (checkHealthStep) cached(ctx context.Context, r *Reconciler, p *pass, d *desired, v *cacheView) (res ctrl.Result, healthy, done bool) {
+	if !r.cachedBody(ctx, p, d, v) {
+		return ctrl.Result{}, false, false
+	}
+	rel := v.body
+	if r.now().Sub(rel.LastDeployed) >= r.Watch.HealthTimeout {
+		return ctrl.Result{}, false, false
+	}
+	pending, err := r.notReady(ctx, d.identity, p.key.Namespace, rel.Manifest)
+	if err != nil {
+		return ctrl.Result{}, false, false
+	}
+	if len(pending) == 0 {
+		r.seenHealthy(p, rel.Revision)
+		return ctrl.Result{}, true, false
+	}
+	r.mem.with(p.key, func(m *memo) {
+		m.awaiting = true
+		// A change of the release's objects seen while it settles is
+		// looked at once it is healthy, not forgotten.
+		m.driftDue = m.driftDue || v.c.gates.driftDue
+	})
+	if rel.Revision > 1 {
+		r.slots.hold(p.key) // an upgrade settling holds its slot until healthy
+	}
+	progressing(p, pending)
+	p.settling = true
+	r.setReleaseInfo(p, rel)
+	return ctrl.Result{RequeueAfter: r.mem.healthLookAfter(p.key, rel.Revision)}, false, true
 }
 
 // seenHealthy records that revision's workloads were seen ready: the

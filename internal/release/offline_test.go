@@ -150,7 +150,7 @@ func (e *actionEnv) statuses() string {
 func (e *actionEnv) installed(message string) *desired {
 	e.t.Helper()
 	d := e.desired(message)
-	if _, err := e.r.install(context.Background(), e.pass(), d); err != nil {
+	if _, err := (installStep{}).run(context.Background(), e.r, e.pass(), d); err != nil {
 		e.t.Fatal(err)
 	}
 	h := e.history()

@@ -229,46 +229,12 @@ func (r *Reconciler) run(ctx context.Context, p *pass, d *desired, o Observation
 	if o.State == StateInSync {
 		r.watchObjects(ctx, p, o.Latest)
 	}
+	f := &fullPass{p: p, d: d, o: o, history: history, c: &c}
 	for {
-		switch a := nextAction(o, c.gates); a {
-		case actInstall:
-			return r.install(ctx, p, d)
-		case actUpgrade:
-			if !r.slots.begin(p.key) {
-				return r.queued(p), nil
-			}
-			p.reserved = false // the upgrade holds the slot now
-			r.setWaiting(p.key, "")
-			return r.upgrade(ctx, p, d, o)
-		case actRollback:
-			return r.rollback(p, d, o)
-		case actUnlock:
-			return r.unlock(p, d, o)
-		case actCleanup:
-			return r.cleanupFailedInstall(p, d, o)
-		case actDiscard:
-			return r.discard(p, d, o)
-		case actCheckHealth:
-			res, healthy, err := r.checkHealth(ctx, p, d, o, history)
-			if err != nil || !healthy {
-				if c.gates.driftDue {
-					// A change of the release's objects seen while the revision
-					// settles (an object deleted) is checked once it is healthy,
-					// not forgotten.
-					r.mem.with(p.key, func(m *memo) { m.driftDue = true })
-				}
-				return res, err
-			}
-			// Healthy: the gate is passed, and the pass chooses again.
-			c.gates.healthy = true
-		case actCorrectDrift:
-			return r.correctDrift(ctx, p, d, o)
-		case actNone:
-			r.followWorkloads(ctx, p, d, o.Latest)
-			r.markInSync(p, d, o.Latest)
-			return ctrl.Result{RequeueAfter: r.Watch.ReconcilePeriod}, nil
-		default:
-			return r.hold(p, a, o, c), nil
+		f.a = nextAction(o, c.gates)
+		res, next, err := stepFor(f.a).full(ctx, r, f)
+		if !next {
+			return res, err
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"github.com/chartpilot/chartpilot/internal/agentargs"
 	"github.com/chartpilot/chartpilot/internal/instance"
 	"github.com/chartpilot/chartpilot/internal/majorupgrade"
 )
@@ -22,13 +23,9 @@ import (
 // Job. The report (JSON, one line) goes to --report and stdout.
 func majorUpgradeCommand(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("major-upgrade", flag.ContinueOnError)
-	bin := fs.String("bin", "", "the new major's binaries: initdb, postgres, psql, pg_dump, pg_restore (required)")
-	clientBin := fs.String("client-bin", "", "psql, pg_dump and pg_restore, when not in --bin")
-	data := fs.String("data", "", "the new data directory; it must not exist (required)")
-	work := fs.String("work-dir", "", "directory for the dump and the new server's socket, removed at the end (required; beside the new data, on the same volume)")
-	port := fs.Int("port", 5433, "port of the new server while it is filled (no TCP listener: a socket in --work-dir)")
-	markMoved := fs.Bool("mark-moved", false, "on success, mark the data as moved from the primary (instance managers: the member with it leads)")
-	report := fs.String("report", "", "also write the report to this file (a Job's /dev/termination-log)")
+	var a agentargs.MajorUpgrade
+	a.Register(fs)
+	bin, clientBin, data, work, port, markMoved, report := &a.Bin, &a.ClientBin, &a.Data, &a.WorkDir, &a.Port, &a.MarkMoved, &a.Report
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

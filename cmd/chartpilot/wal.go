@@ -55,32 +55,15 @@ func walCommand(ctx context.Context, name string, args []string, stdout, stderr 
 	fs := flag.NewFlagSet("chartpilot "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { io.WriteString(stderr, walUsage); fs.PrintDefaults() }
-	var sf storeFlags
-	sf.register(fs)
-	prefix := fs.String("prefix", "", "the archive's key prefix in the store, e.g. shop/orders (required)")
-	segSize := fs.Int64("segment-size", wal.DefaultSegmentSize, "the server's wal_segment_size in bytes")
-	parallel := fs.Int("parallel", 4, "wal-push: segments uploaded at once (the one asked for and the next ones ready)")
-	compression := fs.String("compression", backup.CompressionZstd, "wal-push, base-backup: zstd or none")
-	dataDir := fs.String("data-dir", "", "recover: the data directory to restore into (absent or empty); wal-serve: the server's, under which requests name files")
-	base := fs.String("base", "", "recover: the base backup's location (default: the newest that ends before the target)")
-	targetTime := fs.String("target-time", "", "recover: stop after the last transaction committed at or before this time (RFC 3339)")
-	targetLSN := fs.String("target-lsn", "", "recover: stop at this LSN (such as 0/3000028)")
-	targetXID := fs.String("target-xid", "", "recover: stop after this transaction")
-	stagingDir := fs.String("staging-dir", "", "recover: where the base backup is checked before it is restored (default: beside --data-dir)")
-	via := fs.String("via", "", "wal-push, wal-fetch: ask the WAL service on this Unix socket (chartpilot wal-serve) instead of the store: no credential or key needed here")
-	socket := fs.String("socket", "", "wal-serve: the Unix socket to serve on (mode 0600)")
-	window := fs.String("recovery-window", "", "wal-prune: keep what recovers to any point this far back (such as 7d or 36h)")
-	var options []string
-	fs.Func("postgres-option", "recover: NAME=VALUE passed to postgres during the replay (repeatable)", func(v string) error {
-		if !strings.Contains(v, "=") {
-			return fmt.Errorf("%q is not NAME=VALUE", v)
-		}
-		options = append(options, v)
-		return nil
-	})
+	var w agentargs.WAL
+	w.Register(fs)
+	prefix, segSize, parallel, compression, dataDir := &w.Prefix, &w.SegmentSize, &w.Parallel, &w.Compression, &w.DataDir
+	base, targetTime, targetLSN, targetXID, stagingDir := &w.Base, &w.TargetTime, &w.TargetLSN, &w.TargetXID, &w.StagingDir
+	via, socket, window := &w.Via, &w.Socket, &w.RecoveryWindow
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	sf := storeFlags{w.Store}
 	if *via != "" {
 		return askService(ctx, name, *via, fs.Args())
 	}
@@ -138,7 +121,7 @@ func walCommand(ctx context.Context, name string, args []string, stdout, stderr 
 	}
 	t.LSN, t.XID = *targetLSN, *targetXID
 	fetch := append(append([]string{"wal-fetch"}, sf.args()...), "--prefix="+*prefix, fmt.Sprintf("--segment-size=%d", *segSize))
-	return recoverTo(ctx, a, recovery{target: t, base: *base, dataDir: *dataDir, stagingDir: *stagingDir, fetch: fetch, options: options}, stderr)
+	return recoverTo(ctx, a, recovery{target: t, base: *base, dataDir: *dataDir, stagingDir: *stagingDir, fetch: fetch, options: w.PostgresOptions}, stderr)
 }
 
 // prune deletes what no point of the recovery window needs.

@@ -65,3 +65,55 @@ func TestBackupArgsParseBack(t *testing.T) {
 		}
 	}
 }
+
+// TestMajorUpgradeArgsParseBack: the major upgrade Job's command line,
+// parsed by the agent's flags, is what it was built from.
+func TestMajorUpgradeArgsParseBack(t *testing.T) {
+	for _, m := range []MajorUpgrade{
+		{Bin: "/usr/lib/postgresql/17/bin", Data: "/var/lib/postgresql/data/pgdata", WorkDir: "/var/lib/postgresql/data/major-upgrade", Port: DefaultMajorUpgradePort, Report: "/dev/termination-log", MarkMoved: true},
+		{Bin: "/pg17", ClientBin: "/pg15", Data: "/d", WorkDir: "/w", Port: 6543},
+	} {
+		fs := flag.NewFlagSet("major-upgrade", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		var got MajorUpgrade
+		got.Register(fs)
+		if err := fs.Parse(m.Args()); err != nil {
+			t.Fatalf("%q: %v", m.Args(), err)
+		}
+		if got != m {
+			t.Errorf("%q parsed back as %+v, want %+v", m.Args(), got, m)
+		}
+	}
+}
+
+// TestWALArgsParseBack: a WAL command line, parsed by the agent's flags,
+// is what it was built from.
+func TestWALArgsParseBack(t *testing.T) {
+	store := Store{Kind: S3, S3Bucket: "wal", S3Region: "eu-1"}
+	for _, w := range []WAL{
+		{Command: BaseBackup, Store: store, Prefix: "shop/orders", SegmentSize: DefaultWALSegmentSize, Parallel: DefaultWALParallel, Compression: CompressionZstd},
+		{Command: Recover, Store: store, Prefix: "p", SegmentSize: 1 << 24, Parallel: 2, Compression: "none", DataDir: "/d", Base: "p/base/x",
+			TargetTime: "2026-12-04T10:00:00Z", StagingDir: "/s", PostgresOptions: []string{"shared_buffers=32MB", "a=b=c"}},
+		{Command: WALPrune, Store: store, Prefix: "p", SegmentSize: DefaultWALSegmentSize, Parallel: DefaultWALParallel, Compression: CompressionZstd, RecoveryWindow: "7d"},
+		{Command: WALPush, Store: Store{S3Region: DefaultS3Region}, SegmentSize: DefaultWALSegmentSize, Parallel: DefaultWALParallel, Compression: CompressionZstd, Via: "/run/wal.sock", Args: []string{"pg_wal/000000010000000000000001"}},
+	} {
+		line := w.Line()
+		if line[0] != w.Command {
+			t.Fatalf("%q: the command is not first", line)
+		}
+		fs := flag.NewFlagSet(w.Command, flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		got := WAL{Command: line[0]}
+		got.Register(fs)
+		if err := fs.Parse(line[1:]); err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
+		got.Args = fs.Args()
+		if len(got.Args) == 0 {
+			got.Args = nil
+		}
+		if !reflect.DeepEqual(got, w) {
+			t.Errorf("%q parsed back as %+v, want %+v", line, got, w)
+		}
+	}
+}

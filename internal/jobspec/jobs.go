@@ -235,11 +235,9 @@ type MajorUpgrade struct {
 func (in MajorUpgrade) Job() *batchv1.Job {
 	pg := in.Target
 	lbl := map[string]string{v1alpha1.LabelMajorUpgrade: pg.Name, v1alpha1.LabelComponent: "major-upgrade", "app.kubernetes.io/managed-by": managedBy}
-	args := []string{"major-upgrade", "--bin", "/usr/lib/postgresql/" + in.To + "/bin",
-		"--data", "/var/lib/postgresql/data/pgdata", "--work-dir", "/var/lib/postgresql/data/major-upgrade", "--report", "/dev/termination-log"}
-	if in.MarkMoved {
-		args = append(args, "--mark-moved")
-	}
+	args := append([]string{"major-upgrade"}, agentargs.MajorUpgrade{Bin: "/usr/lib/postgresql/" + in.To + "/bin",
+		Data: "/var/lib/postgresql/data/pgdata", WorkDir: "/var/lib/postgresql/data/major-upgrade", Report: "/dev/termination-log",
+		MarkMoved: in.MarkMoved}.Args()...)
 	volumes := []corev1.Volume{
 		{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: in.Claim}}},
 		{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},

@@ -2,7 +2,6 @@ package backup
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -25,6 +24,7 @@ import (
 
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/backup"
+	"github.com/chartpilot/chartpilot/internal/controller/patch"
 	"github.com/chartpilot/chartpilot/internal/jobspec"
 	"github.com/chartpilot/chartpilot/internal/watches"
 )
@@ -126,24 +126,16 @@ func (r *BackupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if !equalJSON(before.Status, b.Status) {
-		// With the resourceVersion read: a pass on a stale copy (a
-		// Pending one whose Running status, Job and location are already
-		// written) must not write Pending or Failed over them.
-		if err := r.Client.Status().Patch(ctx, b, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
-			if apierrors.IsConflict(err) {
-				return ctrl.Result{Requeue: true}, nil
-			}
-			return ctrl.Result{}, fmt.Errorf("writing status: %w", err)
+	// With the resourceVersion read: a pass on a stale copy (a Pending one
+	// whose Running status, Job and location are already written) must
+	// not write Pending or Failed over them.
+	if _, err := patch.Status(ctx, r.Client, before, b, "status"); err != nil {
+		if apierrors.IsConflict(err) {
+			return ctrl.Result{Requeue: true}, nil
 		}
+		return ctrl.Result{}, err
 	}
 	return res, nil
-}
-
-func equalJSON(a, b any) bool {
-	x, _ := json.Marshal(a)
-	y, _ := json.Marshal(b)
-	return string(x) == string(y)
 }
 
 // wait keeps b Pending with why (an event when it changes), or fails it

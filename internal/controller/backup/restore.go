@@ -22,6 +22,7 @@ import (
 
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/backup"
+	"github.com/chartpilot/chartpilot/internal/controller/patch"
 	"github.com/chartpilot/chartpilot/internal/hooks"
 	"github.com/chartpilot/chartpilot/internal/jobspec"
 )
@@ -167,11 +168,8 @@ func (r *RestoreReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if equalJSON(before.Status, pg.Status) {
-		return res, nil
-	}
-	if err := r.Client.Status().Patch(ctx, pg, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
-		return ctrl.Result{}, fmt.Errorf("writing status.restore: %w", err)
+	if changed, err := patch.Status(ctx, r.Client, before, pg, "status.restore"); err != nil || !changed {
+		return res, err
 	}
 	if p := pg.Status.Restore.Phase; p == v1alpha1.BackupCompleted || p == v1alpha1.BackupFailed || before.Status.Restore == nil {
 		// The release reconciler does not run on status changes: ask it

@@ -22,6 +22,7 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
+	"github.com/chartpilot/chartpilot/internal/controller/patch"
 	"github.com/chartpilot/chartpilot/internal/jobspec"
 )
 
@@ -284,13 +285,8 @@ func (r *ScheduleReconciler) condition(pg *v1alpha1.Postgres, status metav1.Cond
 // optimistic locking: the release reconciler writes the same status, and
 // a view from a stale cache must not undo its newer conditions.
 func (r *ScheduleReconciler) write(ctx context.Context, before, pg *v1alpha1.Postgres) error {
-	if equalJSON(before.Status, pg.Status) {
-		return nil
-	}
-	if err := r.Client.Status().Patch(ctx, pg, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
-		return fmt.Errorf("writing status.backup: %w", err)
-	}
-	return nil
+	_, err := patch.Status(ctx, r.Client, before, pg, "status.backup")
+	return err
 }
 
 // drill runs the restore drills of spec.backup.verify: when one is due

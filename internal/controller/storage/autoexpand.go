@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
+	"github.com/chartpilot/chartpilot/internal/controller/patch"
 	"github.com/chartpilot/chartpilot/internal/hooks"
 	"github.com/chartpilot/chartpilot/internal/kinds"
 )
@@ -278,13 +279,10 @@ func (a *AutoExpander) report(ctx context.Context, obj *unstructured.Unstructure
 	} else if v.warn && (prev == nil || prev.Reason != v.reason) {
 		a.Recorder.Event(obj, corev1.EventTypeWarning, "StorageAutoExpand"+v.reason, v.msg)
 	}
-	if err := a.Client.Status().Patch(ctx, obj, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
-		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-			return nil // looked at again at the next event or interval
-		}
-		return fmt.Errorf("writing status: %w", err)
+	if _, err := patch.Status(ctx, a.Client, before, obj, "status"); err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+		return err
 	}
-	return nil
+	return nil // a conflict or a deleted object: looked at again at the next event or interval
 }
 
 // fullest finds the fullest volume of the release's StatefulSets: each

@@ -21,10 +21,10 @@ import (
 	"gocloud.dev/blob"
 	"golang.org/x/sys/unix"
 
+	"github.com/chartpilot/chartpilot/internal/agent/blobstore"
+	"github.com/chartpilot/chartpilot/internal/agent/pgfull"
 	"github.com/chartpilot/chartpilot/internal/agentargs"
 	"github.com/chartpilot/chartpilot/internal/backup"
-	"github.com/chartpilot/chartpilot/internal/blobstore"
-	"github.com/chartpilot/chartpilot/internal/pgfull"
 )
 
 const backupUsage = `Usage:

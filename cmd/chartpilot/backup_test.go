@@ -17,7 +17,7 @@ import (
 
 	"github.com/chartpilot/chartpilot/internal/backup"
 	"github.com/chartpilot/chartpilot/internal/backup/backuptest"
-	"github.com/chartpilot/chartpilot/internal/testpg"
+	"github.com/chartpilot/chartpilot/internal/testing/testpg"
 )
 
 // TestBackupCommand: `chartpilot backup run -- pg_dump` of a real database

@@ -20,7 +20,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/chartpilot/chartpilot/internal/instance"
+	"github.com/chartpilot/chartpilot/internal/agent/instance"
 )
 
 // instanceCommand runs the instance manager of one PostgreSQL member (the

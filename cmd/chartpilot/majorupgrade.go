@@ -12,9 +12,9 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"github.com/chartpilot/chartpilot/internal/agent/instance"
+	"github.com/chartpilot/chartpilot/internal/agent/majorupgrade"
 	"github.com/chartpilot/chartpilot/internal/agentargs"
-	"github.com/chartpilot/chartpilot/internal/instance"
-	"github.com/chartpilot/chartpilot/internal/majorupgrade"
 )
 
 // majorUpgradeCommand moves the data of the PostgreSQL server at

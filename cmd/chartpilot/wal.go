@@ -17,9 +17,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/chartpilot/chartpilot/internal/agent/wal"
 	"github.com/chartpilot/chartpilot/internal/agentargs"
 	"github.com/chartpilot/chartpilot/internal/backup"
-	"github.com/chartpilot/chartpilot/internal/wal"
 )
 
 const walUsage = `Usage:

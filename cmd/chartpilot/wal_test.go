@@ -3,9 +3,9 @@ package main
 import (
 	"testing"
 
+	"github.com/chartpilot/chartpilot/internal/agent/wal"
 	"github.com/chartpilot/chartpilot/internal/agentargs"
 	"github.com/chartpilot/chartpilot/internal/backup"
-	"github.com/chartpilot/chartpilot/internal/wal"
 )
 
 // The command lines' defaults (agentargs, which the manager imports

@@ -1,5 +1,5 @@
 // Command devcluster starts a local Kubernetes control plane (the full tier of
-// internal/testcluster: etcd, kube-apiserver, controller manager, scheduler,
+// internal/testing/testcluster: etcd, kube-apiserver, controller manager, scheduler,
 // kwok nodes and a volume provisioner) for demos and manual testing.
 //
 //	go run ./cmd/devcluster --dir .devcluster
@@ -27,7 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/chartpilot/chartpilot/internal/cliutil"
-	"github.com/chartpilot/chartpilot/internal/testcluster"
+	"github.com/chartpilot/chartpilot/internal/testing/testcluster"
 )
 
 func main() {

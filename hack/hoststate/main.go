@@ -1,5 +1,5 @@
 // Command hoststate records the parts of this machine that the real nodes
-// could change (see internal/testcluster/hoststate) and compares them with
+// could change (see internal/testing/testcluster/hoststate) and compares them with
 // an earlier record: .ci/run saves one before `make test` and compares
 // after it.
 //
@@ -12,7 +12,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/chartpilot/chartpilot/internal/testcluster/hoststate"
+	"github.com/chartpilot/chartpilot/internal/testing/testcluster/hoststate"
 )
 
 func main() {

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chartpilot/chartpilot/internal/testwait"
+	"github.com/chartpilot/chartpilot/internal/testing/testwait"
 )
 
 // script is an executable shell script standing in for the helper.

@@ -11,10 +11,10 @@ import (
 	"filippo.io/age"
 	"gocloud.dev/blob"
 
+	"github.com/chartpilot/chartpilot/internal/agent/blobstore"
 	"github.com/chartpilot/chartpilot/internal/backup"
 	"github.com/chartpilot/chartpilot/internal/backup/backuptest"
-	"github.com/chartpilot/chartpilot/internal/blobstore"
-	"github.com/chartpilot/chartpilot/internal/testpg"
+	"github.com/chartpilot/chartpilot/internal/testing/testpg"
 )
 
 // namedStore is a store a test runs on.

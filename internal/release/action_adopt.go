@@ -36,7 +36,7 @@ func (r *Reconciler) untrustedRecords(ctx context.Context, p *pass, d *desired, 
 		return ctrl.Result{}, nil
 	}
 	if !r.mayAdopt(ctx, p, nil) {
-		r.stall(p, "UntrustedReleaseRecord", fmt.Sprintf("release record %s was not written by chartpilot or was changed since (no valid MAC): nothing was done from it; set annotation %s: \"true\" to re-install from the chart and values (the objects are kept)", record, v1alpha1.AnnotationAdopt))
+		reporter{r}.stall(p, "UntrustedReleaseRecord", fmt.Sprintf("release record %s was not written by chartpilot or was changed since (no valid MAC): nothing was done from it; set annotation %s: \"true\" to re-install from the chart and values (the objects are kept)", record, v1alpha1.AnnotationAdopt))
 		return ctrl.Result{}, nil
 	}
 	if err := r.Helm.As(d.identity).DeleteRecords(p.key.Namespace, p.key.Name); err != nil {
@@ -44,7 +44,7 @@ func (r *Reconciler) untrustedRecords(ctx context.Context, p *pass, d *desired, 
 	}
 	msg := fmt.Sprintf("deleted the release records of %s that chartpilot did not write (%s, ...); installing afresh from the chart and values", p.key.Name, record)
 	r.Recorder.Event(p.obj, corev1.EventTypeNormal, "Adopted", msg)
-	r.recordHistory(p, d.digest, "Adopt", nil, true, msg)
+	reporter{r}.recordHistory(p, d.digest, "Adopt", nil, true, msg)
 	setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionTrue, "Adopting", msg)
 	return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil
 }

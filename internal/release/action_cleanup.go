@@ -34,7 +34,7 @@ func (cleanupStep) run(r *Reconciler, p *pass, d *desired, o Observation) (ctrl.
 	}
 	msg := fmt.Sprintf("removed revision %d (%s) that never deployed, to install again", o.Latest.Revision, o.Latest.Status)
 	r.Recorder.Event(p.obj, corev1.EventTypeNormal, "FailedInstallRemoved", msg)
-	r.recordHistory(p, d.digest, "Uninstall", o.Latest, true, msg)
+	reporter{r}.recordHistory(p, d.digest, "Uninstall", o.Latest, true, msg)
 	setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionTrue, "Reinstalling", msg)
 	return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil
 }

@@ -43,7 +43,7 @@ func (correctDriftStep) run(ctx context.Context, r *Reconciler, p *pass, d *desi
 		if c := apimeta.FindStatusCondition(p.status.Conditions, v1alpha1.ConditionDrifted); c != nil && c.Status == metav1.ConditionTrue {
 			setCondition(p.status, p.obj, v1alpha1.ConditionDrifted, metav1.ConditionFalse, "NoDrift", "every object matches the release")
 		}
-		r.markInSync(p, d, o.Latest)
+		reporter{r}.markInSync(p, d, o.Latest)
 		return ctrl.Result{RequeueAfter: r.Watch.ReconcilePeriod}, nil
 	}
 	names := make([]string, 0, len(drifted))
@@ -65,24 +65,34 @@ func (correctDriftStep) run(ctx context.Context, r *Reconciler, p *pass, d *desi
 		msg := "could not restore " + strings.Join(failures, "; ")
 		r.Recorder.Event(p.obj, corev1.EventTypeWarning, "DriftCorrectionFailed", msg)
 		setCondition(p.status, p.obj, v1alpha1.ConditionDrifted, metav1.ConditionTrue, "DriftCorrectionFailed", msg)
-		r.recordHistory(p, d.digest, "CorrectDrift", o.Latest, false, msg)
+		reporter{r}.recordHistory(p, d.digest, "CorrectDrift", o.Latest, false, msg)
 		r.mem.with(p.key, func(m *memo) { m.driftDue = true })
 		return ctrl.Result{RequeueAfter: backoffBase}, nil
 	}
 	driftChecks.WithLabelValues(r.Watch.GVK.Kind, "corrected").Inc()
 	msg := "restored " + strings.Join(names, ", ")
 	setCondition(p.status, p.obj, v1alpha1.ConditionDrifted, metav1.ConditionFalse, "DriftCorrected", msg)
-	r.recordHistory(p, d.digest, "CorrectDrift", o.Latest, true, msg)
-	r.markInSync(p, d, o.Latest)
+	reporter{r}.recordHistory(p, d.digest, "CorrectDrift", o.Latest, true, msg)
+	reporter{r}.markInSync(p, d, o.Latest)
 	return ctrl.Result{RequeueAfter: r.Watch.ReconcilePeriod}, nil
 }
 
-// cached compares the release's objects with the caches: clean
+// cached checks for drift from the caches: when nothing changed, the
+// check is done and the pass chooses again (nothing).
+func (s correctDriftStep) cached(ctx context.Context, r *Reconciler, p *pass, d *desired, v *cacheView) (ctrl.Result, bool, bool) {
+	res, clean, done := s.fromCaches(ctx, r, p, d, v)
+	if clean {
+		v.c.gates.driftDue = false
+	}
+	return res, clean, done
+}
+
+// fromCaches compares the release's objects with the caches: clean
 // when nothing changed. A difference is looked at again in a second
 // (done), because the cache may show one object of a release's own change
 // before another; one that stays, or anything it cannot read, goes to the
 // full pass, which corrects it (neither clean nor done).
-func (correctDriftStep) cached(ctx context.Context, r *Reconciler, p *pass, d *desired, v *cacheView) (res ctrl.Result, clean, done bool) {
+func (correctDriftStep) fromCaches(ctx context.Context, r *Reconciler, p *pass, d *desired, v *cacheView) (res ctrl.Result, clean, done bool) {
 	if !r.cachedBody(ctx, p, d, v) {
 		return ctrl.Result{}, false, false
 	}

@@ -29,7 +29,7 @@ var _ = registerStep(actQueue, queueStep{})
 // cached waits for a slot without reading anything (a freed slot wakes
 // the resource).
 func (queueStep) cached(_ context.Context, r *Reconciler, p *pass, _ *desired, _ *cacheView) (ctrl.Result, bool, bool) {
-	return r.queued(p), false, true
+	return healthGate{r}.queued(p), false, true
 }
 
 // holdRolloutStep is the HoldRollout action: a maintenance window or
@@ -39,5 +39,5 @@ type holdRolloutStep struct{ holdStep }
 var _ = registerStep(actHoldRollout, holdRolloutStep{})
 
 func (holdRolloutStep) cached(_ context.Context, r *Reconciler, p *pass, _ *desired, v *cacheView) (ctrl.Result, bool, bool) {
-	return r.waitRollout(p, *v.c.rollout), false, true
+	return chartVersions{r}.waitRollout(p, *v.c.rollout), false, true
 }

@@ -41,18 +41,18 @@ func (installStep) run(ctx context.Context, r *Reconciler, p *pass, d *desired) 
 			return ctrl.Result{}, fmt.Errorf("install: %w", err) // retried soon, not a failure of these inputs
 		}
 		if apiretry.Transient(err) {
-			return r.brokenOff(p, "Install", err, rel), nil
+			return reporter{r}.brokenOff(p, "Install", err, rel), nil
 		}
 		if rel == nil || rel.Revision == 0 || tooLarge(err) {
 			// Nothing was stored: the chart did not render or the values
 			// were rejected. Retrying the same inputs cannot help.
-			res := r.failed(p, d, "Install", "InstallFailed", err, nil)
-			r.stall(p, renderStallReason(err), "Install failed before anything was applied: "+oneLine(err.Error()))
+			res := reporter{r}.failed(p, d, "Install", "InstallFailed", err, nil)
+			reporter{r}.stall(p, renderStallReason(err), "Install failed before anything was applied: "+oneLine(err.Error()))
 			return res, nil
 		}
-		return r.failed(p, d, "Install", "InstallFailed", err, rel), nil
+		return reporter{r}.failed(p, d, "Install", "InstallFailed", err, rel), nil
 	}
-	r.succeeded(p, d, "Install", "InstallSucceeded", fmt.Sprintf("installed %s %s as revision %d", rel.ChartName, rel.ChartVersion, rel.Revision), rel)
+	reporter{r}.succeeded(p, d, "Install", "InstallSucceeded", fmt.Sprintf("installed %s %s as revision %d", rel.ChartName, rel.ChartVersion, rel.Revision), rel)
 	r.afterDeploy(ctx, p, d, rel)
 	return r.awaitHealth(p, rel), nil
 }
@@ -118,7 +118,7 @@ func (r *Reconciler) preInstall(ctx context.Context, p *pass, d *desired) (ctrl.
 		if strings.HasSuffix(rej.Reason, "Failed") {
 			// The input must change (or a person act) before the install
 			// can go on: Stalled, looked at again each minute.
-			r.stall(p, rej.Reason, msg)
+			reporter{r}.stall(p, rej.Reason, msg)
 			return ctrl.Result{RequeueAfter: time.Minute}, true, nil
 		}
 		apimeta.RemoveStatusCondition(&p.status.Conditions, v1alpha1.ConditionStalled)

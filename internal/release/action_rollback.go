@@ -32,7 +32,7 @@ func (rollbackStep) run(r *Reconciler, p *pass, d *desired, o Observation) (ctrl
 		msg := fmt.Sprintf("Rollback to revision %d failed: %s", target.Revision, oneLine(err.Error()))
 		r.Recorder.Event(p.obj, corev1.EventTypeWarning, "RollbackFailed", msg)
 		setCondition(p.status, p.obj, v1alpha1.ConditionReleased, metav1.ConditionFalse, "RollbackFailed", msg)
-		r.recordHistory(p, d.digest, "Rollback", target, false, msg)
+		reporter{r}.recordHistory(p, d.digest, "Rollback", target, false, msg)
 		return ctrl.Result{RequeueAfter: r.mem.retryAfter(p.key, "Rollback")}, nil
 	}
 	r.mem.retried(p.key, "Rollback")
@@ -53,9 +53,9 @@ func (rollbackStep) run(r *Reconciler, p *pass, d *desired, o Observation) (ctrl
 	r.Recorder.Event(p.obj, corev1.EventTypeNormal, "RolledBack", msg)
 	p.log.Info("Rolled back", "revision", target.Revision)
 	if hist, err := r.Helm.History(p.key.Namespace, p.key.Name); err == nil && len(hist) > 0 {
-		r.setReleaseInfo(p, hist[len(hist)-1])
+		reporter{r}.setReleaseInfo(p, hist[len(hist)-1])
 	}
-	r.recordHistory(p, d.digest, "Rollback", target, true, msg)
+	reporter{r}.recordHistory(p, d.digest, "Rollback", target, true, msg)
 	// Released stays False: what runs is not what the resource asks for.
 	setCondition(p.status, p.obj, v1alpha1.ConditionReleased, metav1.ConditionFalse, "UpgradeFailed", msg)
 	return ctrl.Result{RequeueAfter: time.Second}, nil

@@ -21,7 +21,7 @@ var _ = registerStep(actUpgrade, upgradeStep{})
 // full takes an upgrade slot (or waits for one) and upgrades.
 func (s upgradeStep) full(ctx context.Context, r *Reconciler, f *fullPass) (ctrl.Result, bool, error) {
 	if !r.slots.begin(f.p.key) {
-		return r.queued(f.p), false, nil
+		return healthGate{r}.queued(f.p), false, nil
 	}
 	f.p.reserved = false // the upgrade holds the slot now
 	r.setWaiting(f.p.key, "")
@@ -35,7 +35,7 @@ func (s upgradeStep) full(ctx context.Context, r *Reconciler, f *fullPass) (ctrl
 func (upgradeStep) cached(_ context.Context, r *Reconciler, p *pass, _ *desired, _ *cacheView) (ctrl.Result, bool, bool) {
 	newly, ok := r.slots.reserve(p.key)
 	if !ok {
-		return r.queued(p), false, true
+		return healthGate{r}.queued(p), false, true
 	}
 	p.reserved = newly
 	return ctrl.Result{}, false, false
@@ -53,7 +53,7 @@ func (upgradeStep) run(ctx context.Context, r *Reconciler, p *pass, d *desired, 
 	if res, held := r.preUpgrade(ctx, p, d, from); held {
 		return res, nil
 	}
-	if res, held, err := r.growVolumes(ctx, p, d, o, opts); held || err != nil {
+	if res, held, err := (storageGrowth{r}).growVolumes(ctx, p, d, o, opts); held || err != nil {
 		r.slots.end(p.key)
 		return res, err
 	}
@@ -65,18 +65,18 @@ func (upgradeStep) run(ctx context.Context, r *Reconciler, p *pass, d *desired, 
 			return ctrl.Result{}, fmt.Errorf("upgrade: %w", err) // retried soon, not a failure of these inputs
 		}
 		if apiretry.Transient(err) {
-			return r.brokenOff(p, "Upgrade", err, rel), nil
+			return reporter{r}.brokenOff(p, "Upgrade", err, rel), nil
 		}
 		if rel == nil || rel.Revision <= prevRevision || tooLarge(err) {
-			res := r.failed(p, d, "Upgrade", "UpgradeFailed", err, nil)
-			r.stall(p, renderStallReason(err), fmt.Sprintf("Upgrade failed before anything was applied; revision %d keeps running: %s", prevRevision, oneLine(err.Error())))
+			res := reporter{r}.failed(p, d, "Upgrade", "UpgradeFailed", err, nil)
+			reporter{r}.stall(p, renderStallReason(err), fmt.Sprintf("Upgrade failed before anything was applied; revision %d keeps running: %s", prevRevision, oneLine(err.Error())))
 			return res, nil
 		}
 		// A failed revision is stored: the next pass rolls back to the last good one.
-		res := r.failed(p, d, "Upgrade", "UpgradeFailed", err, rel)
+		res := reporter{r}.failed(p, d, "Upgrade", "UpgradeFailed", err, rel)
 		return ctrl.Result{RequeueAfter: min(res.RequeueAfter, time.Second)}, nil
 	}
-	r.succeeded(p, d, "Upgrade", "UpgradeSucceeded", fmt.Sprintf("upgraded to %s %s as revision %d", rel.ChartName, rel.ChartVersion, rel.Revision), rel)
+	reporter{r}.succeeded(p, d, "Upgrade", "UpgradeSucceeded", fmt.Sprintf("upgraded to %s %s as revision %d", rel.ChartName, rel.ChartVersion, rel.Revision), rel)
 	if from != rel.ChartVersion {
 		rolloutUpgrades.WithLabelValues(r.Watch.GVK.Kind, rel.ChartVersion, rolloutResultDeployed).Inc()
 	}
@@ -92,11 +92,11 @@ func (r *Reconciler) preUpgrade(ctx context.Context, p *pass, d *desired, from s
 			continue
 		}
 		if err := h.PreUpgrade.PreUpgrade(ctx, d.hobj, from, d.chart.Version); err != nil {
-			r.hookRefused(p, h, err)
+			reporter{r}.hookRefused(p, h, err)
 			setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionTrue, "UpgradeBlocked", "hook "+h.Name+" holds the upgrade: "+oneLine(err.Error()))
 			return ctrl.Result{RequeueAfter: time.Minute}, true
 		}
-		r.hookPassed(p, h)
+		reporter{r}.hookPassed(p, h)
 	}
 	return ctrl.Result{}, false
 }

@@ -82,7 +82,7 @@ func (r *Reconciler) fromCaches(ctx context.Context, p *pass, d *desired, driftD
 // v, as long as each has a cached variant and passes its gate; the first
 // without one ends the cache path (done false: the full pass takes it).
 func runCached(ctx context.Context, r *Reconciler, p *pass, d *desired, v *cacheView, choose func(*cacheView) action) (ctrl.Result, bool) {
-	for {
+	for i := 0; i < maxChoices; i++ {
 		cs, ok := cachedStepFor(choose(v))
 		if !ok {
 			return ctrl.Result{}, false
@@ -92,6 +92,7 @@ func runCached(ctx context.Context, r *Reconciler, p *pass, d *desired, v *cache
 			return res, done
 		}
 	}
+	return ctrl.Result{}, false
 }
 
 // cachedGates are the gates the caches and memory answer. Back-off and
@@ -109,7 +110,7 @@ func (r *Reconciler) cachedGates(ctx context.Context, p *pass, d *desired, o Obs
 	case StateOutOfSync:
 		c.gates.slotFree = r.slots.free(p.key)
 		if d.isVersionChange() && m.waiting != "" && m.waiting != reasonQueued {
-			c.rollout = r.rolloutHold(ctx, p, d)
+			c.rollout = chartVersions{r}.rolloutHold(ctx, p, d)
 			c.gates.rolloutHold = c.rollout != nil
 		}
 	}

@@ -38,10 +38,10 @@ func (r *Reconciler) gatesFor(ctx context.Context, p *pass, d *desired, o Observ
 	switch o.State {
 	case StateAbsent:
 		c.backoffAction = "Install"
-		c.gates.backoff, c.failure = r.backoff(p, d.digest, nil)
+		c.gates.backoff, c.failure = reporter{r}.backoff(p, d.digest, nil)
 	case StateFailedInstall:
 		c.backoffAction = "Install"
-		c.gates.backoff, c.failure = r.backoff(p, d.digest, []*helm.Release{o.Latest})
+		c.gates.backoff, c.failure = reporter{r}.backoff(p, d.digest, []*helm.Release{o.Latest})
 	case StateLocked:
 		c.gates.lockLive, c.lockRecheck, c.lock = r.lockHolderLive(ctx, o.Latest)
 	case StateInterrupted:
@@ -49,9 +49,9 @@ func (r *Reconciler) gatesFor(ctx context.Context, p *pass, d *desired, o Observ
 	case StateOutOfSync:
 		c.backoffAction = "Upgrade"
 		c.condemned, c.gates.condemned = unhealthyFailure(history, d.digest, p.requested)
-		c.gates.backoff, c.failure = r.backoff(p, d.digest, history)
+		c.gates.backoff, c.failure = reporter{r}.backoff(p, d.digest, history)
 		if !c.gates.condemned && c.gates.backoff == 0 && d.isVersionChange() {
-			c.rollout = r.rolloutHold(ctx, p, d)
+			c.rollout = chartVersions{r}.rolloutHold(ctx, p, d)
 			c.gates.rolloutHold = c.rollout != nil
 		}
 		c.gates.slotFree = r.slots.free(p.key)
@@ -70,9 +70,9 @@ func (r *Reconciler) hold(p *pass, a action, o Observation, c choice) ctrl.Resul
 			fmt.Sprintf("%s failed %d time(s) on these inputs; next try in %s unless the spec changes or %s is set", c.backoffAction, c.failure.Count, c.gates.backoff.Round(time.Second), v1alpha1.AnnotationReconcileRequestedAt))
 		return ctrl.Result{RequeueAfter: c.gates.backoff}
 	case actQueue:
-		return r.queued(p)
+		return healthGate{r}.queued(p)
 	case actHoldRollout:
-		return r.waitRollout(p, *c.rollout)
+		return chartVersions{r}.waitRollout(p, *c.rollout)
 	case actHoldUnhealthy:
 		setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionTrue, "UpgradeFailed",
 			fmt.Sprintf("these inputs were rolled back (revision %d: %s); change the spec or set %s to try again", c.condemned.Revision, strings.TrimPrefix(c.condemned.Description, unhealthyPrefix), v1alpha1.AnnotationReconcileRequestedAt))
@@ -89,8 +89,8 @@ func (r *Reconciler) hold(p *pass, a action, o Observation, c choice) ctrl.Resul
 // stallForeign leaves a release that is not this resource's alone.
 func (r *Reconciler) stallForeign(p *pass, o Observation) {
 	if o.State == StateUnmanaged {
-		r.stall(p, "ReleaseNotManaged", fmt.Sprintf("a Helm release %q already exists in %s and was not installed by chartpilot: nothing was changed; set annotation %s: \"true\" to take it over, or rename this resource", p.key.Name, p.key.Namespace, v1alpha1.AnnotationAdopt))
+		reporter{r}.stall(p, "ReleaseNotManaged", fmt.Sprintf("a Helm release %q already exists in %s and was not installed by chartpilot: nothing was changed; set annotation %s: \"true\" to take it over, or rename this resource", p.key.Name, p.key.Namespace, v1alpha1.AnnotationAdopt))
 		return
 	}
-	r.stall(p, "ReleaseConflict", fmt.Sprintf("the Helm release %q in %s belongs to another object (uid %s, kind %s): nothing was changed; rename this resource or uninstall the other release", p.key.Name, p.key.Namespace, o.Latest.Labels[v1alpha1.LabelOwnerUID], o.Latest.Labels[v1alpha1.LabelOwnerKind]))
+	reporter{r}.stall(p, "ReleaseConflict", fmt.Sprintf("the Helm release %q in %s belongs to another object (uid %s, kind %s): nothing was changed; rename this resource or uninstall the other release", p.key.Name, p.key.Namespace, o.Latest.Labels[v1alpha1.LabelOwnerUID], o.Latest.Labels[v1alpha1.LabelOwnerKind]))
 }

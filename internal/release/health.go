@@ -69,7 +69,7 @@ func (s checkHealthStep) full(ctx context.Context, r *Reconciler, f *fullPass) (
 // pass rolls it back. healthy is true when the pass may go on.
 func (checkHealthStep) run(ctx context.Context, r *Reconciler, p *pass, d *desired, o Observation, history []*helm.Release) (res ctrl.Result, healthy bool, err error) {
 	rel := o.Latest
-	pending, err := r.notReady(ctx, d.identity, p.key.Namespace, rel.Manifest)
+	pending, err := healthGate{r}.notReady(ctx, d.identity, p.key.Namespace, rel.Manifest)
 	if r.stallOutOfScope(p, err) {
 		return ctrl.Result{}, false, nil
 	}
@@ -77,7 +77,7 @@ func (checkHealthStep) run(ctx context.Context, r *Reconciler, p *pass, d *desir
 		return ctrl.Result{}, false, err
 	}
 	if len(pending) == 0 {
-		r.seenHealthy(p, rel.Revision)
+		healthGate{r}.seenHealthy(p, rel.Revision)
 		return ctrl.Result{}, true, nil
 	}
 	r.mem.with(p.key, func(m *memo) { m.awaiting = true })
@@ -89,19 +89,29 @@ func (checkHealthStep) run(ctx context.Context, r *Reconciler, p *pass, d *desir
 	if r.now().Sub(rel.LastDeployed) < r.Watch.HealthTimeout {
 		progressing(p, pending)
 		p.settling = true
-		r.setReleaseInfo(p, rel)
+		reporter{r}.setReleaseInfo(p, rel)
 		return ctrl.Result{RequeueAfter: r.mem.healthLookAfter(p.key, rel.Revision)}, false, nil
 	}
 	why := fmt.Sprintf("revision %d did not become ready within %s: %s", rel.Revision, r.Watch.HealthTimeout, strings.Join(pending, "; "))
-	res, err = r.unhealthy(p, d, rel, lastGoodBefore(history, rel.Revision), why)
+	res, err = healthGate{r}.unhealthy(p, d, rel, lastGoodBefore(history, rel.Revision), why)
 	return res, false, err
 }
 
-// cached is the health gate of a revision whose workloads
+// cached passes the health gate from the caches: once the workloads are
+// ready the pass chooses again (drift, or nothing).
+func (s checkHealthStep) cached(ctx context.Context, r *Reconciler, p *pass, d *desired, v *cacheView) (ctrl.Result, bool, bool) {
+	res, healthy, done := s.fromCaches(ctx, r, p, d, v)
+	if healthy {
+		v.c.gates.healthy = true
+	}
+	return res, healthy, done
+}
+
+// fromCaches is the health gate of a revision whose workloads
 // settle within healthTimeout: healthy when they are all ready, or the
 // pass ends settling (done). A timeout, or anything it cannot read, is
 // left to the full pass (neither healthy nor done).
-func (checkHealthStep) cached(ctx context.Context, r *Reconciler, p *pass, d *desired, v *cacheView) (res ctrl.Result, healthy, done bool) {
+func (checkHealthStep) fromCaches(ctx context.Context, r *Reconciler, p *pass, d *desired, v *cacheView) (res ctrl.Result, healthy, done bool) {
 	if !r.cachedBody(ctx, p, d, v) {
 		return ctrl.Result{}, false, false
 	}
@@ -109,12 +119,12 @@ func (checkHealthStep) cached(ctx context.Context, r *Reconciler, p *pass, d *de
 	if r.now().Sub(rel.LastDeployed) >= r.Watch.HealthTimeout {
 		return ctrl.Result{}, false, false
 	}
-	pending, err := r.notReady(ctx, d.identity, p.key.Namespace, rel.Manifest)
+	pending, err := healthGate{r}.notReady(ctx, d.identity, p.key.Namespace, rel.Manifest)
 	if err != nil {
 		return ctrl.Result{}, false, false
 	}
 	if len(pending) == 0 {
-		r.seenHealthy(p, rel.Revision)
+		healthGate{r}.seenHealthy(p, rel.Revision)
 		return ctrl.Result{}, true, false
 	}
 	r.mem.with(p.key, func(m *memo) {
@@ -128,13 +138,13 @@ func (checkHealthStep) cached(ctx context.Context, r *Reconciler, p *pass, d *de
 	}
 	progressing(p, pending)
 	p.settling = true
-	r.setReleaseInfo(p, rel)
+	reporter{r}.setReleaseInfo(p, rel)
 	return ctrl.Result{RequeueAfter: r.mem.healthLookAfter(p.key, rel.Revision)}, false, true
 }
 
 // seenHealthy records that revision's workloads were seen ready: the
 // gate is passed, its back-offs are reset and its upgrade slot is freed.
-func (r *Reconciler) seenHealthy(p *pass, revision int) {
+func (r healthGate) seenHealthy(p *pass, revision int) {
 	r.mem.with(p.key, func(m *memo) { m.healthyRev, m.awaiting, m.healthLooks = revision, false, 0 })
 	r.mem.retried(p.key, "InstallUnhealthy")
 	r.slots.end(p.key)
@@ -143,7 +153,7 @@ func (r *Reconciler) seenHealthy(p *pass, revision int) {
 // unhealthy ends a health gate that timed out: a first install stays and
 // says why (there is nothing to go back to); an upgrade is condemned, so
 // that the next pass rolls it back.
-func (r *Reconciler) unhealthy(p *pass, d *desired, rel, previous *helm.Release, why string) (ctrl.Result, error) {
+func (r healthGate) unhealthy(p *pass, d *desired, rel, previous *helm.Release, why string) (ctrl.Result, error) {
 	if previous == nil {
 		r.slots.end(p.key)
 		setCondition(p.status, p.obj, v1alpha1.ConditionReleased, metav1.ConditionFalse, "InstallUnhealthy", why)
@@ -157,12 +167,12 @@ func (r *Reconciler) unhealthy(p *pass, d *desired, rel, previous *helm.Release,
 		return ctrl.Result{}, fmt.Errorf("condemning unhealthy revision: %w", err)
 	}
 	r.slots.end(p.key)
-	r.failed(p, d, "Upgrade", "UpgradeFailed", fmt.Errorf("%s", why), rel)
+	reporter{r.Reconciler}.failed(p, d, "Upgrade", "UpgradeFailed", fmt.Errorf("%s", why), rel)
 	return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil
 }
 
 // notReady lists the objects of manifest that kstatus does not call Current.
-func (r *Reconciler) notReady(ctx context.Context, identity, namespace, manifest string) ([]string, error) {
+func (r healthGate) notReady(ctx context.Context, identity, namespace, manifest string) ([]string, error) {
 	var out []string
 	err := r.eachLiveObject(ctx, identity, namespace, manifest, func(want *unstructured.Unstructured, stored map[string]any, live *unstructured.Unstructured) {
 		if live == nil {
@@ -194,7 +204,7 @@ func (r *Reconciler) notReady(ctx context.Context, identity, namespace, manifest
 }
 
 // queued reports an upgrade waiting for a free slot.
-func (r *Reconciler) queued(p *pass) ctrl.Result {
+func (r healthGate) queued(p *pass) ctrl.Result {
 	setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionTrue, "UpgradeQueued",
 		fmt.Sprintf("%d releases of this kind are upgrading (maxConcurrentUpgrades); this one waits its turn", r.Watch.MaxConcurrentUpgrades))
 	r.setWaiting(p.key, reasonQueued)
@@ -220,7 +230,7 @@ func unhealthyFailure(history []*helm.Release, digest, requested string) (*helm.
 
 // workloadsToFollow: a workload's availability changed, or the release is
 // shown with workloads unavailable: the pass looks at them.
-func (r *Reconciler) workloadsToFollow(p *pass) bool {
+func (r healthGate) workloadsToFollow(p *pass) bool {
 	c := apimeta.FindStatusCondition(p.status.Conditions, v1alpha1.ConditionWorkloadsAvailable)
 	return r.mem.get(p.key).workloadsDue || (c != nil && c.Status == metav1.ConditionFalse)
 }
@@ -231,7 +241,7 @@ func (r *Reconciler) workloadsToFollow(p *pass) bool {
 // WorkloadsAvailable=False naming it, which makes Ready False; when all are
 // available again it turns True. No Helm action, no rollback: only a fresh
 // upgrade is judged by the health gate.
-func (r *Reconciler) followWorkloads(ctx context.Context, p *pass, d *desired, rel *helm.Release) {
+func (r healthGate) followWorkloads(ctx context.Context, p *pass, d *desired, rel *helm.Release) {
 	if rel == nil || !r.workloadsToFollow(p) {
 		return
 	}
@@ -279,7 +289,7 @@ func (r *Reconciler) followWorkloads(ctx context.Context, p *pass, d *desired, r
 
 // setUnavailable records whether key's workloads are unavailable, for the
 // chartpilot_workloads_unavailable gauge.
-func (r *Reconciler) setUnavailable(key types.NamespacedName, on bool) {
+func (r healthGate) setUnavailable(key types.NamespacedName, on bool) {
 	r.unavailableMu.Lock()
 	defer r.unavailableMu.Unlock()
 	if on == r.unavailable[key] {

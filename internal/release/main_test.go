@@ -31,8 +31,8 @@ import (
 	"github.com/chartpilot/chartpilot/internal/helm"
 	"github.com/chartpilot/chartpilot/internal/operator"
 	"github.com/chartpilot/chartpilot/internal/rbac"
-	"github.com/chartpilot/chartpilot/internal/testcluster"
-	"github.com/chartpilot/chartpilot/internal/testwait"
+	"github.com/chartpilot/chartpilot/internal/testing/testcluster"
+	"github.com/chartpilot/chartpilot/internal/testing/testwait"
 	"github.com/chartpilot/chartpilot/internal/watches"
 )
 

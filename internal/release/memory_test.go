@@ -117,10 +117,10 @@ func TestInfoSeriesReplaced(t *testing.T) {
 		}
 		return out
 	}
-	r.setInfoSeries(a, [3]string{"webapp", "1.0.0", "pending-upgrade"})
-	r.setInfoSeries(b, [3]string{"webapp", "1.0.0", "deployed"})
-	r.setInfoSeries(a, [3]string{"webapp", "1.0.1", "deployed"})
-	r.setInfoSeries(a, [3]string{"webapp", "1.0.1", "deployed"})
+	reporter{r}.setInfoSeries(a, [3]string{"webapp", "1.0.0", "pending-upgrade"})
+	reporter{r}.setInfoSeries(b, [3]string{"webapp", "1.0.0", "deployed"})
+	reporter{r}.setInfoSeries(a, [3]string{"webapp", "1.0.1", "deployed"})
+	reporter{r}.setInfoSeries(a, [3]string{"webapp", "1.0.1", "deployed"})
 	if got := series(a); len(got) != 1 || got[0] != "webapp 1.0.1 deployed" {
 		t.Fatalf("series of a = %q, want only webapp 1.0.1 deployed", got)
 	}

@@ -137,7 +137,7 @@ func TestBackoffUsesObservedFailures(t *testing.T) {
 	}
 	backoff := func(p *pass, digest, requested string, h []*helm.Release) time.Duration {
 		p.requested = requested
-		w, _ := r.backoff(p, digest, h)
+		w, _ := reporter{r}.backoff(p, digest, h)
 		return w
 	}
 	if w := backoff(newPass(), "d2", "", failedAt(5*time.Second, "")); w != 10*time.Second {

@@ -99,7 +99,7 @@ func newActionEnv(t *testing.T) *actionEnv {
 		Log:      logr.Discard(),
 		Now:      func() time.Time { return e.now },
 	}
-	e.r.initOnce.Do(e.r.init)
+	e.r.initOnce.Do(wiring{e.r}.init)
 	e.obj = &unstructured.Unstructured{}
 	e.obj.SetGroupVersionKind(offlineGVK)
 	e.obj.SetNamespace(offlineNS)
@@ -154,7 +154,7 @@ func (e *actionEnv) installed(message string) *desired {
 		e.t.Fatal(err)
 	}
 	h := e.history()
-	e.r.seenHealthy(e.pass(), h[len(h)-1].Revision)
+	healthGate{e.r}.seenHealthy(e.pass(), h[len(h)-1].Revision)
 	e.drainEvents()
 	return d
 }

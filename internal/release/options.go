@@ -110,7 +110,7 @@ func (r *Reconciler) afterDeploy(ctx context.Context, p *pass, d *desired, rel *
 			continue
 		}
 		if err := h.PostRelease.PostRelease(ctx, d.hobj); err != nil {
-			r.hookRefused(p, h, err)
+			reporter{r}.hookRefused(p, h, err)
 		}
 	}
 	r.watchObjects(ctx, p, rel)

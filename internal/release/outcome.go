@@ -33,7 +33,7 @@ func backoffDelay(count int) time.Duration {
 // read may come from a cache that lags behind the write), and failed
 // revisions of these inputs in the release history (observed state, which
 // survives restarts and cache lag).
-func (r *Reconciler) backoff(p *pass, digest string, history []*helm.Release) (time.Duration, *v1alpha1.Failure) {
+func (r reporter) backoff(p *pass, digest string, history []*helm.Release) (time.Duration, *v1alpha1.Failure) {
 	f := r.lastFailure(p, digest, history)
 	if f == nil || f.Digest != r.shown(digest) || f.RequestedAt != p.requested || f.Count == 0 {
 		return 0, nil
@@ -47,7 +47,7 @@ func (r *Reconciler) backoff(p *pass, digest string, history []*helm.Release) (t
 }
 
 // lastFailure merges the failure records described at backoff.
-func (r *Reconciler) lastFailure(p *pass, digest string, history []*helm.Release) *v1alpha1.Failure {
+func (r reporter) lastFailure(p *pass, digest string, history []*helm.Release) *v1alpha1.Failure {
 	var f *v1alpha1.Failure
 	newer := func(c *v1alpha1.Failure) {
 		if c == nil {
@@ -84,7 +84,7 @@ func (r *Reconciler) lastFailure(p *pass, digest string, history []*helm.Release
 }
 
 // failed records a failed action: condition, event, history, back-off.
-func (r *Reconciler) failed(p *pass, d *desired, action, reason string, err error, rel *helm.Release) ctrl.Result {
+func (r reporter) failed(p *pass, d *desired, action, reason string, err error, rel *helm.Release) ctrl.Result {
 	msg := fmt.Sprintf("%s failed: %s", action, oneLine(err.Error()))
 	count := 1
 	same := func(f *v1alpha1.Failure) bool {
@@ -118,7 +118,7 @@ func (r *Reconciler) failed(p *pass, d *desired, action, reason string, err erro
 // retries: not a failure of the inputs. It does not count toward the
 // failure back-off and is tried again within seconds; a revision it left
 // failed is discarded (see discard), not cleaned up or rolled back.
-func (r *Reconciler) brokenOff(p *pass, action string, err error, rel *helm.Release) ctrl.Result {
+func (r reporter) brokenOff(p *pass, action string, err error, rel *helm.Release) ctrl.Result {
 	n := 0
 	r.mem.with(p.key, func(m *memo) {
 		m.transients++
@@ -147,7 +147,7 @@ func transientDelay(n int) time.Duration {
 }
 
 // succeeded records a successful action.
-func (r *Reconciler) succeeded(p *pass, d *desired, action, reason, msg string, rel *helm.Release) {
+func (r reporter) succeeded(p *pass, d *desired, action, reason, msg string, rel *helm.Release) {
 	p.status.LastFailure = nil
 	r.mem.with(p.key, func(m *memo) {
 		m.failure = nil
@@ -167,7 +167,7 @@ func (r *Reconciler) succeeded(p *pass, d *desired, action, reason, msg string, 
 
 // stall marks input that must change before anything can be done. Nothing
 // deployed is touched; the next change of the resource retries.
-func (r *Reconciler) stall(p *pass, reason, msg string) {
+func (r reporter) stall(p *pass, reason, msg string) {
 	prev := apimeta.FindStatusCondition(p.status.Conditions, v1alpha1.ConditionStalled)
 	setCondition(p.status, p.obj, v1alpha1.ConditionStalled, metav1.ConditionTrue, reason, msg)
 	setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionFalse, reason, msg)
@@ -178,7 +178,7 @@ func (r *Reconciler) stall(p *pass, reason, msg string) {
 }
 
 // markInSync records a release deployed from the current inputs and healthy.
-func (r *Reconciler) markInSync(p *pass, d *desired, rel *helm.Release) {
+func (r reporter) markInSync(p *pass, d *desired, rel *helm.Release) {
 	apimeta.RemoveStatusCondition(&p.status.Conditions, v1alpha1.ConditionStalled)
 	// Nothing is left to upgrade: a hook that can only hold upgrades holds nothing.
 	for _, h := range r.Hooks {

@@ -107,7 +107,7 @@ func (d *desired) isVersionChange() bool {
 // stop ends a pass that may not act, saying why.
 func (r *Reconciler) stop(p *pass, d *desired) ctrl.Result {
 	if d.stall != nil {
-		r.stall(p, d.stall.reason, d.stall.Error())
+		reporter{r}.stall(p, d.stall.reason, d.stall.Error())
 		return ctrl.Result{}
 	}
 	return ctrl.Result{RequeueAfter: d.retryAfter}
@@ -118,7 +118,7 @@ func (r *Reconciler) stop(p *pass, d *desired) ctrl.Result {
 // Verdicts become conditions on p.status.
 func (r *Reconciler) desire(ctx context.Context, p *pass, deployed deployedState) *desired {
 	d := &desired{deployed: deployed}
-	if err := r.selectChart(ctx, p, d); err != nil {
+	if err := (chartVersions{r}).selectChart(ctx, p, d); err != nil {
 		d.stall = asStall(err, "ValuesInvalid")
 		return d
 	}
@@ -169,7 +169,7 @@ func (r *Reconciler) hookLayers(ctx context.Context, p *pass, d *desired, crVals
 				r.refusedBy(p, d, h, err)
 				return nil, false
 			}
-			r.hookPassed(p, h)
+			reporter{r}.hookPassed(p, h)
 		}
 		if h.Identity != nil {
 			id, err := h.Identity(ctx, d.hobj)
@@ -187,7 +187,7 @@ func (r *Reconciler) hookLayers(ctx context.Context, p *pass, d *desired, crVals
 			}
 			if c := apimeta.FindStatusCondition(p.status.Conditions, h.ConditionType); c != nil && c.Status == metav1.ConditionFalse {
 				// A refusal of an earlier pass is over.
-				r.hookPassed(p, h)
+				reporter{r}.hookPassed(p, h)
 			}
 			l := values.Layer{Name: "hook:" + h.Name, Values: v}
 			if h.ValuesLayer == hooks.LayerTenant {
@@ -213,7 +213,7 @@ func (r *Reconciler) hookLayers(ctx context.Context, p *pass, d *desired, crVals
 // something outside the resource (hooks.Wait) is looked at again after a
 // backoff, as nothing the resource's own watch sees may change it.
 func (r *Reconciler) refusedBy(p *pass, d *desired, h *hooks.Hook, err error) {
-	r.hookRefused(p, h, err)
+	reporter{r}.hookRefused(p, h, err)
 	if rej, ok := hooks.AsRejection(err); ok && rej.Retry {
 		d.retryAfter = r.mem.retryAfter(p.key, "hook:"+h.Name)
 	}
@@ -233,7 +233,7 @@ func (r *Reconciler) observeFresh(ctx context.Context, p *pass, d *desired) (*de
 	if err != nil {
 		return nil, nil, err
 	}
-	if exact := r.deployedFromHistory(p, lastGood(history)); changed || exact != d.deployed {
+	if exact := (chartVersions{r}).deployedFromHistory(p, lastGood(history)); changed || exact != d.deployed {
 		d = r.desire(ctx, p, exact)
 	}
 	return d, history, nil

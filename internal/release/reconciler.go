@@ -104,7 +104,7 @@ func (r *Reconciler) ownerKind() string {
 // release (deletion, pause, finalizer, name), then reconcile its release.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
 	start := r.now()
-	r.initOnce.Do(r.init)
+	r.initOnce.Do(wiring{r}.init)
 	if err := ctx.Err(); err != nil {
 		return ctrl.Result{}, err // shutting down: start nothing new
 	}
@@ -148,8 +148,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	if err != nil {
 		return res, err
 	}
-	res = r.followStorage(ctx, p, res)
-	return r.kindStatus(ctx, p, res)
+	res = storageGrowth{r}.followStorage(ctx, p, res)
+	return reporter{r}.kindStatus(ctx, p, res)
 }
 
 // PassTimeout bounds one pass of a watch's resources: its Helm action
@@ -180,7 +180,7 @@ func (r *Reconciler) preflight(ctx context.Context, p *pass) (ctrl.Result, bool,
 		r.mem.wrote(p.key, obj.GetResourceVersion())
 	}
 	if len(obj.GetName()) > maxReleaseName {
-		r.stall(p, "NameTooLong", fmt.Sprintf("metadata.name: Helm release names are limited to %d characters; this one has %d: use a shorter name", maxReleaseName, len(obj.GetName())))
+		reporter{r}.stall(p, "NameTooLong", fmt.Sprintf("metadata.name: Helm release names are limited to %d characters; this one has %d: use a shorter name", maxReleaseName, len(obj.GetName())))
 		return ctrl.Result{}, true, nil
 	}
 	return ctrl.Result{}, false, nil
@@ -190,7 +190,7 @@ func (r *Reconciler) preflight(ctx context.Context, p *pass) (ctrl.Result, bool,
 // → observeRecords → gates → nextAction, for what ends on the caches) →
 // fresh read and history → observe → gates → nextAction → run.
 func (r *Reconciler) reconcileRelease(ctx context.Context, p *pass) (ctrl.Result, error) {
-	d := r.desire(ctx, p, r.deployedFromCache(ctx, p))
+	d := r.desire(ctx, p, chartVersions{r}.deployedFromCache(ctx, p))
 	if d.stopped() {
 		return r.stop(p, d), nil
 	}
@@ -212,7 +212,7 @@ func (r *Reconciler) reconcileRelease(ctx context.Context, p *pass) (ctrl.Result
 	p.log.V(1).Info("Observed release", "state", o.State, "digest", d.digest)
 	if o.Latest != nil && o.State != StateUnmanaged && o.State != StateConflict {
 		// status.release always says what the newest revision is.
-		r.setReleaseInfo(p, o.Latest)
+		reporter{r}.setReleaseInfo(p, o.Latest)
 		if r.stallUntrusted(p, r.checkScope(p.key.Namespace, manifestsOf(o)...)) {
 			return ctrl.Result{}, nil
 		}
@@ -230,13 +230,14 @@ func (r *Reconciler) run(ctx context.Context, p *pass, d *desired, o Observation
 		r.watchObjects(ctx, p, o.Latest)
 	}
 	f := &fullPass{p: p, d: d, o: o, history: history, c: &c}
-	for {
+	for i := 0; i < maxChoices; i++ {
 		f.a = nextAction(o, c.gates)
 		res, next, err := stepFor(f.a).full(ctx, r, f)
 		if !next {
 			return res, err
 		}
 	}
+	return ctrl.Result{}, fmt.Errorf("the pass chose %d actions without ending (the last %s): a step passed its gate without changing it", maxChoices, f.a)
 }
 
 // finish writes the pass's outcome: Ready summarised from the other
@@ -268,7 +269,7 @@ func (r *Reconciler) finish(ctx context.Context, p *pass, start time.Time, res c
 	if r.owe(p, &res, err) {
 		return res, nil
 	}
-	if werr := r.writeStatus(ctx, p); werr != nil {
+	if werr := (reporter{r}).writeStatus(ctx, p); werr != nil {
 		err = errors.Join(err, werr)
 	}
 	if err != nil {
@@ -323,10 +324,10 @@ func (r *Reconciler) owedFor() time.Duration {
 
 // forget drops what this process remembers of a resource that is gone.
 func (r *Reconciler) forget(key types.NamespacedName) {
-	r.setInfoSeries(key, [3]string{})
+	reporter{r}.setInfoSeries(key, [3]string{})
 	r.mem.forget(key)
 	r.slots.forget(key)
-	r.setUnavailable(key, false)
+	healthGate{r}.setUnavailable(key, false)
 	r.sourceRefresh.forget(key)
 }
 

@@ -47,7 +47,7 @@ type rolloutHold struct {
 // and, for a resource that is not a canary, after every canary taking
 // part in this version's rollout has been Ready on it for canarySoak.
 // It returns what holds the upgrade, or nil. It reads caches only.
-func (r *Reconciler) rolloutHold(ctx context.Context, p *pass, d *desired) *rolloutHold {
+func (r chartVersions) rolloutHold(ctx context.Context, p *pass, d *desired) *rolloutHold {
 	if h := r.windowHold(ctx, p, d); h != nil {
 		return h
 	}
@@ -60,7 +60,7 @@ func (r *Reconciler) rolloutHold(ctx context.Context, p *pass, d *desired) *roll
 // rolloutPeers are the namespaces whose canaries count for a resource in
 // namespace: its tenant's (a hook's Peers), else the namespace alone.
 // Another tenant's canaries never hold or halt its rollout.
-func (r *Reconciler) rolloutPeers(ctx context.Context, namespace string) ([]string, error) {
+func (r chartVersions) rolloutPeers(ctx context.Context, namespace string) ([]string, error) {
 	for _, h := range r.Hooks {
 		if h.Peers == nil {
 			continue
@@ -77,7 +77,7 @@ func (r *Reconciler) rolloutPeers(ctx context.Context, namespace string) ([]stri
 }
 
 // canariesOf lists the canaries of this kind in the peer namespaces (cache).
-func (r *Reconciler) canariesOf(ctx context.Context, namespace string) ([]unstructured.Unstructured, error) {
+func (r chartVersions) canariesOf(ctx context.Context, namespace string) ([]unstructured.Unstructured, error) {
 	peers, err := r.rolloutPeers(ctx, namespace)
 	if err != nil {
 		return nil, err
@@ -94,7 +94,7 @@ func (r *Reconciler) canariesOf(ctx context.Context, namespace string) ([]unstru
 	return out, nil
 }
 
-func (r *Reconciler) windowHold(ctx context.Context, p *pass, d *desired) *rolloutHold {
+func (r chartVersions) windowHold(ctx context.Context, p *pass, d *desired) *rolloutHold {
 	spec, where := p.obj.GetAnnotations()[v1alpha1.AnnotationMaintenanceWindow], "annotation "+v1alpha1.AnnotationMaintenanceWindow
 	if spec == "" {
 		ns := &metav1.PartialObjectMetadata{}
@@ -121,7 +121,7 @@ func (r *Reconciler) windowHold(ctx context.Context, p *pass, d *desired) *rollo
 // canaryHold holds a non-canary while the canaries of this version's rollout
 // (in its namespace, or its tenant's) are not yet Ready on it for
 // canarySoak, and halts it when one of them failed on it.
-func (r *Reconciler) canaryHold(ctx context.Context, p *pass, d *desired) *rolloutHold {
+func (r chartVersions) canaryHold(ctx context.Context, p *pass, d *desired) *rolloutHold {
 	target := d.chart.Version
 	canaries, err := r.canariesOf(ctx, p.key.Namespace)
 	if err != nil {
@@ -174,7 +174,7 @@ const (
 
 // canaryState places canary c in the rollout of chart version target;
 // left is the soak time still to go for a pending canary that is Ready.
-func (r *Reconciler) canaryState(c *unstructured.Unstructured, versions []string, target string) (int, time.Duration) {
+func (r chartVersions) canaryState(c *unstructured.Unstructured, versions []string, target string) (int, time.Duration) {
 	if r.Watch.Selector != nil && !r.Watch.Selector.Matches(labels.Set(c.GetLabels())) || c.GetDeletionTimestamp() != nil {
 		return canaryNotInRollout, 0
 	}
@@ -208,7 +208,7 @@ func (r *Reconciler) canaryState(c *unstructured.Unstructured, versions []string
 // (with a Warning event for a halt or a bad window, once), nothing is in
 // progress (Reconciling=False), and the release keeps serving: Ready stays
 // True unless the window annotation is invalid. The resource counts as waiting.
-func (r *Reconciler) waitRollout(p *pass, h rolloutHold) ctrl.Result {
+func (r chartVersions) waitRollout(p *pass, h rolloutHold) ctrl.Result {
 	prev := apimeta.FindStatusCondition(p.orig.Conditions, v1alpha1.ConditionUpgradeBlocked)
 	setCondition(p.status, p.obj, v1alpha1.ConditionUpgradeBlocked, metav1.ConditionTrue, h.reason, h.msg)
 	setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionFalse, h.reason, "nothing in progress: "+h.msg)

@@ -67,7 +67,7 @@ func (r *Reconciler) stallOutOfScope(p *pass, err error) bool {
 	if !errors.As(err, &se) {
 		return false
 	}
-	r.stall(p, "ObjectOutOfScope", "the stored release names an object outside its scope: "+se.Error())
+	reporter{r}.stall(p, "ObjectOutOfScope", "the stored release names an object outside its scope: "+se.Error())
 	return true
 }
 
@@ -84,11 +84,11 @@ func (r *Reconciler) stallUntrusted(p *pass, err error) bool {
 	}
 	switch {
 	case re.TooLarge:
-		r.stall(p, "ReleaseRecordTooLarge", re.Error()+"; nothing was changed: delete that Secret if it is not a release chartpilot made")
+		reporter{r}.stall(p, "ReleaseRecordTooLarge", re.Error()+"; nothing was changed: delete that Secret if it is not a release chartpilot made")
 	case re.Invalid:
-		r.stall(p, "ReleaseRecordInvalid", oneLine(re.Error())+"; nothing was changed")
+		reporter{r}.stall(p, "ReleaseRecordInvalid", oneLine(re.Error())+"; nothing was changed")
 	default:
-		r.stall(p, "UntrustedReleaseRecord", re.Error()+"; nothing was changed")
+		reporter{r}.stall(p, "UntrustedReleaseRecord", re.Error()+"; nothing was changed")
 	}
 	return true
 }

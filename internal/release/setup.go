@@ -181,7 +181,7 @@ func NewShared(mgr manager.Manager) (*Shared, error) {
 
 // SetupWithManager builds the controller of r's kind.
 func (r *Reconciler) SetupWithManager(mgr manager.Manager, sh *Shared) error {
-	r.useManager(mgr, sh)
+	wiring{r}.useManager(mgr, sh)
 	u := &unstructured.Unstructured{}
 	u.SetGroupVersionKind(r.Watch.GVK)
 	primary := predicate.Or(
@@ -199,11 +199,11 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager, sh *Shared) error {
 	if err != nil {
 		return fmt.Errorf("building controller for %s: %w", r.Watch, err)
 	}
-	r.initOnce.Do(r.init)
-	if err := r.watchRecordsAndCanaries(mgr, c, sh); err != nil {
+	r.initOnce.Do(wiring{r}.init)
+	if err := (wiring{r}).watchRecordsAndCanaries(mgr, c, sh); err != nil {
 		return err
 	}
-	if err := r.watchWakeUps(mgr, c); err != nil {
+	if err := (wiring{r}).watchWakeUps(mgr, c); err != nil {
 		return err
 	}
 	if r.Watch.WatchDependentResources {
@@ -213,7 +213,7 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager, sh *Shared) error {
 		if h.Watcher == nil {
 			continue
 		}
-		if err := h.Watcher.Watch(mgr, c, r.enqueueNamespaces); err != nil {
+		if err := h.Watcher.Watch(mgr, c, (wiring{r}).enqueueNamespaces); err != nil {
 			return fmt.Errorf("hook %s watches for %s: %w", h.Name, r.Watch, err)
 		}
 	}
@@ -222,7 +222,7 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager, sh *Shared) error {
 
 // useManager takes the shared clients and the manager's defaults for what
 // the caller left unset.
-func (r *Reconciler) useManager(mgr manager.Manager, sh *Shared) {
+func (r wiring) useManager(mgr manager.Manager, sh *Shared) {
 	r.Helm = sh.Helm
 	r.Dynamic = sh.Dynamic
 	r.Releases = sh.Releases
@@ -250,7 +250,7 @@ func (r *Reconciler) useManager(mgr manager.Manager, sh *Shared) {
 // or left by another process) reconciles its owner; a canary's status
 // change (Ready on a new version, or rolled back) wakes the resources
 // waiting for the canaries, instead of their polls.
-func (r *Reconciler) watchRecordsAndCanaries(mgr manager.Manager, c controller.Controller, sh *Shared) error {
+func (r wiring) watchRecordsAndCanaries(mgr manager.Manager, c controller.Controller, sh *Shared) error {
 	secret := &metav1.PartialObjectMetadata{}
 	secret.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
 	if err := c.Watch(source.Kind(sh.Releases, client.Object(secret), handler.EnqueueRequestsFromMapFunc(r.mapReleaseRecord), r.releaseRecordPredicate())); err != nil {
@@ -264,7 +264,7 @@ func (r *Reconciler) watchRecordsAndCanaries(mgr manager.Manager, c controller.C
 // watchWakeUps adds the channels that wake resources: one queued upgrade
 // whose slot freed, or every resource when the source's versions changed
 // (or it recovered), which is how a published chart rolls out.
-func (r *Reconciler) watchWakeUps(mgr manager.Manager, c controller.Controller) error {
+func (r wiring) watchWakeUps(mgr manager.Manager, c controller.Controller) error {
 	r.wake = make(chan event.GenericEvent, 1024)
 	if err := c.Watch(source.Channel(r.wake, &handler.EnqueueRequestForObject{})); err != nil {
 		return err
@@ -283,7 +283,7 @@ func (r *Reconciler) watchWakeUps(mgr manager.Manager, c controller.Controller) 
 
 // init sets up the upgrade slots and the per-resource memory with their
 // metrics; it runs once, before the first pass.
-func (r *Reconciler) init() {
+func (r wiring) init() {
 	// One redaction step between any error and the events and logs.
 	if r.Recorder != nil {
 		r.Recorder = redactingRecorder{r.Recorder}
@@ -301,7 +301,7 @@ func (r *Reconciler) init() {
 
 // enqueueNamespaces lists requests for every resource of this kind in the
 // namespaces (all namespaces when nil), from the cache.
-func (r *Reconciler) enqueueNamespaces(ctx context.Context, namespaces []string) []reconcile.Request {
+func (r wiring) enqueueNamespaces(ctx context.Context, namespaces []string) []reconcile.Request {
 	list := &unstructured.UnstructuredList{}
 	list.SetGroupVersionKind(r.Watch.GVK.GroupVersion().WithKind(r.Watch.GVK.Kind + "List"))
 	var out []reconcile.Request
@@ -330,7 +330,7 @@ func deletionPredicate() predicate.Predicate {
 }
 
 // mapReleaseRecord maps a release Secret to the resource that owns it.
-func (r *Reconciler) mapReleaseRecord(_ context.Context, o client.Object) []reconcile.Request {
+func (r wiring) mapReleaseRecord(_ context.Context, o client.Object) []reconcile.Request {
 	l := o.GetLabels()
 	if l[helm.StorageLabelName] == "" {
 		return nil
@@ -347,7 +347,7 @@ func (r *Reconciler) mapReleaseRecord(_ context.Context, o client.Object) []reco
 // change unless this process wrote that version: chartpilot's own actions
 // need no echo, but a record made, changed or deleted by someone else must
 // be looked at now, not at the next periodic pass.
-func (r *Reconciler) releaseRecordPredicate() predicate.Predicate {
+func (r wiring) releaseRecordPredicate() predicate.Predicate {
 	foreign := func(o client.Object) bool {
 		return r.Helm == nil || !r.Helm.WroteRecord(o.GetNamespace(), o.GetName(), o.GetResourceVersion())
 	}
@@ -387,7 +387,7 @@ func (d *dependents) ensure(_ context.Context, r *Reconciler, manifest string) e
 		// checks read them from here instead of from the API server.
 		m := &unstructured.Unstructured{}
 		m.SetGroupVersionKind(gvk)
-		if err := d.ctrl.Watch(source.Kind(d.cache, client.Object(m), r.dependentHandler())); err != nil {
+		if err := d.ctrl.Watch(source.Kind(d.cache, client.Object(m), (wiring{r}).dependentHandler())); err != nil {
 			return fmt.Errorf("watching %s: %w", gvk, err)
 		}
 		d.watched[gvk] = true
@@ -399,7 +399,7 @@ func (d *dependents) ensure(_ context.Context, r *Reconciler, manifest string) e
 }
 
 // ownerOf maps an object of a release to its owner, if it is of this kind.
-func (r *Reconciler) ownerOf(o client.Object) (types.NamespacedName, bool) {
+func (r wiring) ownerOf(o client.Object) (types.NamespacedName, bool) {
 	owner := o.GetAnnotations()[v1alpha1.AnnotationOwner]
 	kind, rest, ok := strings.Cut(owner, "/")
 	if !ok || kind != r.ownerKind() {
@@ -419,7 +419,7 @@ func (r *Reconciler) ownerOf(o client.Object) (types.NamespacedName, bool) {
 // whose workload became available or stopped being so (kstatus Current or
 // not), so that a settled fleet ignores the rest. Creations (the initial list and
 // chartpilot's own creates) are ignored.
-func (r *Reconciler) dependentHandler() handler.TypedEventHandler[client.Object, reconcile.Request] {
+func (r wiring) dependentHandler() handler.TypedEventHandler[client.Object, reconcile.Request] {
 	return handler.TypedFuncs[client.Object, reconcile.Request]{
 		UpdateFunc: func(_ context.Context, e event.TypedUpdateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 			key, ok := r.ownerOf(e.ObjectNew)
@@ -454,7 +454,7 @@ func (r *Reconciler) dependentHandler() handler.TypedEventHandler[client.Object,
 // refreshLoop refreshes a remote chart source on its interval (the first
 // time at once) and wakes every resource when its versions changed or it
 // became reachable again.
-func (r *Reconciler) refreshLoop(ctx context.Context) error {
+func (r wiring) refreshLoop(ctx context.Context) error {
 	var lastErr error
 	first := true
 	t := time.NewTimer(0)
@@ -510,7 +510,7 @@ func canaryStatusPredicate() predicate.Predicate {
 }
 
 // waitingForCanaries lists the resources whose upgrade waits on canaries.
-func (r *Reconciler) waitingForCanaries(context.Context, client.Object) []reconcile.Request {
+func (r wiring) waitingForCanaries(context.Context, client.Object) []reconcile.Request {
 	var out []reconcile.Request
 	for _, key := range r.mem.waitingFor(reasonCanaries, reasonHalted) {
 		out = append(out, reconcile.Request{NamespacedName: key})
@@ -521,7 +521,7 @@ func (r *Reconciler) waitingForCanaries(context.Context, client.Object) []reconc
 // wakeOne reconciles one resource (a queued upgrade whose slot freed)
 // without blocking: when the channel is full the resource's own poll
 // picks it up.
-func (r *Reconciler) wakeOne(key types.NamespacedName) {
+func (r wiring) wakeOne(key types.NamespacedName) {
 	obj := &metav1.PartialObjectMetadata{}
 	obj.SetNamespace(key.Namespace)
 	obj.SetName(key.Name)
@@ -534,7 +534,7 @@ func (r *Reconciler) wakeOne(key types.NamespacedName) {
 
 // kickAll reconciles every resource of the kind (after an on-demand
 // refresh found new versions).
-func (r *Reconciler) kickAll(ctx context.Context) {
+func (r wiring) kickAll(ctx context.Context) {
 	if r.kick == nil {
 		return
 	}

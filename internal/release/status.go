@@ -83,7 +83,7 @@ func mergedStatus(base *unstructured.Unstructured, raw, extras map[string]any) m
 // refused by the API server instead of undoing a newer write. This
 // reconciler is the only writer of the status, so on a conflict it applies
 // its status once more on top of a fresh read.
-func (r *Reconciler) writeStatus(ctx context.Context, p *pass) error {
+func (r reporter) writeStatus(ctx context.Context, p *pass) error {
 	redactStatus(p.status)
 	if !statusChanged(p) {
 		r.paid(p)
@@ -121,13 +121,13 @@ func (r *Reconciler) writeStatus(ctx context.Context, p *pass) error {
 
 // paid drops an owed status once the status p started from it is written
 // (or needed no write).
-func (r *Reconciler) paid(p *pass) {
+func (r reporter) paid(p *pass) {
 	r.mem.with(p.key, func(m *memo) { m.owed = nil })
 }
 
 // kindStatus runs Kind.Status once the release is deployed from the current
 // inputs, unless it said last time that nothing more was to be seen.
-func (r *Reconciler) kindStatus(ctx context.Context, p *pass, res ctrl.Result) (ctrl.Result, error) {
+func (r reporter) kindStatus(ctx context.Context, p *pass, res ctrl.Result) (ctrl.Result, error) {
 	if r.Kind.Status == nil {
 		return res, nil
 	}
@@ -230,7 +230,7 @@ func blockingHookCondition(st *v1alpha1.ReleaseStatus) *metav1.Condition {
 
 // hookRefused records a hook's refusal: its condition False, a Warning
 // event (once per message), and no action on the release.
-func (r *Reconciler) hookRefused(p *pass, h *hooks.Hook, err error) {
+func (r reporter) hookRefused(p *pass, h *hooks.Hook, err error) {
 	typ := h.ConditionType
 	if typ == "" {
 		typ = "Hook" + strings.ToUpper(h.Name[:1]) + h.Name[1:]
@@ -248,14 +248,14 @@ func (r *Reconciler) hookRefused(p *pass, h *hooks.Hook, err error) {
 }
 
 // hookPassed marks a hook's condition True.
-func (r *Reconciler) hookPassed(p *pass, h *hooks.Hook) {
+func (r reporter) hookPassed(p *pass, h *hooks.Hook) {
 	if h.ConditionType == "" {
 		return
 	}
 	setCondition(p.status, p.obj, h.ConditionType, metav1.ConditionTrue, "Passed", "hook "+h.Name+" admits this resource")
 }
 
-func (r *Reconciler) setReleaseInfo(p *pass, rel *helm.Release) {
+func (r reporter) setReleaseInfo(p *pass, rel *helm.Release) {
 	info := &v1alpha1.ReleaseInfo{
 		Name:         rel.Name,
 		Revision:     rel.Revision,
@@ -281,7 +281,7 @@ func (r *Reconciler) setReleaseInfo(p *pass, rel *helm.Release) {
 // Only a change touches the metric: finding a resource's series among
 // all the others (a partial match) cost a twentieth of the operator's CPU
 // in an upgrade wave of 500.
-func (r *Reconciler) setInfoSeries(key types.NamespacedName, want [3]string) {
+func (r reporter) setInfoSeries(key types.NamespacedName, want [3]string) {
 	var had [3]string
 	r.mem.with(key, func(m *memo) { had, m.infoSeries = m.infoSeries, want })
 	if had == want {
@@ -296,7 +296,7 @@ func (r *Reconciler) setInfoSeries(key types.NamespacedName, want [3]string) {
 	}
 }
 
-func (r *Reconciler) recordHistory(p *pass, digest, action string, rel *helm.Release, ok bool, msg string) {
+func (r reporter) recordHistory(p *pass, digest, action string, rel *helm.Release, ok bool, msg string) {
 	e := v1alpha1.HistoryEntry{
 		Action:    action,
 		Digest:    r.shown(digest),

@@ -39,6 +39,11 @@ type fullPass struct {
 	c       *choice
 }
 
+// maxChoices bounds the choices of one pass: a gate passed makes the pass
+// choose again (health, then drift, then nothing), and a step that says
+// so without passing its gate must not keep a worker forever.
+const maxChoices = 4
+
 // steps are the registered action types.
 var steps = map[action]actionStep{}
 

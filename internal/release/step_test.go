@@ -69,3 +69,23 @@ func TestCachePathRunsOnlyCachedVariants(t *testing.T) {
 		t.Errorf("a cached variant whose gate passed, then an action without one: done %v, ran %v; want [cached], then the full pass", done, ran)
 	}
 }
+
+// A step that says its gate passed without passing it does not keep the
+// cache path choosing forever: after maxChoices it goes to the full pass.
+func TestCachePathChoicesBounded(t *testing.T) {
+	const loops action = "TestLoops"
+	var ran []string
+	registerStep(loops, loopingStep{recordingStep{&ran}})
+	t.Cleanup(func() { delete(steps, loops) })
+	if _, done := runCached(context.Background(), nil, nil, nil, &cacheView{}, func(*cacheView) action { return loops }); done || len(ran) != maxChoices {
+		t.Errorf("done %v after %d runs, want the full pass after %d", done, len(ran), maxChoices)
+	}
+}
+
+// loopingStep always says its gate passed.
+type loopingStep struct{ recordingStep }
+
+func (s loopingStep) cached(context.Context, *Reconciler, *pass, *desired, *cacheView) (ctrl.Result, bool, bool) {
+	*s.ran = append(*s.ran, "cached")
+	return ctrl.Result{}, true, true
+}

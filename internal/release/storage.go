@@ -184,7 +184,7 @@ func listClaims(ctx context.Context, dyn dynamic.Interface, namespace string) ([
 // the claims and deletes the StatefulSet object (orphaning its pods) so
 // that the upgrade can re-create it. held ends the pass: a refusal (a
 // Stalled condition, nothing changed) or a StatefulSet still being deleted.
-func (r *Reconciler) growVolumes(ctx context.Context, p *pass, d *desired, o Observation, opts helm.ActionOptions) (ctrl.Result, bool, error) {
+func (r storageGrowth) growVolumes(ctx context.Context, p *pass, d *desired, o Observation, opts helm.ActionOptions) (ctrl.Result, bool, error) {
 	base := o.LastGood
 	if base == nil {
 		base = o.Latest
@@ -198,7 +198,7 @@ func (r *Reconciler) growVolumes(ctx context.Context, p *pass, d *desired, o Obs
 	}
 	plan, refusal := planGrowth(base.Manifest, next)
 	if refusal != nil {
-		r.stall(p, refusal.reason, refusal.Error())
+		reporter{r.Reconciler}.stall(p, refusal.reason, refusal.Error())
 		return ctrl.Result{}, true, nil
 	}
 	replace := planReplace(base.Manifest, next)
@@ -232,11 +232,11 @@ func (r *Reconciler) growVolumes(ctx context.Context, p *pass, d *desired, o Obs
 	for _, g := range plan {
 		for _, c := range claimsOf(claims, g.statefulSet, g.template) {
 			if have := c.Spec.Resources.Requests[corev1.ResourceStorage]; have.Cmp(g.to) > 0 {
-				r.stall(p, "StorageShrink", fmt.Sprintf("%s storage: claim %s already has %s, more than %s; volumes never shrink; nothing was changed: set the size to at least %s", g, c.Name, have.String(), g.to.String(), have.String()))
+				reporter{r.Reconciler}.stall(p, "StorageShrink", fmt.Sprintf("%s storage: claim %s already has %s, more than %s; volumes never shrink; nothing was changed: set the size to at least %s", g, c.Name, have.String(), g.to.String(), have.String()))
 				return ctrl.Result{}, true, nil
 			}
 			if g.pin != "" && (c.Spec.StorageClassName == nil || *c.Spec.StorageClassName != g.pin) {
-				r.stall(p, "StorageClassChange", classChange(g, ptr.Deref(c.Spec.StorageClassName, ""), g.pin).Error()+" (claim "+c.Name+")")
+				reporter{r.Reconciler}.stall(p, "StorageClassChange", classChange(g, ptr.Deref(c.Spec.StorageClassName, ""), g.pin).Error()+" (claim "+c.Name+")")
 				return ctrl.Result{}, true, nil
 			}
 			if have := c.Spec.Resources.Requests[corev1.ResourceStorage]; have.Cmp(g.to) >= 0 {
@@ -245,7 +245,7 @@ func (r *Reconciler) growVolumes(ctx context.Context, p *pass, d *desired, o Obs
 			}
 			if refusal, err := r.checkExpandable(ctx, classes, g, c); err != nil || refusal != nil {
 				if refusal != nil {
-					r.stall(p, refusal.reason, refusal.Error())
+					reporter{r.Reconciler}.stall(p, refusal.reason, refusal.Error())
 				}
 				return ctrl.Result{}, true, err
 			}
@@ -322,7 +322,7 @@ func planReplace(deployed, next string) []replacement {
 // and reports whether it is gone. Claims are never deleted: the old ones
 // stay for a person to remove. One already re-created with the new
 // templates is kept.
-func (r *Reconciler) replaceStatefulSet(ctx context.Context, p *pass, dyn dynamic.Interface, rp replacement) (bool, error) {
+func (r storageGrowth) replaceStatefulSet(ctx context.Context, p *pass, dyn dynamic.Interface, rp replacement) (bool, error) {
 	res := dyn.Resource(stsGVR).Namespace(p.key.Namespace)
 	live, err := res.Get(ctx, rp.statefulSet, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
@@ -387,7 +387,7 @@ func statefulSetsOf(plan []volumeGrowth) []string {
 }
 
 // checkExpandable refuses a claim whose StorageClass cannot expand volumes.
-func (r *Reconciler) checkExpandable(ctx context.Context, classes map[string]*storagev1.StorageClass, g volumeGrowth, c *corev1.PersistentVolumeClaim) (*stallError, error) {
+func (r storageGrowth) checkExpandable(ctx context.Context, classes map[string]*storagev1.StorageClass, g volumeGrowth, c *corev1.PersistentVolumeClaim) (*stallError, error) {
 	name := ""
 	if c.Spec.StorageClassName != nil {
 		name = *c.Spec.StorageClassName
@@ -417,7 +417,7 @@ func (r *Reconciler) checkExpandable(ctx context.Context, classes map[string]*st
 // orphanStatefulSet deletes a StatefulSet whose templates differ from the
 // plan's, leaving its pods (and claims) in place, and reports whether it is
 // gone. One already re-created with the new templates is kept.
-func (r *Reconciler) orphanStatefulSet(ctx context.Context, p *pass, dyn dynamic.Interface, name string, plan []volumeGrowth) (bool, error) {
+func (r storageGrowth) orphanStatefulSet(ctx context.Context, p *pass, dyn dynamic.Interface, name string, plan []volumeGrowth) (bool, error) {
 	res := dyn.Resource(stsGVR).Namespace(p.key.Namespace)
 	live, err := res.Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
@@ -474,7 +474,7 @@ func templatesDiffer(live *unstructured.Unstructured, name string, plan []volume
 // followStorage reports, while StorageResizing is True, each claim's state
 // against its StatefulSet's template in the deployed revision, and ends
 // the condition (False, Resized) once every claim has its size.
-func (r *Reconciler) followStorage(ctx context.Context, p *pass, res ctrl.Result) ctrl.Result {
+func (r storageGrowth) followStorage(ctx context.Context, p *pass, res ctrl.Result) ctrl.Result {
 	c := apimeta.FindStatusCondition(p.status.Conditions, v1alpha1.ConditionStorageResizing)
 	if c == nil || c.Status != metav1.ConditionTrue || p.status.Release == nil || p.status.Release.Status != string(helm.StatusDeployed) {
 		return res

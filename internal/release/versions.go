@@ -28,7 +28,7 @@ type deployedState struct {
 // deployedFromCache reads the newest deployed release record's labels from
 // the metadata cache; before chartpilot labelled records (or without the
 // cache) it falls back to the status.
-func (r *Reconciler) deployedFromCache(ctx context.Context, p *pass) deployedState {
+func (r chartVersions) deployedFromCache(ctx context.Context, p *pass) deployedState {
 	if records, ok := r.releaseRecords(ctx, p); ok {
 		best := 0
 		var labels map[string]string
@@ -51,7 +51,7 @@ func (r *Reconciler) deployedFromCache(ctx context.Context, p *pass) deployedSta
 }
 
 // deployedFromHistory is the exact deployed state: the last good revision.
-func (r *Reconciler) deployedFromHistory(p *pass, good *helm.Release) deployedState {
+func (r chartVersions) deployedFromHistory(p *pass, good *helm.Release) deployedState {
 	if good == nil {
 		return deployedState{}
 	}
@@ -60,7 +60,7 @@ func (r *Reconciler) deployedFromHistory(p *pass, good *helm.Release) deployedSt
 
 // withAppMajor fills a missing app major from the kind's status (releases
 // deployed before their records carried the label).
-func (r *Reconciler) withAppMajor(p *pass, d deployedState) deployedState {
+func (r chartVersions) withAppMajor(p *pass, d deployedState) deployedState {
 	if d.appMajor == "" && r.Kind.DeployedAppMajor != nil {
 		d.appMajor = r.Kind.DeployedAppMajor(p.obj)
 	}
@@ -69,7 +69,7 @@ func (r *Reconciler) withAppMajor(p *pass, d deployedState) deployedState {
 
 // resourceConstraint is the resource's own chart version constraint:
 // spec.chartVersion for typed kinds, else the annotation.
-func (r *Reconciler) resourceConstraint(obj *unstructured.Unstructured) (string, string) {
+func (r chartVersions) resourceConstraint(obj *unstructured.Unstructured) (string, string) {
 	if r.Kind.Typed() {
 		if v, ok, _ := unstructured.NestedString(obj.Object, "spec", "chartVersion"); ok && v != "" {
 			return v, "spec.chartVersion"
@@ -79,7 +79,7 @@ func (r *Reconciler) resourceConstraint(obj *unstructured.Unstructured) (string,
 }
 
 // policyFor is the version policy of a resource, given what it runs.
-func (r *Reconciler) policyFor(obj *unstructured.Unstructured, d deployedState) (policy.Policy, []uint64, error) {
+func (r chartVersions) policyFor(obj *unstructured.Unstructured, d deployedState) (policy.Policy, []uint64, error) {
 	ann := obj.GetAnnotations()
 	majors, err := policy.ParseMajors(ann[v1alpha1.AnnotationAllowMajorUpgrade])
 	if err != nil {
@@ -103,7 +103,7 @@ func (r *Reconciler) policyFor(obj *unstructured.Unstructured, d deployedState) 
 // selectChart decides the chart version of the pass and loads it. When
 // nothing may be deployed (the source knows no version yet, or policy holds
 // the release) d.held is set and the release stays as it is.
-func (r *Reconciler) selectChart(ctx context.Context, p *pass, d *desired) error {
+func (r chartVersions) selectChart(ctx context.Context, p *pass, d *desired) error {
 	r.refreshOnRequest(ctx, p)
 	versions, verr := r.Source.Versions()
 	r.sourceCondition(p, verr)
@@ -156,14 +156,14 @@ func (r *Reconciler) selectChart(ctx context.Context, p *pass, d *desired) error
 const chartRetry = 15 * time.Second
 
 // holdChart leaves the release as it is while no chart can be had, and says why.
-func (r *Reconciler) holdChart(p *pass, d *desired, reason, msg string) {
+func (r chartVersions) holdChart(p *pass, d *desired, reason, msg string) {
 	setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionTrue, reason, msg)
 	d.held, d.retryAfter = true, chartRetry
 }
 
 // upgradeBlockedCondition sets UpgradeBlocked (and a Warning event when it
 // turns on or its message changes), or removes it.
-func (r *Reconciler) upgradeBlockedCondition(p *pass, reason, msg string) {
+func (r chartVersions) upgradeBlockedCondition(p *pass, reason, msg string) {
 	if reason == "" {
 		apimeta.RemoveStatusCondition(&p.status.Conditions, v1alpha1.ConditionUpgradeBlocked)
 		return
@@ -176,7 +176,7 @@ func (r *Reconciler) upgradeBlockedCondition(p *pass, reason, msg string) {
 }
 
 // sourceCondition reports a remote source's reachability.
-func (r *Reconciler) sourceCondition(p *pass, verr error) {
+func (r chartVersions) sourceCondition(p *pass, verr error) {
 	if r.Source.Interval() == 0 {
 		return
 	}
@@ -197,7 +197,7 @@ func (r *Reconciler) sourceCondition(p *pass, verr error) {
 // least sourceRefreshMin apart (a fleet-wide bump reads the index a few
 // times, not once per resource); a request that comes too soon is not
 // dropped: the pass asks to be run again when the next refresh may happen.
-func (r *Reconciler) refreshOnRequest(ctx context.Context, p *pass) {
+func (r chartVersions) refreshOnRequest(ctx context.Context, p *pass) {
 	if r.Source.Interval() == 0 {
 		return
 	}
@@ -213,7 +213,7 @@ func (r *Reconciler) refreshOnRequest(ctx context.Context, p *pass) {
 	changed, err := r.Source.Refresh(ctx)
 	p.log.V(1).Info("Refreshed the chart source on request", "changed", changed, "error", fmt.Sprint(err))
 	if changed {
-		r.kickAll(ctx)
+		wiring{r.Reconciler}.kickAll(ctx)
 	}
 }
 

@@ -13,10 +13,10 @@ import (
 
 	"filippo.io/age"
 
+	"github.com/chartpilot/chartpilot/internal/agent/blobstore"
 	"github.com/chartpilot/chartpilot/internal/backup"
 	"github.com/chartpilot/chartpilot/internal/backup/backuptest"
-	"github.com/chartpilot/chartpilot/internal/blobstore"
-	"github.com/chartpilot/chartpilot/internal/testpg"
+	"github.com/chartpilot/chartpilot/internal/testing/testpg"
 )
 
 // benchT gives the test helpers what they need of a test: a failure ends

@@ -14,8 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/chartpilot/chartpilot/internal/instance/instancetest"
-	"github.com/chartpilot/chartpilot/internal/testcluster"
+	"github.com/chartpilot/chartpilot/internal/agent/instance/instancetest"
+	"github.com/chartpilot/chartpilot/internal/testing/testcluster"
 )
 
 func (b *benchT) Logf(format string, a ...any) { logf(format, a...) }

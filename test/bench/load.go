@@ -9,8 +9,8 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/chartpilot/chartpilot/internal/pgfull"
-	"github.com/chartpilot/chartpilot/internal/testpg"
+	"github.com/chartpilot/chartpilot/internal/agent/pgfull"
+	"github.com/chartpilot/chartpilot/internal/testing/testpg"
 )
 
 type loadRow struct {

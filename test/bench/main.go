@@ -73,8 +73,8 @@ import (
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/chartpilot/chartpilot/internal/instance/instancetest"
-	"github.com/chartpilot/chartpilot/internal/testcluster"
+	"github.com/chartpilot/chartpilot/internal/agent/instance/instancetest"
+	"github.com/chartpilot/chartpilot/internal/testing/testcluster"
 )
 
 // profileDir, when set, receives heap profiles of the operator.

@@ -6,8 +6,8 @@ import (
 	"path/filepath"
 	"syscall"
 
-	"github.com/chartpilot/chartpilot/internal/majorupgrade"
-	"github.com/chartpilot/chartpilot/internal/testpg"
+	"github.com/chartpilot/chartpilot/internal/agent/majorupgrade"
+	"github.com/chartpilot/chartpilot/internal/testing/testpg"
 )
 
 type majorRow struct {

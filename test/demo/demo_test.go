@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chartpilot/chartpilot/internal/testcluster"
+	"github.com/chartpilot/chartpilot/internal/testing/testcluster"
 )
 
 func freePort(t *testing.T) int {

@@ -33,8 +33,8 @@ import (
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/operator"
 	"github.com/chartpilot/chartpilot/internal/rbac"
-	"github.com/chartpilot/chartpilot/internal/testcluster"
-	"github.com/chartpilot/chartpilot/internal/testwait"
+	"github.com/chartpilot/chartpilot/internal/testing/testcluster"
+	"github.com/chartpilot/chartpilot/internal/testing/testwait"
 	"github.com/chartpilot/chartpilot/internal/watches"
 )
 

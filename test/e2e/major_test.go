@@ -16,9 +16,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/chartpilot/chartpilot/internal/agent/majorupgrade"
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/backup"
-	"github.com/chartpilot/chartpilot/internal/majorupgrade"
 	"github.com/chartpilot/chartpilot/internal/operator"
 )
 

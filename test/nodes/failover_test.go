@@ -21,8 +21,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/chartpilot/chartpilot/internal/rbac"
-	"github.com/chartpilot/chartpilot/internal/testcluster"
-	"github.com/chartpilot/chartpilot/internal/testpg"
+	"github.com/chartpilot/chartpilot/internal/testing/testcluster"
+	"github.com/chartpilot/chartpilot/internal/testing/testpg"
 )
 
 // realNodePostgres is the spec of a Postgres of major version on the real

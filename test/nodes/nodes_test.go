@@ -22,7 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
 
-	"github.com/chartpilot/chartpilot/internal/testcluster"
+	"github.com/chartpilot/chartpilot/internal/testing/testcluster"
 )
 
 var cluster *testcluster.Cluster

@@ -20,7 +20,7 @@ import (
 
 	"github.com/chartpilot/chartpilot/internal/helm"
 	"github.com/chartpilot/chartpilot/internal/image"
-	"github.com/chartpilot/chartpilot/internal/testcluster"
+	"github.com/chartpilot/chartpilot/internal/testing/testcluster"
 )
 
 // builtImage is the repository operatorImage pushed, once per run.

@@ -16,8 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/chartpilot/chartpilot/internal/testcluster"
-	"github.com/chartpilot/chartpilot/internal/testpg"
+	"github.com/chartpilot/chartpilot/internal/testing/testcluster"
+	"github.com/chartpilot/chartpilot/internal/testing/testpg"
 )
 
 var postgresGVR = schema.GroupVersionResource{Group: "chartpilot.dev", Version: "v1alpha1", Resource: "postgres"}

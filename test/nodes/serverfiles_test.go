@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/chartpilot/chartpilot/internal/testpg"
+	"github.com/chartpilot/chartpilot/internal/testing/testpg"
 )
 
 // checkServerFilesHoldNoSuperuser attacks the cluster behind host as a

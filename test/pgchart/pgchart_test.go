@@ -42,8 +42,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/chartpilot/chartpilot/internal/helm"
-	"github.com/chartpilot/chartpilot/internal/testpg"
-	"github.com/chartpilot/chartpilot/internal/testwait"
+	"github.com/chartpilot/chartpilot/internal/testing/testpg"
+	"github.com/chartpilot/chartpilot/internal/testing/testwait"
 )
 
 // rendered is what the test reads from the chart's manifest.

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chartpilot/chartpilot/internal/testpg"
-	"github.com/chartpilot/chartpilot/internal/testwait"
+	"github.com/chartpilot/chartpilot/internal/testing/testpg"
+	"github.com/chartpilot/chartpilot/internal/testing/testwait"
 )
 
 // TestReplicaClonedAsSuperuserRepointed: a replica cloned as the

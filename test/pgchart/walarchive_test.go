@@ -13,11 +13,11 @@ import (
 	"filippo.io/age"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/chartpilot/chartpilot/internal/agent/blobstore"
+	"github.com/chartpilot/chartpilot/internal/agent/wal"
 	"github.com/chartpilot/chartpilot/internal/backup/backuptest"
-	"github.com/chartpilot/chartpilot/internal/blobstore"
-	"github.com/chartpilot/chartpilot/internal/testpg"
-	"github.com/chartpilot/chartpilot/internal/testwait"
-	"github.com/chartpilot/chartpilot/internal/wal"
+	"github.com/chartpilot/chartpilot/internal/testing/testpg"
+	"github.com/chartpilot/chartpilot/internal/testing/testwait"
 )
 
 // TestChartArchivesWAL renders charts/postgresql with walArchive on and

@@ -11,7 +11,7 @@ import (
 	"github.com/fsouza/fake-gcs-server/fakestorage"
 
 	"github.com/chartpilot/chartpilot/internal/backup"
-	"github.com/chartpilot/chartpilot/internal/testpg"
+	"github.com/chartpilot/chartpilot/internal/testing/testpg"
 )
 
 // StartGCS starts a Google Cloud Storage emulator (fake-gcs-server's JSON

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/chartpilot/chartpilot/internal/backup"
-	"github.com/chartpilot/chartpilot/internal/testcluster"
-	"github.com/chartpilot/chartpilot/internal/testpg"
+	"github.com/chartpilot/chartpilot/internal/testing/testcluster"
+	"github.com/chartpilot/chartpilot/internal/testing/testpg"
 )
 
 // StartS3 starts versitygw with one bucket, "backups", under dir, stopped

@@ -28,8 +28,8 @@ import (
 	"github.com/chartpilot/chartpilot/internal/backup/backuptest"
 	"github.com/chartpilot/chartpilot/internal/controller/backup"
 	"github.com/chartpilot/chartpilot/internal/hooks"
-	"github.com/chartpilot/chartpilot/internal/testpg"
-	"github.com/chartpilot/chartpilot/internal/testwait"
+	"github.com/chartpilot/chartpilot/internal/testing/testpg"
+	"github.com/chartpilot/chartpilot/internal/testing/testwait"
 )
 
 // buildAgent builds the chartpilot command the backup Jobs run.

@@ -25,10 +25,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
+	"github.com/chartpilot/chartpilot/internal/agent/majorupgrade"
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/hooks"
 	"github.com/chartpilot/chartpilot/internal/jobspec"
-	"github.com/chartpilot/chartpilot/internal/majorupgrade"
 	"github.com/chartpilot/chartpilot/internal/redact"
 )
 

@@ -19,13 +19,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/chartpilot/chartpilot/internal/agent/instance"
+	"github.com/chartpilot/chartpilot/internal/agent/majorupgrade"
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/controller/backup"
 	"github.com/chartpilot/chartpilot/internal/hooks"
-	"github.com/chartpilot/chartpilot/internal/instance"
-	"github.com/chartpilot/chartpilot/internal/majorupgrade"
-	"github.com/chartpilot/chartpilot/internal/testpg"
-	"github.com/chartpilot/chartpilot/internal/testwait"
+	"github.com/chartpilot/chartpilot/internal/testing/testpg"
+	"github.com/chartpilot/chartpilot/internal/testing/testwait"
 )
 
 // runMajorJob plays the kubelet for a major upgrade Job: it runs the

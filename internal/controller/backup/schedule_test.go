@@ -20,7 +20,7 @@ import (
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/controller/backup"
 	"github.com/chartpilot/chartpilot/internal/hooks"
-	"github.com/chartpilot/chartpilot/internal/testwait"
+	"github.com/chartpilot/chartpilot/internal/testing/testwait"
 )
 
 // clock is a test clock the schedule reads.

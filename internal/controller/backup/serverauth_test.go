@@ -26,7 +26,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
-	"github.com/chartpilot/chartpilot/internal/testpg"
+	"github.com/chartpilot/chartpilot/internal/testing/testpg"
 )
 
 // BuildAgent builds chartpilot, the agent the Jobs run, into a temporary

@@ -16,8 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
+	"github.com/chartpilot/chartpilot/internal/agent/majorupgrade"
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
-	"github.com/chartpilot/chartpilot/internal/majorupgrade"
 )
 
 // TestStaleReadKeepsRunningBackup: a pass that reads the Backup before its

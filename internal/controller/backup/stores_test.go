@@ -29,8 +29,8 @@ import (
 	data "github.com/chartpilot/chartpilot/internal/backup"
 	"github.com/chartpilot/chartpilot/internal/backup/backuptest"
 	"github.com/chartpilot/chartpilot/internal/controller/backup"
-	"github.com/chartpilot/chartpilot/internal/testcluster"
-	"github.com/chartpilot/chartpilot/internal/testwait"
+	"github.com/chartpilot/chartpilot/internal/testing/testcluster"
+	"github.com/chartpilot/chartpilot/internal/testing/testwait"
 )
 
 var cluster *testcluster.Cluster

@@ -1,7 +1,0 @@
-// Command nodeinit is the init of a real node of the local cluster (see
-// package nodebox): testcluster builds it and starts one per node.
-package main
-
-import "github.com/chartpilot/chartpilot/internal/testcluster/nodebox"
-
-func main() { nodebox.Main() }

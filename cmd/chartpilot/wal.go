@@ -95,9 +95,18 @@ func walCommand(ctx context.Context, name string, args []string, stdout, stderr 
 		}
 		return a.Fetch(ctx, rest[0], rest[1])
 	case "base-backup":
-		m, err := a.BaseBackup(ctx, nil, time.Now())
+		m, err := a.BaseBackup(ctx, nil, time.Now(), w.Location)
 		if err != nil {
 			return err
+		}
+		if w.ManifestFile != "" {
+			b, err := json.Marshal(m)
+			if err != nil {
+				return err
+			}
+			if err := os.WriteFile(w.ManifestFile, b, 0o644); err != nil {
+				return fmt.Errorf("writing the manifest to %s: %w", w.ManifestFile, err)
+			}
 		}
 		return json.NewEncoder(stdout).Encode(m)
 	case "wal-serve":

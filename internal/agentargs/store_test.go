@@ -91,7 +91,8 @@ func TestMajorUpgradeArgsParseBack(t *testing.T) {
 func TestWALArgsParseBack(t *testing.T) {
 	store := Store{Kind: S3, S3Bucket: "wal", S3Region: "eu-1"}
 	for _, w := range []WAL{
-		{Command: BaseBackup, Store: store, Prefix: "shop/orders", SegmentSize: DefaultWALSegmentSize, Parallel: DefaultWALParallel, Compression: CompressionZstd},
+		{Command: BaseBackup, Store: store, Prefix: "shop/orders", SegmentSize: DefaultWALSegmentSize, Parallel: DefaultWALParallel, Compression: CompressionZstd,
+			Location: "shop/orders/base/x", ManifestFile: "/dev/termination-log"},
 		{Command: Recover, Store: store, Prefix: "p", SegmentSize: 1 << 24, Parallel: 2, Compression: "none", DataDir: "/d", Base: "p/base/x",
 			TargetTime: "2026-12-04T10:00:00Z", StagingDir: "/s", PostgresOptions: []string{"shared_buffers=32MB", "a=b=c"}},
 		{Command: WALPrune, Store: store, Prefix: "p", SegmentSize: DefaultWALSegmentSize, Parallel: DefaultWALParallel, Compression: CompressionZstd, RecoveryWindow: "7d"},

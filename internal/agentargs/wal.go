@@ -46,6 +46,10 @@ type WAL struct {
 	Via, Socket string
 	// RecoveryWindow is what wal-prune keeps (such as 7d).
 	RecoveryWindow string
+	// Location is base-backup's (below PREFIX/base/; default a name of
+	// the time); ManifestFile also gets its manifest (a Job's
+	// /dev/termination-log).
+	Location, ManifestFile string
 	// Args are the positional arguments (wal-push PATH, wal-fetch NAME
 	// PATH).
 	Args []string
@@ -82,6 +86,8 @@ func (w WAL) Line() []string {
 	add("--via", w.Via)
 	add("--socket", w.Socket)
 	add("--recovery-window", w.RecoveryWindow)
+	add("--location", w.Location)
+	add("--manifest-file", w.ManifestFile)
 	return append(out, w.Args...)
 }
 
@@ -102,6 +108,8 @@ func (w *WAL) Register(fs *flag.FlagSet) {
 	fs.StringVar(&w.Via, "via", "", "wal-push, wal-fetch: ask the WAL service on this Unix socket (chartpilot wal-serve) instead of the store: no credential or key needed here")
 	fs.StringVar(&w.Socket, "socket", "", "wal-serve: the Unix socket to serve on (mode 0600)")
 	fs.StringVar(&w.RecoveryWindow, "recovery-window", "", "wal-prune: keep what recovers to any point this far back (such as 7d or 36h)")
+	fs.StringVar(&w.Location, "location", "", "base-backup: where the base backup goes, a name directly below PREFIX/base/ (default: one of the time)")
+	fs.StringVar(&w.ManifestFile, "manifest-file", "", "base-backup: also write the manifest to this file (a Job's /dev/termination-log)")
 	fs.Func("postgres-option", "recover: NAME=VALUE passed to postgres during the replay (repeatable)", func(v string) error {
 		if !strings.Contains(v, "=") {
 			return fmt.Errorf("%q is not NAME=VALUE", v)

@@ -51,6 +51,15 @@ func goldenInputs() (pg *v1alpha1.Postgres, b *v1alpha1.Backup, st v1alpha1.Back
 	return pg, b, st, u, block
 }
 
+// threeReady is pg with three pods ready, the primary on the first: a
+// base backup is taken from the last.
+func threeReady(pg *v1alpha1.Postgres) *v1alpha1.Postgres {
+	pg = pg.DeepCopy()
+	three := int32(3)
+	pg.Spec.Replicas, pg.Status.ReadyReplicas, pg.Status.Primary = &three, 3, "orders-0"
+	return pg
+}
+
 // TestGoldenJobs: every Job chartpilot creates, as its builder makes it
 // from the golden inputs, is what testdata holds (go test -update
 // rewrites them; review the diff).
@@ -69,6 +78,8 @@ func TestGoldenJobs(t *testing.T) {
 		"postgres-drill": Drill{Backup: b, Target: pg, Store: st, Name: "verify-orders-202612030400", Images: images, Deadline: 6 * time.Hour}.Job(),
 		"postgres-major-upgrade": MajorUpgrade{Target: pg, To: "17", Name: "orders-major-17", Claim: "data-pg17-orders-0", MarkMoved: true,
 			Images: images, Deadline: 6 * time.Hour}.Job(),
+		"postgres-base-backup": PostgresBaseBackup{Backup: b, Target: threeReady(pg), Store: st, Prefix: "shop/orders/pg15", Name: "backup-base-1a2b3c4d",
+			Location: "shop/orders/pg15/base/20261203T020000Z-base-ab12cd34", Images: images, Deadline: 6 * time.Hour}.Job(),
 		"passthrough-backup": PassthroughBackup{Backup: b, Target: u, Block: block, Store: st, Name: "backup-nightly-20261203-1a2b3c4d",
 			Location: "shop/redis/cache/x", AgentImage: images.Agent, Deadline: time.Hour}.Job(),
 		"passthrough-restore": PassthroughRestore{Target: u, Block: block, Backup: b, Store: st, Name: "restore-cache-9c0d1e2f", Claim: "data-cache-0",

@@ -1,6 +1,7 @@
 package jobspec
 
 import (
+	"strconv"
 	"strings"
 	"time"
 
@@ -69,6 +70,66 @@ func (in PostgresBackup) Job() *batchv1.Job {
 	lbl := map[string]string{v1alpha1.LabelBackup: b.Name, v1alpha1.LabelComponent: "backup", "app.kubernetes.io/managed-by": managedBy}
 	job := agentJob(b.Namespace, in.Name, lbl, postgresImage(in.Images.Postgres, pg), in.Deadline, args, append(env, senv...), volumes, mounts)
 	return verifiesServer(pg, placedLike(pg, withAgent(job, in.Images.Agent, "backup")))
+}
+
+// PostgresBaseBackup is a physical Backup of a Postgres: a base backup
+// into its WAL archive.
+type PostgresBaseBackup struct {
+	Backup *v1alpha1.Backup
+	Target *v1alpha1.Postgres
+	// Store is the archive's; Prefix the archive's key prefix in it
+	// (PREFIX/pgMAJOR, as the chart archives to).
+	Store  v1alpha1.BackupStoreSpec
+	Prefix string
+	// Name is the Job's; Location the base backup's, directly below
+	// Prefix/base.
+	Name, Location string
+	Images         Images
+	Deadline       time.Duration
+}
+
+// Job runs `chartpilot base-backup` (pg_basebackup, streamed through the
+// backup data path into the archive) in the database's own image, from a
+// standby when one is ready (baseBackupHost), encrypted for the archive's
+// key when it has one.
+func (in PostgresBaseBackup) Job() *batchv1.Job {
+	b, pg := in.Backup, in.Target
+	env := pgEnv(pg)
+	env[0].Value = baseBackupHost(pg)
+	store, senv, volumes, mounts := StoreFlags(in.Store)
+	w := agentargs.WAL{Command: agentargs.BaseBackup, Store: store, Prefix: in.Prefix, Location: in.Location, ManifestFile: "/dev/termination-log"}
+	if sb := pg.Spec.Backup; sb != nil {
+		w.Compression = sb.Compression
+		if e := sb.Encryption; e != nil {
+			env = append(env, corev1.EnvVar{Name: agentargs.EnvAgeKey, ValueFrom: SecretKey(e.KeySecretRef.Name, e.KeySecretRef.Key)})
+		}
+	}
+	lbl := map[string]string{v1alpha1.LabelBackup: b.Name, v1alpha1.LabelComponent: "backup", "app.kubernetes.io/managed-by": managedBy}
+	job := agentJob(b.Namespace, in.Name, lbl, postgresImage(in.Images.Postgres, pg), in.Deadline, w.Line(), append(env, senv...), volumes, mounts)
+	return verifiesServer(pg, placedLike(pg, withAgent(job, in.Images.Agent)))
+}
+
+// baseBackupHost is where a base backup of pg is taken: a standby's pod
+// (through the headless Service) when more than one pod is ready, so the
+// primary is spared the read; else the primary's Service.
+func baseBackupHost(pg *v1alpha1.Postgres) string {
+	replicas := int32(1)
+	if pg.Spec.Replicas != nil {
+		replicas = *pg.Spec.Replicas
+	}
+	if replicas < 2 || pg.Status.ReadyReplicas < 2 {
+		return pg.Status.Endpoints.ReadWrite
+	}
+	primary := pg.Status.Primary
+	if primary == "" {
+		primary = pg.Name + "-0"
+	}
+	for k := replicas - 1; k >= 0; k-- {
+		if pod := pg.Name + "-" + strconv.Itoa(int(k)); pod != primary {
+			return pod + "." + pg.Name + "-headless"
+		}
+	}
+	return pg.Status.Endpoints.ReadWrite
 }
 
 // PassthroughBackup is a Backup of a kind with a watches.yaml backup

@@ -35,15 +35,21 @@ func (a *Archive) BasePrefix() string { return a.prefix() + "/base" }
 // BaseBackup takes a base backup of the server libpq's environment
 // reaches (PGHOST, PGPORT, PGUSER, a passfile; env, or this process's when
 // nil) with pg_basebackup from PATH, as one tar with the WAL it needs
-// (-X fetch), streamed through the backup data path to
-// BasePrefix()/<now>, and returns its manifest: where it started and
+// (-X fetch), streamed through the backup data path to location (a name
+// directly below BasePrefix(); empty: BasePrefix()/<now>), and returns
+// its manifest: where it started and
 // stopped are its labels. The user needs the REPLICATION attribute; a
 // standby serves it as well as the primary.
-func (a *Archive) BaseBackup(ctx context.Context, env []string, now time.Time) (*backup.Manifest, error) {
+func (a *Archive) BaseBackup(ctx context.Context, env []string, now time.Time, location string) (*backup.Manifest, error) {
 	if err := a.check(); err != nil {
 		return nil, err
 	}
-	location := a.BasePrefix() + "/" + now.UTC().Format("20060102T150405Z")
+	if location == "" {
+		location = a.BasePrefix() + "/" + now.UTC().Format("20060102T150405Z")
+	}
+	if rest, ok := strings.CutPrefix(location, a.BasePrefix()+"/"); !ok || rest == "" || strings.Contains(rest, "/") || strings.Contains(rest, "..") {
+		return nil, fmt.Errorf("base backup location %q: a name directly below %s/, where recoveries look for base backups", location, a.BasePrefix())
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	head := &headWriter{max: 1 << 20}

@@ -12,14 +12,41 @@ const (
 	BackupFailed    = "Failed"
 )
 
+// Methods of a Backup.
+const (
+	// BackupLogical is a full logical backup: the roles as rows, every
+	// database with pg_dump (a passthrough kind: its backup block's
+	// command).
+	BackupLogical = "logical"
+	// BackupPhysical is a base backup of a Postgres (pg_basebackup) into
+	// its WAL archive, from which a recovery to a point starts.
+	BackupPhysical = "physical"
+)
+
 // BackupSpec says what to back up and where to. It cannot change once the
 // Backup exists: a new backup is a new Backup.
 // +kubebuilder:validation:XValidation:rule="self == oldSelf",message="a Backup's spec cannot change: create a new Backup"
 type BackupSpec struct {
 	// Target is the resource backed up, in the Backup's namespace.
 	Target BackupTarget `json:"target"`
-	// Store is where the backup goes.
+	// Store is where the backup goes. A physical backup goes to the
+	// store of the Postgres's WAL archive (its spec.backup.store).
 	Store StoreRef `json:"store"`
+	// Method: logical (the default; restored by spec.restore) or
+	// physical (a Postgres with spec.backup.walArchive only: a base
+	// backup into its archive, which a recovery to a point starts from).
+	// +optional
+	// +kubebuilder:default=logical
+	// +kubebuilder:validation:Enum=logical;physical
+	Method string `json:"method,omitempty"`
+}
+
+// MethodOf is b's method (logical when unset).
+func (b *Backup) MethodOf() string {
+	if b.Spec.Method == "" {
+		return BackupLogical
+	}
+	return b.Spec.Method
 }
 
 // BackupTarget names a resource of the Backup's namespace.

@@ -74,8 +74,9 @@ func (a *Archive) values(ctx context.Context, obj hooks.Object) (map[string]any,
 func archiveValues(pg *v1alpha1.Postgres, st *resolvedStore) (map[string]any, error) {
 	sb := pg.Spec.Backup
 	wa := sb.WALArchive
-	if st.spec.Volume != nil {
-		return nil, fmt.Errorf("spec.backup.walArchive: store %s is a volume, which the server's pods do not mount: archive the WAL to an s3, gcs or azure store", sb.Store.Name)
+	prefix, err := archivePrefix(pg, st)
+	if err != nil {
+		return nil, err
 	}
 	store, env, _, _ := jobspec.StoreFlags(st.spec)
 	args := store.Args()
@@ -94,19 +95,6 @@ func archiveValues(pg *v1alpha1.Postgres, st *resolvedStore) (map[string]any, er
 		ref := e.ValueFrom.SecretKeyRef
 		secretEnv = append(secretEnv, map[string]any{"name": e.Name, "secretName": ref.Name, "key": ref.Key})
 	}
-	// Each major has an archive of its own: a major upgrade starts a new
-	// server, whose WAL file names begin again.
-	prefix := wa.Prefix
-	if prefix == "" {
-		prefix = pg.Namespace + "/" + pg.Name
-	}
-	if st.cluster && prefix != pg.Namespace && !strings.HasPrefix(prefix, pg.Namespace+"/") {
-		// A ClusterBackupStore is shared: each namespace archives below its
-		// own name, never into another's archive.
-		return nil, fmt.Errorf("spec.backup.walArchive.prefix %q: store %s is a ClusterBackupStore, shared between namespaces: the prefix must begin with %q (or be left out: %s/%s)",
-			prefix, sb.Store.Name, pg.Namespace+"/", pg.Namespace, pg.Name)
-	}
-	prefix += "/pg" + majorOf(pg.Spec.Version)
 	w := map[string]any{"enabled": true, "prefix": prefix, "storeArgs": words, "secretEnv": secretEnv}
 	if t := wa.ArchiveTimeout; t != nil {
 		secs := int64(t.Duration.Seconds())
@@ -119,6 +107,29 @@ func archiveValues(pg *v1alpha1.Postgres, st *resolvedStore) (map[string]any, er
 		w["ca"] = map[string]any{"secretName": s3.CASecretRef.Name, "key": s3.CASecretRef.Key}
 	}
 	return map[string]any{"walArchive": w}, nil
+}
+
+// archivePrefix is where pg's WAL archive is in store st (its base
+// backups below it, in base/): spec.backup.walArchive.prefix (default
+// NAMESPACE/NAME), then pgMAJOR, since each major has an archive of its
+// own (a major upgrade starts a new server, whose WAL file names begin
+// again).
+func archivePrefix(pg *v1alpha1.Postgres, st *resolvedStore) (string, error) {
+	sb := pg.Spec.Backup
+	if st.spec.Volume != nil {
+		return "", fmt.Errorf("spec.backup.walArchive: store %s is a volume, which the server's pods do not mount: archive the WAL to an s3, gcs or azure store", sb.Store.Name)
+	}
+	prefix := sb.WALArchive.Prefix
+	if prefix == "" {
+		prefix = pg.Namespace + "/" + pg.Name
+	}
+	if st.cluster && prefix != pg.Namespace && !strings.HasPrefix(prefix, pg.Namespace+"/") {
+		// A ClusterBackupStore is shared: each namespace archives below its
+		// own name, never into another's archive.
+		return "", fmt.Errorf("spec.backup.walArchive.prefix %q: store %s is a ClusterBackupStore, shared between namespaces: the prefix must begin with %q (or be left out: %s/%s)",
+			prefix, sb.Store.Name, pg.Namespace+"/", pg.Namespace, pg.Name)
+	}
+	return prefix + "/pg" + majorOf(pg.Spec.Version), nil
 }
 
 // archiveWord is what the chart lets into archive_command: one flag with

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path"
 	"sort"
 	"strings"
 	"time"
@@ -177,6 +178,9 @@ type target struct {
 	chartVersion, databaseVersion string
 	// job builds the backup Job for a store and location.
 	job func(st *resolvedStore, location string) *batchv1.Job
+	// locate is where the backup goes in store st (nil: Location), or
+	// why it cannot go there.
+	locate func(st *resolvedStore) (location, fail string)
 }
 
 // serving reports whether pg serves as its release made it: Ready, or held
@@ -216,7 +220,15 @@ func (r *BackupReconciler) target(ctx context.Context, b *v1alpha1.Backup) (*tar
 		if pg.Status.Release != nil {
 			t.chartVersion = pg.Status.Release.ChartVersion
 		}
+		if b.MethodOf() == v1alpha1.BackupPhysical {
+			if fail := r.physical(b, pg, t); fail != "" {
+				return nil, "", fail, nil
+			}
+		}
 		return t, "", "", nil
+	}
+	if b.MethodOf() != v1alpha1.BackupLogical {
+		return nil, "", fmt.Sprintf("spec.method %s: only a Postgres has physical backups; a %s is backed up by its watches.yaml backup block (method logical)", b.Spec.Method, kind), nil
 	}
 	pk, ok := r.Kinds[kind]
 	if !ok {
@@ -245,6 +257,39 @@ func (r *BackupReconciler) target(ctx context.Context, b *v1alpha1.Backup) (*tar
 		t.chartVersion = rel.ChartVersion
 	}
 	return t, "", "", nil
+}
+
+// physical makes t a physical backup of pg: a base backup into pg's WAL
+// archive, in the archive's store. The string says why b cannot be one.
+func (r *BackupReconciler) physical(b *v1alpha1.Backup, pg *v1alpha1.Postgres, t *target) string {
+	sb := pg.Spec.Backup
+	if sb == nil || sb.WALArchive == nil {
+		return fmt.Sprintf("spec.method physical: Postgres %s has no spec.backup.walArchive, and a base backup is of use only beside the WAL archive a recovery replays from it: set spec.backup.walArchive, or use method logical", pg.Name)
+	}
+	if storeKind(b.Spec.Store) != storeKind(sb.Store) || b.Spec.Store.Name != sb.Store.Name {
+		return fmt.Sprintf("spec.store: a physical backup goes to the store of the WAL archive, %s %s (spec.backup.store of Postgres %s): name that store", storeKind(sb.Store), sb.Store.Name, pg.Name)
+	}
+	t.locate = func(st *resolvedStore) (string, string) {
+		prefix, err := archivePrefix(pg, st)
+		if err != nil {
+			return "", err.Error()
+		}
+		return prefix + "/base/" + path.Base(Location(b)), ""
+	}
+	t.job = func(st *resolvedStore, location string) *batchv1.Job {
+		prefix, _ := archivePrefix(pg, st)
+		return jobspec.PostgresBaseBackup{Backup: b, Target: pg, Store: st.spec, Prefix: prefix, Name: JobName(b), Location: location,
+			Images: jobspec.Images{Agent: r.Image, Postgres: r.PostgresImage}, Deadline: r.Deadline}.Job()
+	}
+	return ""
+}
+
+// storeKind is ref's kind, BackupStore when left out.
+func storeKind(ref v1alpha1.StoreRef) string {
+	if ref.Kind == "" {
+		return "BackupStore"
+	}
+	return ref.Kind
 }
 
 func readyCondition(u *unstructured.Unstructured) bool {
@@ -282,6 +327,13 @@ func (r *BackupReconciler) start(ctx context.Context, b *v1alpha1.Backup) (ctrl.
 	}
 
 	location := Location(b)
+	if t.locate != nil {
+		var fail string
+		if location, fail = t.locate(st); fail != "" {
+			r.fail(b, fail)
+			return ctrl.Result{}, nil
+		}
+	}
 	job := t.job(st, location)
 	if err := controllerutil.SetControllerReference(b, job, r.Client.Scheme()); err != nil {
 		return ctrl.Result{}, err

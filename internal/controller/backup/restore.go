@@ -229,6 +229,10 @@ func (r *RestoreReconciler) step(ctx context.Context, pg *v1alpha1.Postgres) (ct
 			r.set(pg, v1alpha1.BackupFailed, fmt.Sprintf("spec.restore.fromBackup: Backup %s is %q, not Completed: name a completed Backup", b.Name, b.Status.Phase))
 			return ctrl.Result{}, nil
 		}
+		if b.MethodOf() != v1alpha1.BackupLogical {
+			r.set(pg, v1alpha1.BackupFailed, fmt.Sprintf("spec.restore.fromBackup: Backup %s is a physical base backup, which a recovery from the WAL archive starts from, not spec.restore: name a logical Backup", b.Name))
+			return ctrl.Result{}, nil
+		}
 		storeRef, location, sum, size = b.Spec.Store, b.Status.Location, b.Status.SHA256, b.Status.Size
 	} else {
 		storeRef, location = rs.FromStore.Store, rs.FromStore.Location

@@ -95,7 +95,9 @@ func (r *ScheduleReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	var mine, byTarget []*v1alpha1.Backup
 	for i := range list.Items {
 		b := &list.Items[i]
-		if b.Spec.Target.Kind != "Postgres" || b.Spec.Target.Name != pg.Name {
+		if b.Spec.Target.Kind != "Postgres" || b.Spec.Target.Name != pg.Name || b.MethodOf() != v1alpha1.BackupLogical {
+			// Base backups belong to the WAL archive: neither drilled
+			// nor counted here.
 			continue
 		}
 		byTarget = append(byTarget, b)

@@ -202,7 +202,19 @@ type PostgresWALArchive struct {
 	// +kubebuilder:validation:MaxLength=200
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_.:=@+,-]+(/[A-Za-z0-9_.:=@+,-]+)*$`
 	Prefix string `json:"prefix,omitempty"`
+	// BaseBackupSchedule is when a base backup (a physical Backup) of the
+	// server is taken into the archive, a cron expression (default
+	// "0 0 * * *", daily). One is also taken as soon as the archive of
+	// the server's major has none: a new archive, or the new major's
+	// after a major upgrade. spec.backup.suspend stops both.
+	// +optional
+	// +kubebuilder:validation:MinLength=9
+	BaseBackupSchedule string `json:"baseBackupSchedule,omitempty"`
 }
+
+// DefaultBaseBackupSchedule is spec.backup.walArchive.baseBackupSchedule's
+// default: daily at midnight.
+const DefaultBaseBackupSchedule = "0 0 * * *"
 
 // BackupRetention says which scheduled backups are kept: the newest Count
 // and those younger than MaxAge (either rule may be left out); the newest
@@ -263,6 +275,15 @@ type PostgresBackupStatus struct {
 	// LastVerifyResult says how the newest drill ended.
 	// +optional
 	LastVerifyResult string `json:"lastVerifyResult,omitempty"`
+	// LastBaseBackup is the newest completed physical Backup (a base
+	// backup into the WAL archive) of the server's major, and when it
+	// completed; NextBaseBackupTime when the schedule takes the next.
+	// +optional
+	LastBaseBackup string `json:"lastBaseBackup,omitempty"`
+	// +optional
+	LastBaseBackupTime *metav1.Time `json:"lastBaseBackupTime,omitempty"`
+	// +optional
+	NextBaseBackupTime *metav1.Time `json:"nextBaseBackupTime,omitempty"`
 }
 
 // PostgresFailover is how the primary role moves between the pods.

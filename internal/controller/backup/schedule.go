@@ -146,15 +146,24 @@ func (r *ScheduleReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	nextBase, err := r.baseBackups(ctx, pg, list.Items, now)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	if err := r.write(ctx, before, pg); err != nil {
 		return ctrl.Result{}, err
 	}
-	next := pg.Status.Backup.NextScheduleTime
-	if next == nil || (!nextVerify.IsZero() && nextVerify.Before(next.Time)) {
-		if nextVerify.IsZero() {
-			return ctrl.Result{}, nil
+	var next time.Time
+	if n := pg.Status.Backup.NextScheduleTime; n != nil {
+		next = n.Time
+	}
+	for _, t := range []time.Time{nextVerify, nextBase} {
+		if !t.IsZero() && (next.IsZero() || t.Before(next)) {
+			next = t
 		}
-		next = &metav1.Time{Time: nextVerify}
+	}
+	if next.IsZero() {
+		return ctrl.Result{}, nil
 	}
 	wait := next.Sub(now)
 	if wait < time.Second {

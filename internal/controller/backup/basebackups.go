@@ -19,6 +19,10 @@ import (
 // kept as objects (their data stays until the archive's own pruning).
 const keepBaseBackups = 7
 
+// baseRetry is how long after a failed base backup the next is taken when
+// the archive has none (otherwise the schedule's next time).
+const baseRetry = 15 * time.Minute
+
 // baseBackups takes the scheduled base backups of pg's WAL archive (into
 // status.backup's base-backup fields): one as soon as the archive of pg's
 // major has none and pg serves (a new archive, or the new major's after a
@@ -74,6 +78,12 @@ func (r *ScheduleReconciler) baseBackups(ctx context.Context, pg *v1alpha1.Postg
 	switch {
 	case active:
 	case current == nil:
+		// At once, but not again within baseRetry of a failed one.
+		if len(mine) > 0 && mine[0].Status.Phase == v1alpha1.BackupFailed && mine[0].Status.CompletedAt != nil {
+			if retry := mine[0].Status.CompletedAt.Add(baseRetry); retry.After(now) {
+				return retry, r.retain(ctx, &v1alpha1.BackupRetention{Count: keepBaseBackups}, mine, now)
+			}
+		}
 		if serving(pg) {
 			due = now.Truncate(time.Minute)
 		}

@@ -20,7 +20,8 @@ import (
 // Backup as soon as it serves (its archive has no base backup), none
 // while one runs, then one at each time of baseBackupSchedule; after a
 // major upgrade (the newest base backup is of the old major) one at once
-// again; status.backup names the newest base backup of the major and the
+// again; a failed one is retried after a quarter of an hour, not at
+// once; status.backup names the newest base backup of the major and the
 // next schedule time. Before the Postgres serves, none is made.
 func TestBaseBackupsScheduled(t *testing.T) {
 	cluster.Skip(t)
@@ -100,12 +101,36 @@ func TestBaseBackupsScheduled(t *testing.T) {
 	}
 	serve()
 	eventually("a base backup at once", func() bool { return len(physical()) == 1 })
-	first := physical()[0].Name
+	// It fails: the next waits a quarter of an hour, not a minute.
+	failed := physical()[0].Name
+	fb := &v1alpha1.Backup{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: failed}, fb); err != nil {
+		t.Fatal(err)
+	}
+	failedAt := metav1.NewTime(clk.now().Truncate(time.Second))
+	fb.Status = v1alpha1.BackupStatus{Phase: v1alpha1.BackupFailed, CompletedAt: &failedAt, Message: "the store did not answer"}
+	if err := c.Status().Update(ctx, fb); err != nil {
+		t.Fatal(err)
+	}
+	clk.add(2 * time.Minute)
+	poke()
+	if !testwait.Holds(3*time.Second, 200*time.Millisecond, func() bool { return len(physical()) == 1 }) {
+		t.Fatalf("physical Backups %v two minutes after a failed one, want no retry yet", names(physical()))
+	}
+	clk.add(15 * time.Minute)
+	poke()
+	eventually("a base backup again after the failed one", func() bool { return len(physical()) == 2 })
+	var first string
+	for _, b := range physical() {
+		if b.Name != failed {
+			first = b.Name
+		}
+	}
 	// While it runs, no other, however much time passes.
 	clk.add(2 * time.Hour)
 	poke()
-	if !testwait.Holds(3*time.Second, 200*time.Millisecond, func() bool { return len(physical()) == 1 }) {
-		t.Fatalf("physical Backups %v while the first runs, want it alone", names(physical()))
+	if !testwait.Holds(3*time.Second, 200*time.Millisecond, func() bool { return len(physical()) == 2 }) {
+		t.Fatalf("physical Backups %v while one runs, want no other", names(physical()))
 	}
 	complete(first, "15")
 	eventually("status names the newest base backup", func() bool {
@@ -115,9 +140,9 @@ func TestBaseBackupsScheduled(t *testing.T) {
 	// The next schedule time (hourly here) makes the next.
 	clk.add(time.Hour)
 	poke()
-	eventually("a base backup at the schedule time", func() bool { return len(physical()) == 2 })
+	eventually("a base backup at the schedule time", func() bool { return len(physical()) == 3 })
 	for _, b := range physical() {
-		if b.Name != first {
+		if b.Name != first && b.Name != failed {
 			complete(b.Name, "15")
 		}
 	}
@@ -130,7 +155,7 @@ func TestBaseBackupsScheduled(t *testing.T) {
 	if err := c.Update(ctx, cur); err != nil {
 		t.Fatal(err)
 	}
-	eventually("a base backup of the new major at once", func() bool { return len(physical()) == 3 })
+	eventually("a base backup of the new major at once", func() bool { return len(physical()) == 4 })
 	eventually("status names no base backup of PostgreSQL 17 (the newest is of 15)", func() bool {
 		got := &v1alpha1.Postgres{}
 		return c.Get(ctx, key, got) == nil && got.Status.Backup != nil && got.Status.Backup.LastBaseBackup == "" && got.Spec.Version == "17"

@@ -119,7 +119,7 @@ func walCommand(ctx context.Context, name string, args []string, stdout, stderr 
 		}
 		return json.NewEncoder(stdout).Encode(w)
 	case "wal-prune":
-		return prune(ctx, a, *window, stderr)
+		return prune(ctx, a, *window, w.ManifestFile, stderr)
 	}
 	// recover
 	var t wal.Target
@@ -134,7 +134,15 @@ func walCommand(ctx context.Context, name string, args []string, stdout, stderr 
 }
 
 // prune deletes what no point of the recovery window needs.
-func prune(ctx context.Context, a *wal.Archive, window string, stderr io.Writer) error {
+// PruneReport is what wal-prune reports (to --manifest-file): what it
+// deleted, and what the archive can recover to afterwards.
+type PruneReport struct {
+	PrunedBases []string    `json:"prunedBases"`
+	PrunedFiles int         `json:"prunedFiles"`
+	Window      *wal.Window `json:"window"`
+}
+
+func prune(ctx context.Context, a *wal.Archive, window, reportFile string, stderr io.Writer) error {
 	d, err := parseWindow(window)
 	if err != nil {
 		return fmt.Errorf("--recovery-window: %w", err)
@@ -146,7 +154,25 @@ func prune(ctx context.Context, a *wal.Archive, window string, stderr io.Writer)
 		}
 		fmt.Fprintf(stderr, "pruned %d WAL files\n", p.Files)
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	if reportFile == "" {
+		return nil
+	}
+	w, err := a.Window(ctx)
+	if err != nil {
+		return err
+	}
+	rep := PruneReport{PrunedBases: p.Bases, PrunedFiles: p.Files, Window: w}
+	if rep.PrunedBases == nil {
+		rep.PrunedBases = []string{}
+	}
+	b, err := json.Marshal(rep)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(reportFile, b, 0o644)
 }
 
 // recovery is what `chartpilot recover` was asked.

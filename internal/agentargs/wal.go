@@ -109,7 +109,7 @@ func (w *WAL) Register(fs *flag.FlagSet) {
 	fs.StringVar(&w.Socket, "socket", "", "wal-serve: the Unix socket to serve on (mode 0600)")
 	fs.StringVar(&w.RecoveryWindow, "recovery-window", "", "wal-prune: keep what recovers to any point this far back (such as 7d or 36h)")
 	fs.StringVar(&w.Location, "location", "", "base-backup: where the base backup goes, a name directly below PREFIX/base/ (default: one of the time)")
-	fs.StringVar(&w.ManifestFile, "manifest-file", "", "base-backup: also write the manifest to this file (a Job's /dev/termination-log)")
+	fs.StringVar(&w.ManifestFile, "manifest-file", "", "base-backup: also write the manifest to this file; wal-prune: its report, with the window left (a Job's /dev/termination-log)")
 	fs.Func("postgres-option", "recover: NAME=VALUE passed to postgres during the replay (repeatable)", func(v string) error {
 		if !strings.Contains(v, "=") {
 			return fmt.Errorf("%q is not NAME=VALUE", v)

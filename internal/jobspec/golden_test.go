@@ -80,6 +80,8 @@ func TestGoldenJobs(t *testing.T) {
 			Images: images, Deadline: 6 * time.Hour}.Job(),
 		"postgres-base-backup": PostgresBaseBackup{Backup: b, Target: threeReady(pg), Store: st, Prefix: "shop/orders/pg15", Name: "backup-base-1a2b3c4d",
 			Location: "shop/orders/pg15/base/20261203T020000Z-base-ab12cd34", Images: images, Deadline: 6 * time.Hour}.Job(),
+		"postgres-wal-prune": WALPrune{Target: pg, Store: st, Prefix: "shop/orders/pg15", Name: "orders-prune-202612030100", Window: "7d",
+			AgentImage: images.Agent, Deadline: time.Hour}.Job(),
 		"passthrough-backup": PassthroughBackup{Backup: b, Target: u, Block: block, Store: st, Name: "backup-nightly-20261203-1a2b3c4d",
 			Location: "shop/redis/cache/x", AgentImage: images.Agent, Deadline: time.Hour}.Job(),
 		"passthrough-restore": PassthroughRestore{Target: u, Block: block, Backup: b, Store: st, Name: "restore-cache-9c0d1e2f", Claim: "data-cache-0",

@@ -109,6 +109,32 @@ func (in PostgresBaseBackup) Job() *batchv1.Job {
 	return verifiesServer(pg, placedLike(pg, withAgent(job, in.Images.Agent)))
 }
 
+// WALPrune is the Job that prunes a Postgres's WAL archive to its
+// recovery window.
+type WALPrune struct {
+	Target *v1alpha1.Postgres
+	// Store is the archive's; Prefix the archive's key prefix in it.
+	Store        v1alpha1.BackupStoreSpec
+	Prefix       string
+	Name, Window string
+	AgentImage   string
+	Deadline     time.Duration
+}
+
+// Job runs `chartpilot wal-prune` in chartpilot's own image: it reaches
+// the store only (its credentials as Secret references), never the
+// server, and reports what it deleted and what the archive can recover to
+// afterwards in its termination message.
+func (in WALPrune) Job() *batchv1.Job {
+	pg := in.Target
+	store, env, volumes, mounts := StoreFlags(in.Store)
+	w := agentargs.WAL{Command: agentargs.WALPrune, Store: store, Prefix: in.Prefix, RecoveryWindow: in.Window, ManifestFile: "/dev/termination-log"}
+	lbl := map[string]string{v1alpha1.LabelComponent: "wal-prune", "app.kubernetes.io/managed-by": managedBy, "app.kubernetes.io/instance": pg.Name}
+	job := agentJob(pg.Namespace, in.Name, lbl, in.AgentImage, in.Deadline, w.Line(), env, volumes, mounts)
+	job.Spec.Template.Spec.Containers[0].Command = []string{"chartpilot"}
+	return placedLike(pg, job)
+}
+
 // baseBackupHost is where a base backup of pg is taken: a standby's pod
 // (through the headless Service) when more than one pod is ready, so the
 // primary is spared the read; else the primary's Service.

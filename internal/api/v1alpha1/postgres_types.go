@@ -210,6 +210,35 @@ type PostgresWALArchive struct {
 	// +optional
 	// +kubebuilder:validation:MinLength=9
 	BaseBackupSchedule string `json:"baseBackupSchedule,omitempty"`
+	// RecoveryWindow is how far back a recovery must reach, in days or
+	// hours (such as 7d or 36h): once a day a Job prunes the archive of
+	// what no point in the window needs (older base backups, then the WAL
+	// before the oldest base backup kept). Unset: nothing is pruned.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^([1-9][0-9]{0,3}d|[1-9][0-9]{0,5}h)$`
+	RecoveryWindow string `json:"recoveryWindow,omitempty"`
+}
+
+// PostgresArchiveStatus is what a WAL archive can recover to.
+type PostgresArchiveStatus struct {
+	// FirstRecoverableTime is the earliest point a recovery can stop at
+	// (the end of the oldest base backup).
+	// +optional
+	FirstRecoverableTime *metav1.Time `json:"firstRecoverableTime,omitempty"`
+	// LastArchivedTime is when the newest WAL file was archived, and
+	// LastArchivedWAL its name: no commit after it is in the archive.
+	// +optional
+	LastArchivedTime *metav1.Time `json:"lastArchivedTime,omitempty"`
+	// +optional
+	LastArchivedWAL string `json:"lastArchivedWAL,omitempty"`
+	// BaseBackups and Files count what the archive holds.
+	// +optional
+	BaseBackups int `json:"baseBackups,omitempty"`
+	// +optional
+	Files int `json:"files,omitempty"`
+	// CheckedAt is when the archive was read.
+	// +optional
+	CheckedAt *metav1.Time `json:"checkedAt,omitempty"`
 }
 
 // DefaultBaseBackupSchedule is spec.backup.walArchive.baseBackupSchedule's
@@ -284,6 +313,19 @@ type PostgresBackupStatus struct {
 	LastBaseBackupTime *metav1.Time `json:"lastBaseBackupTime,omitempty"`
 	// +optional
 	NextBaseBackupTime *metav1.Time `json:"nextBaseBackupTime,omitempty"`
+	// PruneJob is the running Job that prunes the WAL archive to
+	// spec.backup.walArchive.recoveryWindow; LastPruneTime when the
+	// newest started, LastPruneResult what became of it.
+	// +optional
+	PruneJob string `json:"pruneJob,omitempty"`
+	// +optional
+	LastPruneTime *metav1.Time `json:"lastPruneTime,omitempty"`
+	// +optional
+	LastPruneResult string `json:"lastPruneResult,omitempty"`
+	// Archive is what the WAL archive could recover to when the newest
+	// prune read it.
+	// +optional
+	Archive *PostgresArchiveStatus `json:"archive,omitempty"`
 }
 
 // PostgresFailover is how the primary role moves between the pods.

@@ -141,12 +141,17 @@ func (r *ScheduleReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	if prev := before.Status.Backup; prev != nil {
 		st := pg.Status.Backup
 		st.VerifyJob, st.LastVerifyTime, st.LastVerifiedBackup, st.LastVerifyResult = prev.VerifyJob, prev.LastVerifyTime, prev.LastVerifiedBackup, prev.LastVerifyResult
+		st.PruneJob, st.LastPruneTime, st.LastPruneResult, st.Archive = prev.PruneJob, prev.LastPruneTime, prev.LastPruneResult, prev.Archive
 	}
 	nextVerify, err := r.drill(ctx, pg, now)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	nextBase, err := r.baseBackups(ctx, pg, list.Items, now)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	nextPrune, err := r.prune(ctx, pg, now)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -157,7 +162,7 @@ func (r *ScheduleReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	if n := pg.Status.Backup.NextScheduleTime; n != nil {
 		next = n.Time
 	}
-	for _, t := range []time.Time{nextVerify, nextBase} {
+	for _, t := range []time.Time{nextVerify, nextBase, nextPrune} {
 		if !t.IsZero() && (next.IsZero() || t.Before(next)) {
 			next = t
 		}

@@ -96,6 +96,9 @@ func printDescription(w io.Writer, kind string, u *unstructured.Unstructured, st
 		}
 		fmt.Fprintln(w, line)
 	}
+	if kind == "Postgres" {
+		printBackups(w, u, now)
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "\nConditions:")
 	fmt.Fprintln(tw, "  TYPE\tSTATUS\tREASON\tSINCE\tMESSAGE")
@@ -135,6 +138,44 @@ func printDescription(w io.Writer, kind string, u *unstructured.Unstructured, st
 		_ = tw.Flush()
 	}
 	return nil
+}
+
+// printBackups shows a Postgres's status.backup: its logical backups and
+// drills, its base backups, and what its WAL archive can recover to.
+func printBackups(w io.Writer, u *unstructured.Unstructured, now time.Time) {
+	raw, ok, _ := unstructured.NestedMap(u.Object, "status", "backup")
+	if !ok {
+		return
+	}
+	var b v1alpha1.PostgresBackupStatus
+	if runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &b) != nil {
+		return
+	}
+	at := func(t *metav1.Time) string {
+		if t == nil {
+			return "-"
+		}
+		d := now.Sub(t.Time)
+		if d < 0 {
+			return t.UTC().Format(time.RFC3339) + " (in " + shortAge(-d) + ")"
+		}
+		return t.UTC().Format(time.RFC3339) + " (" + shortAge(d) + " ago)"
+	}
+	fmt.Fprintln(w, "\nBackups:")
+	fmt.Fprintf(w, "  Logical:      last %s at %s, next %s\n", orDash(b.LastSuccessfulBackup), at(b.LastSuccessTime), at(b.NextScheduleTime))
+	if b.LastVerifyResult != "" {
+		fmt.Fprintf(w, "  Drill:        %s\n", oneLineMsg(b.LastVerifyResult))
+	}
+	if b.LastBaseBackup != "" || b.NextBaseBackupTime != nil {
+		fmt.Fprintf(w, "  Base backup:  last %s at %s, next %s\n", orDash(b.LastBaseBackup), at(b.LastBaseBackupTime), at(b.NextBaseBackupTime))
+	}
+	if a := b.Archive; a != nil {
+		fmt.Fprintf(w, "  Recoverable:  from %s to %s (last WAL %s; %d base backups, %d files; read %s)\n",
+			at(a.FirstRecoverableTime), at(a.LastArchivedTime), orDash(a.LastArchivedWAL), a.BaseBackups, a.Files, at(a.CheckedAt))
+	}
+	if b.LastPruneResult != "" {
+		fmt.Fprintf(w, "  Prune:        %s\n", oneLineMsg(b.LastPruneResult))
+	}
 }
 
 func eventTime(e corev1.Event) time.Time {

@@ -168,10 +168,25 @@ func (s *server) ensureReplicationRole() error {
 	var b strings.Builder
 	// Not logged whatever the server's settings: the statement carries
 	// the verifier.
-	b.WriteString("SET log_statement = 'none';\nSET log_min_duration_statement = -1;\nBEGIN;\n")
+	// Bounded: a role holding a lock on the replication role (ALTER ROLE
+	// in an open transaction) must not stall the primary's manager.
+	b.WriteString("SET log_statement = 'none';\nSET log_min_duration_statement = -1;\n")
+	b.WriteString("SET lock_timeout = '5s';\nSET statement_timeout = '60s';\n")
+	b.WriteString("CREATE TEMPORARY TABLE chartpilot_former (member oid);\nBEGIN;\n")
 	fmt.Fprintf(&b, "DO $$BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '%s') THEN CREATE ROLE \"%s\"; END IF; END$$;\n", name, name)
+	fmt.Fprintf(&b, "INSERT INTO chartpilot_former SELECT m.member FROM pg_catalog.pg_auth_members m JOIN pg_catalog.pg_authid a ON a.oid = m.roleid WHERE a.rolname = '%s';\n", name)
 	fmt.Fprintf(&b, "ALTER ROLE \"%s\" WITH LOGIN REPLICATION NOSUPERUSER NOCREATEDB NOCREATEROLE NOBYPASSRLS CONNECTION LIMIT -1 VALID UNTIL 'infinity' PASSWORD '%s';\n", name, verifier)
 	fmt.Fprintf(&b, repairMemberships, name)
+	for _, f := range rewindFunctions {
+		fmt.Fprintf(&b, "REVOKE EXECUTE ON FUNCTION %s FROM \"%s\";\n", f, name)
+	}
+	b.WriteString("COMMIT;\n")
+	// A session that became the role (SET ROLE, by a former member) or
+	// logged in as it (with a password its maker set) stays it: such
+	// sessions end before the role gets the rewind's file functions. Its
+	// own streaming standbys reconnect with the password just set.
+	fmt.Fprintf(&b, "SELECT count(pg_catalog.pg_terminate_backend(pid, 5000)) FROM pg_catalog.pg_stat_activity WHERE pid <> pg_catalog.pg_backend_pid() AND (usesysid IN (SELECT member FROM chartpilot_former) OR usename = '%s');\n", name)
+	b.WriteString("BEGIN;\n")
 	for _, f := range rewindFunctions {
 		fmt.Fprintf(&b, "GRANT EXECUTE ON FUNCTION %s TO \"%s\";\n", f, name)
 	}

@@ -2,14 +2,19 @@ package instance
 
 import (
 	"bytes"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 
 	"github.com/chartpilot/chartpilot/internal/testing/testpg"
+	"github.com/chartpilot/chartpilot/internal/testing/testwait"
 )
 
 // TestReplicationRoleTakenFromItsMaker: an application role with
@@ -51,8 +56,26 @@ func TestReplicationRoleTakenFromItsMaker(t *testing.T) {
 				Bin: bin, SocketDir: pg.Dir, Port: pg.Port, User: "postgres", Credential: pg.Credential(),
 				ReplicationUser: "replicator", ReplicationPassword: "repl-secret-1", Log: logr.Discard(),
 			}}
+			// A session of the maker that became the role before the repair
+			// (PostgreSQL 16 and later: the maker may grant it to itself),
+			// and one that holds the role's row locked: the repair gives up
+			// on the lock (an error, tried again later) rather than wait.
+			var held *heldSession
+			if v := pg.Query(t, "postgres", "SHOW server_version_num"); v >= "160000" {
+				lock := holdSession(t, pg, "app", "BEGIN;\nALTER ROLE replicator CONNECTION LIMIT 2;\nSELECT 'locked';\n", "locked")
+				if err := s.ensureReplicationRole(); err == nil || !strings.Contains(err.Error(), "lock timeout") {
+					t.Fatalf("the repair under a held lock: %v, want it to give up on the lock", err)
+				}
+				lock.finish(t, "ROLLBACK;\n")
+				held = holdSession(t, pg, "app", "SET ROLE replicator;\nSELECT 'ready:' || current_user;\n", "ready:replicator")
+			}
 			if err := s.ensureReplicationRole(); err != nil {
 				t.Fatal(err)
+			}
+			if held != nil {
+				if out := held.finish(t, "SELECT 'read:' || length(pg_read_binary_file('global/pg_control'));\n"); strings.Contains(out, "read:") {
+					t.Fatalf("a session that became the role before the repair read the server's files after it: %s", out)
+				}
 			}
 			// Up to PostgreSQL 15, CREATEROLE may grant itself any role
 			// that is not a superuser (pg_read_server_files among them):
@@ -84,3 +107,64 @@ func TestReplicationRoleTakenFromItsMaker(t *testing.T) {
 		})
 	}
 }
+
+// heldSession is a psql session kept open across a step of the test.
+type heldSession struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	out   *lockedBuffer
+}
+
+// holdSession opens a session as user on database postgres, runs sql and
+// waits until its output holds ready.
+func holdSession(t *testing.T, pg *testpg.Server, user, sql, ready string) *heldSession {
+	t.Helper()
+	env := pg.Env("postgres")
+	env["PGUSER"] = user
+	h := &heldSession{cmd: pg.Command(env, "psql", "-XAtq"), out: &lockedBuffer{}}
+	h.cmd.Stdout, h.cmd.Stderr = h.out, h.out
+	var err error
+	if h.stdin, err = h.cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.cmd.Process.Kill(); _ = h.cmd.Wait() })
+	if _, err := io.WriteString(h.stdin, sql); err != nil {
+		t.Fatal(err)
+	}
+	if !testwait.Until(time.Minute, 50*time.Millisecond, func() bool { return strings.Contains(h.out.String(), ready) }) {
+		t.Fatalf("the held session never said %q: %s", ready, h.out.String())
+	}
+	return h
+}
+
+// finish runs sql in the session, ends it and returns all it printed.
+func (h *heldSession) finish(t *testing.T, sql string) string {
+	t.Helper()
+	_, _ = io.WriteString(h.stdin, sql)
+	_ = h.stdin.Close()
+	done := make(chan struct{})
+	go func() { _ = h.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatalf("the held session did not end: %s", h.out.String())
+	}
+	return h.out.String()
+}
+
+// lockedBuffer is a bytes.Buffer safe for a process's writes and the
+// test's reads.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+func (l *lockedBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }

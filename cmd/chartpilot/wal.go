@@ -133,15 +133,16 @@ func walCommand(ctx context.Context, name string, args []string, stdout, stderr 
 	return recoverTo(ctx, a, recovery{target: t, base: *base, dataDir: *dataDir, stagingDir: *stagingDir, fetch: fetch, options: w.PostgresOptions}, stderr)
 }
 
-// prune deletes what no point of the recovery window needs.
-// PruneReport is what wal-prune reports (to --manifest-file): what it
-// deleted, and what the archive can recover to afterwards.
+// PruneReport is what wal-prune reports (to --manifest-file): how much it
+// deleted (the names go to stderr), and what the archive can recover to
+// afterwards. Small: a pod's termination message is cut short.
 type PruneReport struct {
-	PrunedBases []string    `json:"prunedBases"`
+	PrunedBases int         `json:"prunedBases"`
 	PrunedFiles int         `json:"prunedFiles"`
 	Window      *wal.Window `json:"window"`
 }
 
+// prune deletes what no point of the recovery window needs.
 func prune(ctx context.Context, a *wal.Archive, window, reportFile string, stderr io.Writer) error {
 	d, err := parseWindow(window)
 	if err != nil {
@@ -164,10 +165,7 @@ func prune(ctx context.Context, a *wal.Archive, window, reportFile string, stder
 	if err != nil {
 		return err
 	}
-	rep := PruneReport{PrunedBases: p.Bases, PrunedFiles: p.Files, Window: w}
-	if rep.PrunedBases == nil {
-		rep.PrunedBases = []string{}
-	}
+	rep := PruneReport{PrunedBases: len(p.Bases), PrunedFiles: p.Files, Window: w}
 	b, err := json.Marshal(rep)
 	if err != nil {
 		return err

@@ -136,7 +136,8 @@ func (in WALPrune) Job() *batchv1.Job {
 }
 
 // baseBackupHost is where a base backup of pg is taken: a standby's pod
-// (through the headless Service) when more than one pod is ready, so the
+// (its name in the headless Service, fully qualified; the chart's
+// certificate names it) when more than one pod is ready, so the
 // primary is spared the read; else the primary's Service.
 func baseBackupHost(pg *v1alpha1.Postgres) string {
 	replicas := int32(1)
@@ -152,7 +153,10 @@ func baseBackupHost(pg *v1alpha1.Postgres) string {
 	}
 	for k := replicas - 1; k >= 0; k-- {
 		if pod := pg.Name + "-" + strconv.Itoa(int(k)); pod != primary {
-			return pod + "." + pg.Name + "-headless"
+			// Fully qualified: a name of two labels that does not resolve
+			// (the pod has no address yet) would go on to the resolver's
+			// search domains, and another namespace's Service.
+			return pod + "." + pg.Name + "-headless." + pg.Namespace + ".svc"
 		}
 	}
 	return pg.Status.Endpoints.ReadWrite

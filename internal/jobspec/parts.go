@@ -8,7 +8,6 @@
 package jobspec
 
 import (
-	"encoding/json"
 	"fmt"
 	"maps"
 	"path"
@@ -164,25 +163,14 @@ func verifiesServer(pg *v1alpha1.Postgres, job *batchv1.Job) *batchv1.Job {
 }
 
 // ServerUnverified says why no Job may connect to pg's server yet: its
-// server takes TLS (the chart's tls.enabled, on unless spec.values turns
-// it off) and its status names no CA to verify it against (a status
-// written before it did, or a StatefulSet not yet seen). A Job made then
-// would offer the password to whatever answers the Service. Empty: the
-// Job can verify the server, or the server takes no TLS by the
-// resource's own choice.
+// status names no CA to verify it against, and does not say the server
+// takes no TLS (a status written before it did, a StatefulSet not yet
+// seen). A Job made then would offer the password to whatever answers the
+// Service. Empty: the Job can verify the server, or the server's
+// StatefulSet, as the operator saw it, mounts no certificate.
 func ServerUnverified(pg *v1alpha1.Postgres) string {
-	if pg.Status.Endpoints != nil && pg.Status.Endpoints.CASecret != "" {
+	if ep := pg.Status.Endpoints; ep != nil && (ep.CASecret != "" || ep.TLS != nil && !*ep.TLS) {
 		return ""
-	}
-	if pg.Spec.Values != nil && len(pg.Spec.Values.Raw) > 0 {
-		var v struct {
-			TLS struct {
-				Enabled *bool `json:"enabled"`
-			} `json:"tls"`
-		}
-		if json.Unmarshal(pg.Spec.Values.Raw, &v) == nil && v.TLS.Enabled != nil && !*v.TLS.Enabled {
-			return ""
-		}
 	}
 	return fmt.Sprintf("Postgres %s has not reported the CA of its server's certificate (status.endpoints.caSecret) yet: waiting for it, so no password goes to a server not proven to be its own", pg.Name)
 }

@@ -90,27 +90,25 @@ func TestPassthroughJobsPlacedAsPods(t *testing.T) {
 }
 
 // No Job connects to a server that takes TLS until the CA to verify it is
-// known; a server whose values turn TLS off needs none.
+// known; a server whose StatefulSet mounts no certificate needs none.
+// What spec.values says does not count (later layers may override it).
 func TestServerUnverified(t *testing.T) {
+	off, on := false, true
 	for _, tc := range []struct {
-		name, values, ca string
-		waits            bool
+		name  string
+		ep    *v1alpha1.PostgresEndpoints
+		waits bool
 	}{
-		{"no status yet", "", "", true},
-		{"the CA reported", "", "db-tls", false},
-		{"TLS on by the values", `{"tls":{"enabled":true}}`, "", true},
-		{"TLS off by the values", `{"tls":{"enabled":false}}`, "", false},
-		{"other values", `{"tls":{"existingSecret":"x"},"image":{"tag":"15"}}`, "", true},
-		{"values not an object", `[1]`, "", true},
+		{"no status yet", nil, true},
+		{"the StatefulSet not seen yet", &v1alpha1.PostgresEndpoints{ReadWrite: "db"}, true},
+		{"the CA reported", &v1alpha1.PostgresEndpoints{CASecret: "db-tls", TLS: &on}, false},
+		{"TLS seen without a CA", &v1alpha1.PostgresEndpoints{TLS: &on}, true},
+		{"no TLS seen", &v1alpha1.PostgresEndpoints{TLS: &off}, false},
 	} {
 		pg := &v1alpha1.Postgres{}
 		pg.Name = "db"
-		if tc.values != "" {
-			pg.Spec.Values = &apiextensionsv1.JSON{Raw: []byte(tc.values)}
-		}
-		if tc.ca != "" {
-			pg.Status.Endpoints = &v1alpha1.PostgresEndpoints{CASecret: tc.ca}
-		}
+		pg.Spec.Values = &apiextensionsv1.JSON{Raw: []byte(`{"tls":{"enabled":false},"TLS":{"enabled":false}}`)}
+		pg.Status.Endpoints = tc.ep
 		why := ServerUnverified(pg)
 		if (why != "") != tc.waits {
 			t.Errorf("%s: %q, want waiting %v", tc.name, why, tc.waits)

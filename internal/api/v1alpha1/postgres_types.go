@@ -395,6 +395,12 @@ type PostgresEndpoints struct {
 	// its StatefulSet exists.
 	// +optional
 	CASecret string `json:"caSecret,omitempty"`
+	// TLS says whether the server's StatefulSet, as last seen, mounts a
+	// certificate (the chart's tls.enabled): false lets a Job connect
+	// with no CA to verify the server against. Absent before the
+	// StatefulSet is seen.
+	// +optional
+	TLS *bool `json:"tls,omitempty"`
 }
 
 // PostgresStatus is the shared release status plus what a PostgreSQL user needs.

@@ -123,6 +123,11 @@ func archivePrefix(pg *v1alpha1.Postgres, st *resolvedStore) (string, error) {
 	if prefix == "" {
 		prefix = pg.Namespace + "/" + pg.Name
 	}
+	for _, seg := range strings.Split(prefix, "/") {
+		if seg == "." || seg == ".." {
+			return "", fmt.Errorf("spec.backup.walArchive.prefix %q: a segment . or .. names no place of its own in the store: use names only", prefix)
+		}
+	}
 	if st.cluster && prefix != pg.Namespace && !strings.HasPrefix(prefix, pg.Namespace+"/") {
 		// A ClusterBackupStore is shared: each namespace archives below its
 		// own name, never into another's archive.

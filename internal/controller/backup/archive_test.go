@@ -107,6 +107,12 @@ func TestArchivePrefixConfinedOnSharedStores(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "spec.backup.walArchive.prefix") || !strings.Contains(err.Error(), `"shop/"`) {
 			t.Errorf("prefix %q on a shared store: %v", prefix, err)
 		}
+	} // Nor out of its namespace by . or .. segments.
+	for _, prefix := range []string{"shop/../bank", "shop/./x", "shop/.."} {
+		_, err := archiveValues(pg(prefix), shared)
+		if err == nil || !strings.Contains(err.Error(), "spec.backup.walArchive.prefix") || !strings.Contains(err.Error(), "segment . or ..") {
+			t.Errorf("prefix %q: %v, want it refused", prefix, err)
+		}
 	}
 }
 

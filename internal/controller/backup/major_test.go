@@ -14,7 +14,6 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -114,15 +113,14 @@ func TestMajorUpgradeCarriedOut(t *testing.T) {
 	}
 	pg := &v1alpha1.Postgres{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db"}, Spec: v1alpha1.PostgresSpec{
 		Version: "17", Storage: v1alpha1.PostgresStorage{Size: "1Gi"}, Replicas: ptrTo(int32(2)),
-		// The test's server takes no TLS.
-		Values: &apiextensionsv1.JSON{Raw: []byte(`{"tls":{"enabled":false}}`)},
 		Backup: &v1alpha1.PostgresBackup{Store: v1alpha1.StoreRef{Name: "s3"}, Schedule: "0 3 * * *"},
 	}}
 	if err := c.Create(ctx, pg); err != nil {
 		t.Fatal(err)
 	}
 	pg.Status.Version = "15"
-	pg.Status.Endpoints = &v1alpha1.PostgresEndpoints{ReadWrite: "db", ReadOnly: "db-ro", Secret: "db-auth"}
+	noTLS := false // the test's server takes none
+	pg.Status.Endpoints = &v1alpha1.PostgresEndpoints{ReadWrite: "db", ReadOnly: "db-ro", Secret: "db-auth", TLS: &noTLS}
 	if err := c.Status().Update(ctx, pg); err != nil {
 		t.Fatal(err)
 	}

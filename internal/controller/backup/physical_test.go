@@ -11,7 +11,6 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -62,15 +61,15 @@ func TestPhysicalBackupIntoTheArchive(t *testing.T) {
 		mustCreate(&v1alpha1.BackupStore{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: v1alpha1.BackupStoreSpec{S3: &v1alpha1.S3Store{
 			Endpoint: s3.Endpoint, Bucket: s3.Bucket, Prefix: "team-" + name, ForcePathStyle: true, CredentialsSecretRef: v1alpha1.SecretRef{Name: "s3"}}}})
 	}
-	noTLS := &apiextensionsv1.JSON{Raw: []byte(`{"tls":{"enabled":false}}`)} // the test's server takes none
+	noTLS := false // the test's server takes none
 	ready := func(name string, sb *v1alpha1.PostgresBackup) *v1alpha1.Postgres {
 		p := &v1alpha1.Postgres{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: v1alpha1.PostgresSpec{Version: "15", Storage: v1alpha1.PostgresStorage{Size: "1Gi"},
-			Values: noTLS, Backup: sb}}
+			Backup: sb}}
 		mustCreate(p)
 		p.Status.Conditions = []metav1.Condition{
 			{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "InstallSucceeded", Message: "ok", LastTransitionTime: metav1.Now()},
 			{Type: v1alpha1.ConditionReleased, Status: metav1.ConditionTrue, Reason: "InstallSucceeded", Message: "ok", LastTransitionTime: metav1.Now()}}
-		p.Status.Endpoints = &v1alpha1.PostgresEndpoints{ReadWrite: name, ReadOnly: name + "-ro", Secret: "db-auth"}
+		p.Status.Endpoints = &v1alpha1.PostgresEndpoints{ReadWrite: name, ReadOnly: name + "-ro", Secret: "db-auth", TLS: &noTLS}
 		if err := c.Status().Update(ctx, p); err != nil {
 			t.Fatal(err)
 		}

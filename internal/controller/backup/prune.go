@@ -69,8 +69,8 @@ func (r *ScheduleReconciler) prune(ctx context.Context, pg *v1alpha1.Postgres, n
 
 // pruneReport is what the agent's wal-prune reports.
 type pruneReport struct {
-	PrunedBases []string `json:"prunedBases"`
-	PrunedFiles *int     `json:"prunedFiles"`
+	PrunedBases *int `json:"prunedBases"`
+	PrunedFiles *int `json:"prunedFiles"`
 	Window      *struct {
 		First, Last time.Time
 		LastWAL     string
@@ -97,7 +97,7 @@ func (r *ScheduleReconciler) followPrune(ctx context.Context, pg *v1alpha1.Postg
 		st.PruneJob = ""
 	case jobCondition(job, batchv1.JobComplete):
 		var rep pruneReport
-		if err := json.Unmarshal([]byte(podMessage(ctx, r.Reader, job)), &rep); err != nil || rep.PrunedFiles == nil || rep.Window == nil {
+		if err := json.Unmarshal([]byte(podMessage(ctx, r.Reader, job)), &rep); err != nil || rep.PrunedBases == nil || rep.PrunedFiles == nil || rep.Window == nil {
 			st.LastPruneResult = fmt.Sprintf("Failed: Job %s ended without reporting what it pruned", job.Name)
 			r.Recorder.Event(pg, corev1.EventTypeWarning, "WALArchivePruneFailed", st.LastPruneResult)
 		} else {
@@ -111,7 +111,7 @@ func (r *ScheduleReconciler) followPrune(ctx context.Context, pg *v1alpha1.Postg
 				a.LastArchivedTime = &metav1.Time{Time: w.Last.Truncate(time.Second)}
 			}
 			st.Archive = a
-			st.LastPruneResult = fmt.Sprintf("Succeeded: %d base backups and %d WAL files pruned; %d base backups and %d files left", len(rep.PrunedBases), *rep.PrunedFiles, w.Bases, w.Files)
+			st.LastPruneResult = fmt.Sprintf("Succeeded: %d base backups and %d WAL files pruned; %d base backups and %d files left", *rep.PrunedBases, *rep.PrunedFiles, w.Bases, w.Files)
 			r.Recorder.Event(pg, corev1.EventTypeNormal, "WALArchivePruned", st.LastPruneResult)
 		}
 		st.PruneJob = ""

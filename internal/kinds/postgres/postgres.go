@@ -248,6 +248,8 @@ func Status(ctx context.Context, c client.Reader, obj *unstructured.Unstructured
 	default:
 		st.ReadyReplicas = sts.Status.ReadyReplicas
 		st.Endpoints.CASecret = caSecret(sts)
+		tls := st.Endpoints.CASecret != ""
+		st.Endpoints.TLS = &tls
 	}
 	svc := &corev1.Service{}
 	err = c.Get(ctx, types.NamespacedName{Namespace: obj.GetNamespace(), Name: st.Endpoints.ReadWrite}, svc)

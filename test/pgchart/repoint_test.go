@@ -17,8 +17,9 @@ import (
 // has no replication role) keeps the superuser's password in
 // postgresql.auto.conf, where a role that may read the server's files
 // reads it. At its next start the init container points it at the
-// replication role (a password with quotes, a backslash and a space), and
-// it streams as that role with no superuser password left in its files.
+// replication role (a password with quotes, a backslash, a colon and a
+// space) through a passfile, and it streams as that role with no password
+// in its configuration: not even a pg_monitor role reads one there.
 func TestReplicaClonedAsSuperuserRepointed(t *testing.T) {
 	r := testpg.NewRunner(t, testpg.Bin(t))
 	ports := []int{testpg.FreePort(t), testpg.FreePort(t)}
@@ -26,7 +27,7 @@ func TestReplicaClonedAsSuperuserRepointed(t *testing.T) {
 		ports[1] = testpg.FreePort(t)
 	}
 	rd := render(t, map[string]any{"image": map[string]any{"binDir": testpg.Bin(t)}, "replicas": 2, "service": map[string]any{"port": ports[0]}})
-	rd.replication = `r'e\p l=1`
+	rd.replication = `r'e\p l=1:x`
 	root := r.TempDir(t)
 	init := rd.sts.Spec.Template.Spec.InitContainers[0]
 	main := rd.sts.Spec.Template.Spec.Containers[0]
@@ -50,8 +51,8 @@ func TestReplicaClonedAsSuperuserRepointed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(string(b), rd.password) {
-		t.Errorf("the superuser's password is still in the replica's postgresql.auto.conf:\n%s", b)
+	if strings.Contains(string(b), rd.password) || strings.Contains(string(b), "password=") {
+		t.Errorf("a password is still in the replica's postgresql.auto.conf:\n%s", b)
 	}
 	if fi, err := os.Stat(autoConf); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("postgresql.auto.conf: %v, mode %v, want 0600", err, fi.Mode().Perm())
@@ -65,6 +66,21 @@ func TestReplicaClonedAsSuperuserRepointed(t *testing.T) {
 		return got == "replicator"
 	}) {
 		t.Fatalf("the repointed replica streams as %q, want replicator", got)
+	}
+	// A role that may read settings (pg_monitor) reads primary_conninfo:
+	// no password in it, of either role.
+	if _, err := psql(r, outside, primary.port, rd.username, rd.password, "create role mon login password 'mon-pw-1' in role pg_monitor"); err != nil {
+		t.Fatal(err)
+	}
+	var conninfo string
+	if !testwait.Until(time.Minute, 200*time.Millisecond, func() bool {
+		conninfo, err = psql(r, outside, replica.port, "mon", "mon-pw-1", "show primary_conninfo")
+		return err == nil
+	}) {
+		t.Fatalf("show primary_conninfo as pg_monitor: %v", err)
+	}
+	if strings.Contains(conninfo, rd.replication) || strings.Contains(conninfo, rd.password) || !strings.Contains(conninfo, "passfile=") {
+		t.Errorf("primary_conninfo as a pg_monitor role reads it: %s", conninfo)
 	}
 	if _, err := psql(r, outside, primary.port, rd.username, rd.password, "create table after_repoint (id int); insert into after_repoint values (7)"); err != nil {
 		t.Fatal(err)

@@ -17,7 +17,13 @@ func addBackupStores(o Options, mgr manager.Manager, identity *backup.Identity) 
 	if helperPath == "" {
 		helperPath = data.DefaultHelperPath()
 	}
-	stores := data.NewStoreHelper(helperPath)
+	deps := backup.Deps{
+		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("chartpilot-backup"), Identity: identity,
+		Image: o.BackupImage, PostgresImage: o.PostgresImage, Stores: data.NewStoreHelper(helperPath), Endpoints: o.BackupStoreEndpoints,
+		SkipNameValidation: o.SeveralInProcess,
+	}
+	storeDeps := deps
+	storeDeps.Recorder = mgr.GetEventRecorderFor("chartpilot-backupstore")
 	for _, cluster := range []bool{false, true} {
 		kind := "BackupStore"
 		if cluster {
@@ -27,10 +33,7 @@ func addBackupStores(o Options, mgr manager.Manager, identity *backup.Identity) 
 			o.Log.WithName("setup").Info("CRD not installed: no backup stores of this kind are checked", "kind", kind)
 			continue
 		}
-		r := &backup.StoreReconciler{
-			Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("chartpilot-backupstore"),
-			Cluster: cluster, Endpoints: o.BackupStoreEndpoints, SkipNameValidation: o.SeveralInProcess, Stores: stores,
-		}
+		r := &backup.StoreReconciler{Deps: storeDeps, Cluster: cluster}
 		if err := r.SetupWithManager(mgr); err != nil {
 			return err
 		}
@@ -39,23 +42,15 @@ func addBackupStores(o Options, mgr manager.Manager, identity *backup.Identity) 
 		o.Log.WithName("setup").Info("CRD not installed: no Backups are run", "kind", "Backup")
 		return nil
 	}
-	b := &backup.BackupReconciler{
-		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("chartpilot-backup"),
-		Image: o.BackupImage, PostgresImage: o.PostgresImage, SkipNameValidation: o.SeveralInProcess, Kinds: backup.KindsOf(o.Watches), Identity: identity,
-		Stores: stores, Endpoints: o.BackupStoreEndpoints,
-	}
+	b := &backup.BackupReconciler{Deps: deps, Kinds: backup.KindsOf(o.Watches)}
 	if err := b.SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if _, err := mgr.GetRESTMapper().RESTMapping(schema.GroupKind{Group: v1alpha1.GroupVersion.Group, Kind: "Postgres"}, v1alpha1.GroupVersion.Version); err != nil {
 		return nil
 	}
-	s := &backup.ScheduleReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("chartpilot-backup"),
-		Image: o.BackupImage, PostgresImage: o.PostgresImage, SkipNameValidation: o.SeveralInProcess, Identity: identity}
-	if err := s.SetupWithManager(mgr); err != nil {
+	if err := (&backup.ScheduleReconciler{Deps: deps}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	rs := &backup.RestoreReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("chartpilot-backup"),
-		Image: o.BackupImage, PostgresImage: o.PostgresImage, SkipNameValidation: o.SeveralInProcess, Identity: identity}
-	return rs.SetupWithManager(mgr)
+	return (&backup.RestoreReconciler{Deps: deps}).SetupWithManager(mgr)
 }

@@ -18,13 +18,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
-	"github.com/chartpilot/chartpilot/internal/backup"
 	"github.com/chartpilot/chartpilot/internal/controller/patch"
 	"github.com/chartpilot/chartpilot/internal/jobspec"
 	"github.com/chartpilot/chartpilot/internal/watches"
@@ -69,34 +67,9 @@ const DefaultDeadline = 6 * time.Hour
 // the namespace) waits up to StartGrace, saying why, then fails. Nothing
 // here deletes data from a store.
 type BackupReconciler struct {
-	Client client.Client
+	Deps
 	// Kinds are the passthrough kinds with a watches.yaml backup block.
 	Kinds map[string]PassthroughKind
-	// Identity creates the Jobs as the target's identity (nil: as the
-	// manager).
-	Identity *Identity
-	// Reader reads Secrets, Namespaces and pods from the API server.
-	Reader   client.Reader
-	Recorder record.EventRecorder
-	// Image is chartpilot's image: an init container copies the agent from
-	// it into the Job's pod, whose container is the database's own image
-	// (postgres:<version> for a Postgres: client tools of its major).
-	Image string
-	// PostgresImage is the repository of the PostgreSQL images the Jobs
-	// of a Postgres run, REPOSITORY:<spec.version> ("postgres" when empty).
-	PostgresImage string
-	// Deadline bounds a Job's run; DefaultDeadline when zero.
-	Deadline time.Duration
-	// Stores runs the store helper, which reads a backup's manifest from
-	// a remote store.
-	Stores *backup.StoreHelper
-	// Endpoints are the operator's --backup-store-endpoints (see
-	// StoreReconciler.Endpoints).
-	Endpoints []string
-	// SkipNameValidation allows several managers in one process (tests).
-	SkipNameValidation bool
-	// Now is the clock (tests).
-	Now func() time.Time
 }
 
 // SetupWithManager builds the controller: Backups and the Jobs they own.

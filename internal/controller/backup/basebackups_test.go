@@ -28,7 +28,7 @@ func TestBaseBackupsScheduled(t *testing.T) {
 	ns := cluster.Namespace(t)
 	clk := &clock{t: time.Now()}
 	ctx, c := startControllers(t, func(mgr ctrl.Manager) []controller {
-		return []controller{&backup.ScheduleReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorderFor("test"), SkipNameValidation: true, Now: clk.now}}
+		return []controller{&backup.ScheduleReconciler{Deps: backup.Deps{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorderFor("test"), SkipNameValidation: true, Now: clk.now}}}
 	})
 	pg := &v1alpha1.Postgres{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db"}, Spec: v1alpha1.PostgresSpec{
 		Version: "15", Storage: v1alpha1.PostgresStorage{Size: "1Gi"},

@@ -63,7 +63,7 @@ func flagValue(args []string, flag string) string {
 // (password, store credentials, encryption key) only as references to
 // Secrets, never as values; placed where the database may run.
 func TestPostgresBackupJob(t *testing.T) {
-	r := &BackupReconciler{Image: "chartpilot:test", PostgresImage: "debian/postgresql", Deadline: 2 * time.Hour}
+	r := &BackupReconciler{Deps: Deps{Image: "chartpilot:test", PostgresImage: "debian/postgresql", Deadline: 2 * time.Hour}}
 	b := testBackup("nightly", "ab12")
 	job := r.job(b, testPostgres(), s3Store(), Location(b))
 
@@ -142,7 +142,7 @@ func TestPostgresBackupJob(t *testing.T) {
 // Retention flags go only to a scheduled Backup's Job (retention prunes
 // the scheduled series), and a scheduled Backup has its own series.
 func TestRetentionOnlyForScheduledBackups(t *testing.T) {
-	r := &BackupReconciler{Image: "chartpilot:test", Deadline: time.Hour}
+	r := &BackupReconciler{Deps: Deps{Image: "chartpilot:test", Deadline: time.Hour}}
 	pg := testPostgres()
 	pg.Spec.Backup.Retention = &v1alpha1.BackupRetention{Count: 7, MaxAge: &metav1.Duration{Duration: 30 * 24 * time.Hour}}
 	onDemand := testBackup("now", "cd34")

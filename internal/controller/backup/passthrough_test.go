@@ -86,10 +86,10 @@ func TestPassthroughBackup(t *testing.T) {
 
 	ns := cluster.Namespace(t)
 	ctx, c := startControllers(t, func(mgr ctrl.Manager) []controller {
-		stores := &backup.StoreReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"), Stores: storeHelper(t),
-			Endpoints: []string{"http://127.0.0.1:*"}, SkipNameValidation: true}
-		backups := &backup.BackupReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"), Stores: storeHelper(t),
-			Endpoints: []string{"http://127.0.0.1:*"}, Image: "chartpilot:test", Kinds: kinds, SkipNameValidation: true}
+		stores := &backup.StoreReconciler{Deps: backup.Deps{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"), Stores: storeHelper(t),
+			Endpoints: []string{"http://127.0.0.1:*"}, SkipNameValidation: true}}
+		backups := &backup.BackupReconciler{Deps: backup.Deps{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"), Stores: storeHelper(t),
+			Endpoints: []string{"http://127.0.0.1:*"}, Image: "chartpilot:test", SkipNameValidation: true}, Kinds: kinds}
 		return []controller{stores, backups}
 	})
 	if err := cluster.Cordon(ctx, true); err != nil {
@@ -293,16 +293,16 @@ func TestBackupJobRunsAsIdentity(t *testing.T) {
 	ns := cluster.Namespace(t)
 	user := "system:serviceaccount:" + ns + ":deployer"
 	ctx, c := startControllers(t, func(mgr ctrl.Manager) []controller {
-		stores := &backup.StoreReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"), Stores: storeHelper(t),
-			Endpoints: []string{"http://127.0.0.1:*"}, SkipNameValidation: true}
-		backups := &backup.BackupReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"), Stores: storeHelper(t),
+		stores := &backup.StoreReconciler{Deps: backup.Deps{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"), Stores: storeHelper(t),
+			Endpoints: []string{"http://127.0.0.1:*"}, SkipNameValidation: true}}
+		backups := &backup.BackupReconciler{Deps: backup.Deps{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"), Stores: storeHelper(t),
 			Endpoints: []string{"http://127.0.0.1:*"}, Image: "chartpilot:test", SkipNameValidation: true,
 			Identity: &backup.Identity{Config: cluster.Config, Of: func(_ context.Context, u *unstructured.Unstructured) (string, error) {
 				if u.GetKind() != "Postgres" || u.GetName() != "db" {
 					t.Errorf("identity asked for %s %s", u.GetKind(), u.GetName())
 				}
 				return user, nil
-			}}}
+			}}}}
 		return []controller{stores, backups}
 	})
 	db := &v1alpha1.Postgres{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db"}, Spec: v1alpha1.PostgresSpec{Version: "15", Storage: v1alpha1.PostgresStorage{Size: "1Gi"}}}

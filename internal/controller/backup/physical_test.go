@@ -37,12 +37,12 @@ func TestPhysicalBackupIntoTheArchive(t *testing.T) {
 	pg.Query(t, "postgres", "create table items (id int primary key); insert into items select generate_series(1, 1000)")
 	ns := cluster.Namespace(t)
 	ctx, c := startControllers(t, func(mgr ctrl.Manager) []controller {
-		stores := &backup.StoreReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"), Stores: storeHelper(t),
-			Endpoints: []string{"http://127.0.0.1:*"}, SkipNameValidation: true}
-		backups := &backup.BackupReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"), Stores: storeHelper(t),
-			Endpoints: []string{"http://127.0.0.1:*"}, Image: "chartpilot:test", SkipNameValidation: true}
-		restores := &backup.RestoreReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"),
-			Image: "chartpilot:test", SkipNameValidation: true}
+		stores := &backup.StoreReconciler{Deps: backup.Deps{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"), Stores: storeHelper(t),
+			Endpoints: []string{"http://127.0.0.1:*"}, SkipNameValidation: true}}
+		backups := &backup.BackupReconciler{Deps: backup.Deps{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"), Stores: storeHelper(t),
+			Endpoints: []string{"http://127.0.0.1:*"}, Image: "chartpilot:test", SkipNameValidation: true}}
+		restores := &backup.RestoreReconciler{Deps: backup.Deps{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"),
+			Image: "chartpilot:test", SkipNameValidation: true}}
 		return []controller{stores, backups, restores}
 	})
 	if err := cluster.Cordon(ctx, true); err != nil {

@@ -37,10 +37,10 @@ func TestArchivePrunedToItsWindow(t *testing.T) {
 	ns := cluster.Namespace(t)
 	clk := &clock{t: time.Now()}
 	ctx, c := startControllers(t, func(mgr ctrl.Manager) []controller {
-		stores := &backup.StoreReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"), Stores: storeHelper(t),
-			Endpoints: []string{"http://127.0.0.1:*"}, SkipNameValidation: true}
-		schedules := &backup.ScheduleReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"),
-			Image: "chartpilot:test", SkipNameValidation: true, Now: clk.now}
+		stores := &backup.StoreReconciler{Deps: backup.Deps{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"), Stores: storeHelper(t),
+			Endpoints: []string{"http://127.0.0.1:*"}, SkipNameValidation: true}}
+		schedules := &backup.ScheduleReconciler{Deps: backup.Deps{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"),
+			Image: "chartpilot:test", SkipNameValidation: true, Now: clk.now}}
 		return []controller{stores, schedules}
 	})
 	if err := cluster.Cordon(ctx, true); err != nil {

@@ -15,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -118,21 +117,7 @@ func Hook(c client.Client, m *Major, pr *Restores, a *Archive) *hooks.Hook {
 // SHA-256 and restores it (roles, then every database); status.restore follows it, and
 // the resource is asked for a pass when it ends (so Ready follows).
 type RestoreReconciler struct {
-	Client client.Client
-	// Reader reads Secrets and pods from the API server.
-	Reader   client.Reader
-	Recorder record.EventRecorder
-	// Image is the agent's image (see BackupReconciler).
-	Image string
-	// PostgresImage: see BackupReconciler.
-	PostgresImage string
-	// Identity creates the Jobs as the resource's identity (nil: as the
-	// manager).
-	Identity *Identity
-	// Deadline bounds a Job's run; DefaultDeadline when zero.
-	Deadline           time.Duration
-	SkipNameValidation bool
-	Now                func() time.Time
+	Deps
 }
 
 // SetupWithManager builds the controller: Postgres and the Jobs it owns.

@@ -14,7 +14,6 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -40,22 +39,7 @@ const maxCatchUp = 600_000
 // scheduled Backups retention no longer keeps (their Jobs prune the data
 // by the same rule), and reports status.backup and LastBackupSucceeded.
 type ScheduleReconciler struct {
-	Client client.Client
-	// Reader reads Secrets, Namespaces and pods from the API server (the
-	// restore drills).
-	Reader   client.Reader
-	Recorder record.EventRecorder
-	// Image is the agent's image, for restore drills (see BackupReconciler).
-	Image string
-	// PostgresImage: see BackupReconciler.
-	PostgresImage string
-	// Identity creates the drills' Jobs as the resource's identity (nil:
-	// as the manager).
-	Identity *Identity
-	// SkipNameValidation allows several managers in one process (tests).
-	SkipNameValidation bool
-	// Now is the clock (tests).
-	Now func() time.Time
+	Deps
 }
 
 // SetupWithManager builds the controller: Postgres and the Backups it owns.

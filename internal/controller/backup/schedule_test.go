@@ -48,7 +48,7 @@ func TestScheduledBackups(t *testing.T) {
 	ns := cluster.Namespace(t)
 	clk := &clock{t: time.Now()}
 	ctx, c := startControllers(t, func(mgr ctrl.Manager) []controller {
-		r := &backup.ScheduleReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorderFor("test"), SkipNameValidation: true, Now: clk.now}
+		r := &backup.ScheduleReconciler{Deps: backup.Deps{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorderFor("test"), SkipNameValidation: true, Now: clk.now}}
 		return []controller{r}
 	})
 	pg := &v1alpha1.Postgres{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db"}, Spec: v1alpha1.PostgresSpec{

@@ -263,11 +263,11 @@ func TestJobsAuthenticateTheServer(t *testing.T) {
 	pg.Status.Endpoints = &v1alpha1.PostgresEndpoints{ReadWrite: "orders", Secret: "orders-auth", Port: 5432, CASecret: "orders-tls"}
 	store := &resolvedStore{spec: v1alpha1.BackupStoreSpec{Volume: &v1alpha1.VolumeStore{ClaimName: "backups"}}}
 	jobs := map[string]*batchv1.Job{
-		"backup":        (&BackupReconciler{Image: "chartpilot:test", Deadline: time.Hour}).job(testBackup("nightly", "ab12"), pg, store, "shop/postgres/orders/x"),
+		"backup":        (&BackupReconciler{Deps: Deps{Image: "chartpilot:test", Deadline: time.Hour}}).job(testBackup("nightly", "ab12"), pg, store, "shop/postgres/orders/x"),
 		"major upgrade": (&Major{AgentImage: "chartpilot:test"}).job(pg, &majorChange{pg: pg, from: "15", to: "17", next: "data-pg17", job: "orders-major-17"}, "data-pg17-orders-0"),
 	}
 	pg.Spec.Restore = &v1alpha1.PostgresRestore{FromBackup: "nightly"}
-	restore := (&RestoreReconciler{Image: "chartpilot:test"}).job(pg, store, "shop/postgres/orders/x", "", 0)
+	restore := (&RestoreReconciler{Deps: Deps{Image: "chartpilot:test"}}).job(pg, store, "shop/postgres/orders/x", "", 0)
 	for name, job := range map[string]*batchv1.Job{"backup": jobs["backup"], "major upgrade": jobs["major upgrade"], "restore": restore} {
 		if v := job.Spec.Template.Spec.Volumes[len(job.Spec.Template.Spec.Volumes)-1]; v.Secret == nil || v.Secret.SecretName != "orders-tls" {
 			t.Errorf("%s Job: last volume %+v, want the Secret orders-tls", name, v)

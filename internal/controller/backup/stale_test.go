@@ -50,7 +50,7 @@ func TestStaleReadKeepsRunningBackup(t *testing.T) {
 		}
 		return cl.Get(ctx, key, obj, opts...)
 	}})
-	r := &BackupReconciler{Client: staleClient, Reader: staleClient, Recorder: record.NewFakeRecorder(10), Now: time.Now}
+	r := &BackupReconciler{Deps: Deps{Client: staleClient, Reader: staleClient, Recorder: record.NewFakeRecorder(10), Now: time.Now}}
 	res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: stored.Namespace, Name: stored.Name}})
 	if err != nil || !res.Requeue {
 		t.Errorf("the stale pass: %+v, %v; want it tried again", res, err)

@@ -20,7 +20,6 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -102,23 +101,9 @@ const Workers = 4
 // back and deleted for an object store, the claim bound for a volume;
 // Ready says so.
 type StoreReconciler struct {
-	Client client.Client
-	// Reader reads Secrets and claims from the API server (they are not
-	// cached: a store's Secret is read once per check).
-	Reader   client.Reader
-	Recorder record.EventRecorder
-	Cluster  bool
-	// Endpoints are the URLs a namespaced BackupStore's endpoint (and a
-	// GCS key's token endpoint) must lie within, compared as parsed
-	// scheme, host, port and path (the operator's --backup-store-endpoints):
-	// the operator connects to the endpoint, so a tenant may only point it
-	// where the admin allows. A ClusterBackupStore is the admin's own and
-	// may name any endpoint; an empty endpoint (AWS) is always allowed.
-	Endpoints []string
-	// Stores runs the store helper, which checks remote stores.
-	Stores *backup.StoreHelper
-	// SkipNameValidation allows several managers in one process (tests).
-	SkipNameValidation bool
+	Deps
+	// Cluster: the ClusterBackupStores, not the BackupStores.
+	Cluster bool
 }
 
 // SetupWithManager builds the controller.

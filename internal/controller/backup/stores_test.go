@@ -127,8 +127,8 @@ func TestStoresChecked(t *testing.T) {
 	ctx, c := startControllers(t, func(mgr ctrl.Manager) []controller {
 		var out []controller
 		for _, clusterWide := range []bool{false, true} {
-			out = append(out, &backup.StoreReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"), Stores: storeHelper(t),
-				Cluster: clusterWide, Endpoints: []string{"http://127.0.0.1:*"}, SkipNameValidation: true})
+			out = append(out, &backup.StoreReconciler{Deps: backup.Deps{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"), Stores: storeHelper(t),
+				Endpoints: []string{"http://127.0.0.1:*"}, SkipNameValidation: true}, Cluster: clusterWide})
 		}
 		return out
 	})
@@ -266,8 +266,8 @@ func TestHostileGCSKeyReachesNothing(t *testing.T) {
 	gcs := backuptest.StartGCS(t)
 	ns := cluster.Namespace(t)
 	ctx, c := startControllers(t, func(mgr ctrl.Manager) []controller {
-		return []controller{&backup.StoreReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"), Stores: storeHelper(t),
-			Endpoints: []string{gcs.Endpoint}, SkipNameValidation: true}}
+		return []controller{&backup.StoreReconciler{Deps: backup.Deps{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("test"), Stores: storeHelper(t),
+			Endpoints: []string{gcs.Endpoint}, SkipNameValidation: true}}}
 	})
 	tokenFile := "/var/run/secrets/kubernetes.io/serviceaccount/token"
 	if f, err := os.CreateTemp("", "sa-token"); err == nil {

@@ -8,11 +8,8 @@ import (
 	"strings"
 	"time"
 
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
@@ -82,20 +79,15 @@ type pruneReport struct {
 // followPrune records the end of the running prune Job.
 func (r *ScheduleReconciler) followPrune(ctx context.Context, pg *v1alpha1.Postgres) error {
 	st := pg.Status.Backup
-	job := &batchv1.Job{}
-	if err := getJob(ctx, r.Client, r.Reader, types.NamespacedName{Namespace: pg.Namespace, Name: st.PruneJob}, job); err != nil {
-		if apierrors.IsNotFound(err) {
-			st.PruneJob, st.LastPruneResult = "", "Failed: Job "+st.PruneJob+" was deleted before it finished"
-			return nil
-		}
-		return err
-	}
-	switch {
-	case jobCondition(job, batchv1.JobFailed):
+	job, end, err := r.followJob(ctx, pg.Namespace, st.PruneJob)
+	switch end {
+	case jobGone:
+		st.PruneJob, st.LastPruneResult = "", "Failed: Job "+st.PruneJob+" was deleted before it finished"
+	case jobFailed:
 		st.LastPruneResult = fmt.Sprintf("Failed: Job %s could not prune the archive: %s (kubectl logs job/%s)", job.Name, podMessage(ctx, r.Reader, job), job.Name)
 		r.Recorder.Event(pg, corev1.EventTypeWarning, "WALArchivePruneFailed", st.LastPruneResult)
 		st.PruneJob = ""
-	case jobCondition(job, batchv1.JobComplete):
+	case jobComplete:
 		var rep pruneReport
 		if err := json.Unmarshal([]byte(podMessage(ctx, r.Reader, job)), &rep); err != nil || rep.PrunedBases == nil || rep.PrunedFiles == nil || rep.Window == nil {
 			st.LastPruneResult = fmt.Sprintf("Failed: Job %s ended without reporting what it pruned", job.Name)
@@ -116,5 +108,5 @@ func (r *ScheduleReconciler) followPrune(ctx context.Context, pg *v1alpha1.Postg
 		}
 		st.PruneJob = ""
 	}
-	return nil
+	return err
 }

@@ -358,25 +358,49 @@ func truncate(s string, n int) string {
 	return s
 }
 
-// followDrill records the end of the running drill.
-func (r *ScheduleReconciler) followDrill(ctx context.Context, pg *v1alpha1.Postgres) error {
-	st := pg.Status.Backup
+// jobEnd is what became of a Job the schedule follows.
+type jobEnd int
+
+const (
+	jobRunning jobEnd = iota
+	jobGone           // deleted before it finished
+	jobFailed
+	jobComplete
+)
+
+// followJob reads the Job namespace/name the schedule started and says
+// whether it ended, and how.
+func (r *ScheduleReconciler) followJob(ctx context.Context, namespace, name string) (*batchv1.Job, jobEnd, error) {
 	job := &batchv1.Job{}
-	if err := getJob(ctx, r.Client, r.Reader, types.NamespacedName{Namespace: pg.Namespace, Name: st.VerifyJob}, job); err != nil {
+	if err := getJob(ctx, r.Client, r.Reader, types.NamespacedName{Namespace: namespace, Name: name}, job); err != nil {
 		if apierrors.IsNotFound(err) {
-			st.VerifyJob, st.LastVerifyResult = "", "Failed: Job "+st.VerifyJob+" was deleted before it finished"
-			return nil
+			return nil, jobGone, nil
 		}
-		return err
+		return nil, jobRunning, err
 	}
 	switch {
 	case jobCondition(job, batchv1.JobFailed):
+		return job, jobFailed, nil
+	case jobCondition(job, batchv1.JobComplete):
+		return job, jobComplete, nil
+	}
+	return job, jobRunning, nil
+}
+
+// followDrill records the end of the running drill.
+func (r *ScheduleReconciler) followDrill(ctx context.Context, pg *v1alpha1.Postgres) error {
+	st := pg.Status.Backup
+	job, end, err := r.followJob(ctx, pg.Namespace, st.VerifyJob)
+	switch end {
+	case jobGone:
+		st.VerifyJob, st.LastVerifyResult = "", "Failed: Job "+st.VerifyJob+" was deleted before it finished"
+	case jobFailed:
 		msg := podMessage(ctx, r.Reader, job)
 		st.LastVerifyResult = fmt.Sprintf("Failed: Job %s could not restore Backup %s: %s (kubectl logs job/%s)", job.Name, job.Labels[v1alpha1.LabelBackup], msg, job.Name)
 		r.Recorder.Event(pg, corev1.EventTypeWarning, "BackupVerifyFailed", st.LastVerifyResult)
 		verifyFailures.WithLabelValues(pg.Namespace, "Postgres", pg.Name).Inc()
 		st.VerifyJob = ""
-	case jobCondition(job, batchv1.JobComplete):
+	case jobComplete:
 		var rep struct {
 			SHA256 string `json:"sha256"`
 			Tables *int   `json:"tables"`
@@ -393,5 +417,5 @@ func (r *ScheduleReconciler) followDrill(ctx context.Context, pg *v1alpha1.Postg
 		}
 		st.VerifyJob = ""
 	}
-	return nil
+	return err
 }

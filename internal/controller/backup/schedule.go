@@ -146,19 +146,22 @@ func (r *ScheduleReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	if n := pg.Status.Backup.NextScheduleTime; n != nil {
 		next = n.Time
 	}
-	for _, t := range []time.Time{nextVerify, nextBase, nextPrune} {
+	return wakeAt(now, next, nextVerify, nextBase, nextPrune), nil
+}
+
+// wakeAt asks to be called again at the earliest of times (zero ones left
+// out), at least a second from now; nothing when all are zero.
+func wakeAt(now time.Time, times ...time.Time) ctrl.Result {
+	var next time.Time
+	for _, t := range times {
 		if !t.IsZero() && (next.IsZero() || t.Before(next)) {
 			next = t
 		}
 	}
 	if next.IsZero() {
-		return ctrl.Result{}, nil
+		return ctrl.Result{}
 	}
-	wait := next.Sub(now)
-	if wait < time.Second {
-		wait = time.Second
-	}
-	return ctrl.Result{RequeueAfter: wait}, nil
+	return ctrl.Result{RequeueAfter: max(next.Sub(now), time.Second)}
 }
 
 // dueTime is the newest schedule time after anchor and not after now, and

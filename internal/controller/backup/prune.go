@@ -3,14 +3,12 @@ package backup
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/jobspec"
@@ -47,15 +45,10 @@ func (r *ScheduleReconciler) prune(ctx context.Context, pg *v1alpha1.Postgres, n
 	name := fmt.Sprintf("%s-prune-%s", truncate(pg.Name, 40), now.UTC().Format("200601021504"))
 	job := jobspec.WALPrune{Target: pg, Store: store.spec, Prefix: prefix, Name: name, Window: sb.WALArchive.RecoveryWindow,
 		AgentImage: r.Image, Deadline: time.Hour}.Job()
-	if err := controllerutil.SetControllerReference(pg, job, r.Client.Scheme()); err != nil {
+	if refusal, err := r.startJob(ctx, pg, job); err != nil {
 		return time.Time{}, err
-	}
-	if err := r.Identity.createJob(ctx, r.Client, asUnstructured(pg), job); err != nil {
-		var ref *refused
-		if !errors.As(err, &ref) {
-			return time.Time{}, err
-		}
-		st.LastPruneResult = "Failed: " + ref.msg
+	} else if refusal != "" {
+		st.LastPruneResult = "Failed: " + refusal
 		return now.Add(time.Hour), nil
 	}
 	t := metav1.NewTime(now.Truncate(time.Second))

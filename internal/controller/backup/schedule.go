@@ -337,15 +337,10 @@ func (r *ScheduleReconciler) drill(ctx context.Context, pg *v1alpha1.Postgres, n
 	name := fmt.Sprintf("verify-%s-%s", truncate(pg.Name, 40), due.UTC().Format("200601021504"))
 	job := jobspec.Drill{Backup: b, Target: pg, Store: store.spec, Name: name,
 		Images: jobspec.Images{Agent: r.Image, Postgres: r.PostgresImage}, Deadline: DefaultDeadline}.Job()
-	if err := controllerutil.SetControllerReference(pg, job, r.Client.Scheme()); err != nil {
+	if refusal, err := r.startJob(ctx, pg, job); err != nil {
 		return time.Time{}, err
-	}
-	if err := r.Identity.createJob(ctx, r.Client, asUnstructured(pg), job); err != nil {
-		var ref *refused
-		if !errors.As(err, &ref) {
-			return time.Time{}, err
-		}
-		st.LastVerifyResult = "Failed: " + ref.msg
+	} else if refusal != "" {
+		st.LastVerifyResult = "Failed: " + refusal
 		return now.Add(time.Minute), nil
 	}
 	t := metav1.NewTime(due)
@@ -359,6 +354,23 @@ func truncate(s string, n int) string {
 		return s[:n]
 	}
 	return s
+}
+
+// startJob creates job, owned by pg, as pg's identity. refusal is why the
+// API server refused it to that identity (not an error: the status says
+// so, and the schedule tries again later).
+func (r *ScheduleReconciler) startJob(ctx context.Context, pg *v1alpha1.Postgres, job *batchv1.Job) (refusal string, err error) {
+	if err := controllerutil.SetControllerReference(pg, job, r.Client.Scheme()); err != nil {
+		return "", err
+	}
+	if err := r.Identity.createJob(ctx, r.Client, asUnstructured(pg), job); err != nil {
+		var ref *refused
+		if !errors.As(err, &ref) {
+			return "", err
+		}
+		return ref.msg, nil
+	}
+	return "", nil
 }
 
 // jobEnd is what became of a Job the schedule follows.

@@ -12,6 +12,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -124,9 +125,9 @@ func TestPhysicalBackupIntoTheArchive(t *testing.T) {
 	}
 
 	// A logical restore refuses a base backup.
-	cp := ready("copy", nil)
-	cp.Spec.Restore = &v1alpha1.PostgresRestore{FromBackup: "base"}
-	if err := c.Update(ctx, cp); err != nil {
+	ready("copy", nil)
+	if err := c.Patch(ctx, &v1alpha1.Postgres{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "copy"}},
+		client.RawPatch(types.MergePatchType, []byte(`{"spec":{"restore":{"fromBackup":"base"}}}`))); err != nil {
 		t.Fatal(err)
 	}
 	got := &v1alpha1.Postgres{}

@@ -17,6 +17,13 @@ import (
 	"syscall"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+
+	"github.com/chartpilot/chartpilot/internal/agent/instance"
 	"github.com/chartpilot/chartpilot/internal/agent/wal"
 	"github.com/chartpilot/chartpilot/internal/agentargs"
 	"github.com/chartpilot/chartpilot/internal/backup"
@@ -130,7 +137,12 @@ func walCommand(ctx context.Context, name string, args []string, stdout, stderr 
 	}
 	t.LSN, t.XID = *targetLSN, *targetXID
 	fetch := append(append([]string{"wal-fetch"}, sf.args()...), "--prefix="+*prefix, fmt.Sprintf("--segment-size=%d", *segSize))
-	return recoverTo(ctx, a, recovery{target: t, base: *base, dataDir: *dataDir, stagingDir: *stagingDir, fetch: fetch, options: w.PostgresOptions}, stderr)
+	rc := recovery{target: t, base: *base, dataDir: *dataDir, stagingDir: *stagingDir, fetch: fetch, options: w.PostgresOptions}
+	if w.NewCluster != "" {
+		return recoverNewCluster(ctx, a, rc, w.NewCluster, w.ManifestFile, stderr)
+	}
+	_, _, err = recoverTo(ctx, a, rc, stderr)
+	return err
 }
 
 // PruneReport is what wal-prune reports (to --manifest-file): how much it
@@ -186,14 +198,15 @@ type recovery struct {
 
 // recoverTo restores a base backup of a into rc.dataDir and replays the
 // archived WAL to rc.target, then promotes.
-func recoverTo(ctx context.Context, a *wal.Archive, rc recovery, stderr io.Writer) error {
+// It returns the plan it followed and the server's log.
+func recoverTo(ctx context.Context, a *wal.Archive, rc recovery, stderr io.Writer) (*wal.Plan, string, error) {
 	if rc.dataDir == "" {
-		return errors.New("--data-dir is required")
+		return nil, "", errors.New("--data-dir is required")
 	}
 	t := rc.target
 	plan, err := a.Plan(ctx, t, rc.base)
 	if err != nil {
-		return err
+		return nil, "", err
 	}
 	fmt.Fprintf(stderr, "recovering to %s from base backup %s (timeline %d, %s), the archive's timeline %d up to %s\n",
 		t, plan.Base, plan.Start.TLI, plan.Manifest.Labels[wal.LabelStopTime], plan.Timeline, plan.Last)
@@ -202,7 +215,7 @@ func recoverTo(ctx context.Context, a *wal.Archive, rc recovery, stderr io.Write
 	}
 	self, err := os.Executable()
 	if err != nil {
-		return err
+		return nil, "", err
 	}
 	var quoted []string
 	for _, w := range append([]string{self}, rc.fetch...) {
@@ -214,22 +227,111 @@ func recoverTo(ctx context.Context, a *wal.Archive, rc recovery, stderr io.Write
 		staging = filepath.Dir(filepath.Clean(rc.dataDir))
 	}
 	if err := a.Prepare(ctx, plan, rc.dataDir, staging, restoreCommand, t, backup.Expect{}); err != nil {
-		return err
+		return nil, "", err
 	}
 	socketDir, err := os.MkdirTemp("", "chartpilot-recover-")
 	if err != nil {
-		return err
+		return nil, "", err
 	}
 	defer os.RemoveAll(socketDir)
 	logPath := filepath.Join(staging, "chartpilot-recover.log")
 	if err := wal.Replay(ctx, rc.dataDir, socketDir, logPath, rc.options); err != nil {
 		if plan.Gap != "" {
-			return fmt.Errorf("%w; the archive has a gap at segment %s (missing while %s, newer, is there)", err, plan.Gap, plan.Last)
+			return nil, "", fmt.Errorf("%w; the archive has a gap at segment %s (missing while %s, newer, is there)", err, plan.Gap, plan.Last)
 		}
-		return err
+		return nil, "", err
 	}
 	fmt.Fprintf(stderr, "recovered to %s and promoted; the server's messages are in %s\n", t, logPath)
-	return nil
+	return plan, logPath, nil
+}
+
+// recoverNewCluster is `recover --new-cluster LEASE`: the first data of a
+// cluster that never had a primary, recovered beside --data-dir and moved
+// into place for the instance manager to lead with. Its outcome goes to
+// outcomeFile (the pod's termination message), a failure's too.
+func recoverNewCluster(ctx context.Context, a *wal.Archive, rc recovery, lease, outcomeFile string, stderr io.Writer) error {
+	if rc.dataDir == "" {
+		return errors.New("--data-dir is required")
+	}
+	n := wal.NewCluster{DataDir: rc.dataDir, Marker: instance.MovedMarker(rc.dataDir), EverLed: leaseEverHeld(lease),
+		User: os.Getenv("POSTGRES_USER"), Password: os.Getenv("POSTGRES_PASSWORD")}
+	out := wal.Outcome{Target: rc.target.String()}
+	err := func() error {
+		why, err := n.Skip(ctx)
+		if err != nil || why != "" {
+			out.Phase, out.Message = wal.OutcomeSkipped, why
+			return err
+		}
+		if err := os.RemoveAll(n.Work()); err != nil {
+			return err
+		}
+		rc.dataDir = n.Work()
+		if rc.stagingDir == "" {
+			rc.stagingDir = filepath.Dir(filepath.Clean(n.DataDir))
+		}
+		plan, logPath, err := recoverTo(ctx, a, rc, stderr)
+		if err != nil {
+			return err
+		}
+		out.Base, out.LastTransactionTime, out.Timeline = plan.Base, wal.LastTransaction(logPath), wal.Timeline(n.Work())
+		if err := n.Finish(); err != nil {
+			return err
+		}
+		out.Phase = wal.OutcomeCompleted
+		out.Message = fmt.Sprintf("recovered to %s from base backup %s; promoted on timeline %d", out.Target, plan.Base, out.Timeline)
+		if out.LastTransactionTime != "" {
+			out.Message += "; the last transaction replayed committed at " + out.LastTransactionTime
+		}
+		return nil
+	}()
+	if err != nil {
+		out.Phase, out.Message = wal.OutcomeFailed, err.Error()
+	}
+	fmt.Fprintln(stderr, out.Message)
+	if outcomeFile != "" {
+		if len(out.Message) > 2048 {
+			out.Message = out.Message[:2048] + "…"
+		}
+		b, _ := json.Marshal(out)
+		if werr := os.WriteFile(outcomeFile, b, 0o644); werr != nil {
+			fmt.Fprintf(stderr, "writing the outcome to %s: %v\n", outcomeFile, werr)
+		}
+	}
+	return err
+}
+
+// leaseEverHeld reports whether the Lease lease of the pod's namespace
+// was ever held (through the pod's service account).
+func leaseEverHeld(lease string) func(ctx context.Context) (bool, string, error) {
+	return func(ctx context.Context) (bool, string, error) {
+		cfg, err := rest.InClusterConfig()
+		if err != nil {
+			return false, "", err
+		}
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return false, "", err
+		}
+		ns := os.Getenv("POD_NAMESPACE")
+		if ns == "" {
+			b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+			if err != nil {
+				return false, "", errors.New("POD_NAMESPACE is not set and the service account names no namespace")
+			}
+			ns = strings.TrimSpace(string(b))
+		}
+		l, err := cs.CoordinationV1().Leases(ns).Get(ctx, lease, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, "", nil
+		}
+		if err != nil {
+			return false, "", err
+		}
+		if h := l.Spec.HolderIdentity; (h != nil && *h != "") || l.Spec.AcquireTime != nil || ptr.Deref(l.Spec.LeaseTransitions, 0) > 0 {
+			return true, "Lease " + lease + " was held", nil
+		}
+		return false, "", nil
+	}
 }
 
 // askService is wal-push or wal-fetch through the WAL service at socket.

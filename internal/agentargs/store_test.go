@@ -94,7 +94,7 @@ func TestWALArgsParseBack(t *testing.T) {
 		{Command: BaseBackup, Store: store, Prefix: "shop/orders", SegmentSize: DefaultWALSegmentSize, Parallel: DefaultWALParallel, Compression: CompressionZstd,
 			Location: "shop/orders/base/x", ManifestFile: "/dev/termination-log"},
 		{Command: Recover, Store: store, Prefix: "p", SegmentSize: 1 << 24, Parallel: 2, Compression: "none", DataDir: "/d", Base: "p/base/x",
-			TargetTime: "2026-12-04T10:00:00Z", StagingDir: "/s", PostgresOptions: []string{"shared_buffers=32MB", "a=b=c"}},
+			TargetTime: "2026-12-04T10:00:00Z", StagingDir: "/s", PostgresOptions: []string{"shared_buffers=32MB", "a=b=c"}, NewCluster: "db-primary", ManifestFile: "/dev/termination-log"},
 		{Command: WALPrune, Store: store, Prefix: "p", SegmentSize: DefaultWALSegmentSize, Parallel: DefaultWALParallel, Compression: CompressionZstd, RecoveryWindow: "7d"},
 		{Command: WALPush, Store: Store{S3Region: DefaultS3Region}, SegmentSize: DefaultWALSegmentSize, Parallel: DefaultWALParallel, Compression: CompressionZstd, Via: "/run/wal.sock", Args: []string{"pg_wal/000000010000000000000001"}},
 	} {

@@ -46,6 +46,10 @@ type WAL struct {
 	Via, Socket string
 	// RecoveryWindow is what wal-prune keeps (such as 7d).
 	RecoveryWindow string
+	// NewCluster is recover's: the name of the cluster's primary Lease;
+	// set, the recovery makes the first data of a new cluster (see
+	// wal.NewCluster), and is skipped once the Lease was ever held.
+	NewCluster string
 	// Location is base-backup's (below PREFIX/base/; default a name of
 	// the time); ManifestFile also gets its manifest (a Job's
 	// /dev/termination-log).
@@ -86,6 +90,7 @@ func (w WAL) Line() []string {
 	add("--via", w.Via)
 	add("--socket", w.Socket)
 	add("--recovery-window", w.RecoveryWindow)
+	add("--new-cluster", w.NewCluster)
 	add("--location", w.Location)
 	add("--manifest-file", w.ManifestFile)
 	return append(out, w.Args...)
@@ -108,8 +113,9 @@ func (w *WAL) Register(fs *flag.FlagSet) {
 	fs.StringVar(&w.Via, "via", "", "wal-push, wal-fetch: ask the WAL service on this Unix socket (chartpilot wal-serve) instead of the store: no credential or key needed here")
 	fs.StringVar(&w.Socket, "socket", "", "wal-serve: the Unix socket to serve on (mode 0600)")
 	fs.StringVar(&w.RecoveryWindow, "recovery-window", "", "wal-prune: keep what recovers to any point this far back (such as 7d or 36h)")
+	fs.StringVar(&w.NewCluster, "new-cluster", "", "recover: make the first data of a new cluster whose primary holds this Lease (of the pod's namespace): skipped once the Lease was ever held or --data-dir holds a cluster; recovered beside --data-dir and moved into place, the superuser POSTGRES_USER given POSTGRES_PASSWORD")
 	fs.StringVar(&w.Location, "location", "", "base-backup: where the base backup goes, a name directly below PREFIX/base/ (default: one of the time)")
-	fs.StringVar(&w.ManifestFile, "manifest-file", "", "base-backup: also write the manifest to this file; wal-prune: its report, with the window left (a Job's /dev/termination-log)")
+	fs.StringVar(&w.ManifestFile, "manifest-file", "", "base-backup: also write the manifest to this file; wal-prune: its report, with the window left; recover --new-cluster: its outcome (a Job's or pod's /dev/termination-log)")
 	fs.Func("postgres-option", "recover: NAME=VALUE passed to postgres during the replay (repeatable)", func(v string) error {
 		if !strings.Contains(v, "=") {
 			return fmt.Errorf("%q is not NAME=VALUE", v)

@@ -256,8 +256,17 @@ func TestPointInTimeRecoveryOnRealPods(t *testing.T) {
 			t.Fatal("a credential is in the rendered StatefulSet or postgresql.conf")
 		}
 	}
-	if !strings.Contains(conf, "wal-push --prefix="+tenant+"/"+name+"/pg15") || !strings.Contains(conf, "restore_command") || !strings.Contains(conf, "archive_timeout = '10s'") {
+	if !strings.Contains(conf, "wal-push --via=") || !strings.Contains(conf, "restore_command") || !strings.Contains(conf, "archive_timeout = '10s'") {
 		t.Fatalf("postgresql.conf does not archive as asked:\n%s", conf)
+	}
+	served := false
+	for _, c := range sts.Spec.Template.Spec.Containers {
+		if c.Name == "wal-agent" && strings.Contains(strings.Join(c.Command, " "), "--prefix="+tenant+"/"+name+"/pg15") {
+			served = true
+		}
+	}
+	if !served {
+		t.Fatalf("no wal-agent container serves the archive %s/%s/pg15", tenant, name)
 	}
 
 	user, password := superuser(t, cs, tenant, name)

@@ -8,6 +8,7 @@ import (
 
 // PostgresSpec is what a user asks of a PostgreSQL cluster. The translator
 // (internal/kinds/postgres) maps it onto the values of charts/postgresql.
+// +kubebuilder:validation:XValidation:rule="!has(self.restore) || !has(self.bootstrap) || !has(self.bootstrap.recovery)",message="spec.restore and spec.bootstrap.recovery both fill the new database: set one"
 // +kubebuilder:validation:XValidation:rule="!has(self.failover) || !has(self.failover.synchronous) || self.failover.synchronous == 0 || (has(self.replicas) && self.replicas >= 2)",message="failover.synchronous 1 needs replicas of at least 2: with no standby no commit could complete"
 type PostgresSpec struct {
 	// Version is the PostgreSQL major or major.minor version, e.g. "17" or "17.2".
@@ -87,6 +88,12 @@ type PostgresSpec struct {
 	// release).
 	// +optional
 	Backup *PostgresBackup `json:"backup,omitempty"`
+
+	// Bootstrap is how the data begins (default: an empty cluster). Fixed
+	// at creation.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.bootstrap is fixed at creation: make a new Postgres to recover again"
+	Bootstrap *PostgresBootstrap `json:"bootstrap,omitempty"`
 }
 
 // PostgresRestore names the backup to restore: a completed Backup of the
@@ -240,6 +247,9 @@ type PostgresStatus struct {
 	// Restore reports spec.restore.
 	// +optional
 	Restore *PostgresRestoreStatus `json:"restore,omitempty"`
+	// Recovery reports spec.bootstrap.recovery.
+	// +optional
+	Recovery *PostgresRecoveryStatus `json:"recovery,omitempty"`
 	// Primary is the pod running the primary (with failover: the holder of
 	// the cluster's Lease).
 	// +optional

@@ -1,0 +1,91 @@
+package v1alpha1
+
+// PostgresBootstrap is how a new Postgres's data begins: an empty cluster
+// (the default), or a recovery from a WAL archive.
+type PostgresBootstrap struct {
+	// Recovery starts the new server from a WAL archive (another
+	// Postgres's spec.backup.walArchive, kept or deleted): its newest base
+	// backup that ends before the target, and the archived WAL replayed to
+	// the target, then promoted. Pod 0 recovers before its server first
+	// starts; the other pods clone it. It runs once, for a cluster that
+	// never had a primary: later pods, and a pod 0 whose volume is lost
+	// after that, join the cluster as usual.
+	// +optional
+	Recovery *PostgresRecovery `json:"recovery,omitempty"`
+}
+
+// PostgresRecovery is the archive a new Postgres recovers from, and the
+// point it stops at.
+// +kubebuilder:validation:XValidation:rule="(has(self.targetTime) ? 1 : 0) + (has(self.targetLSN) ? 1 : 0) + (has(self.targetXID) ? 1 : 0) <= 1",message="set at most one of targetTime, targetLSN and targetXID"
+type PostgresRecovery struct {
+	// Source is the Postgres of this namespace whose archive is read (it
+	// need not exist any longer): its archive is at NAMESPACE/SOURCE in
+	// the store, unless Prefix says where.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Source string `json:"source"`
+	// Prefix is the source's spec.backup.walArchive.prefix, when it set
+	// one. The archive of the major of spec.version is read (PREFIX/pgMAJOR).
+	// +optional
+	// +kubebuilder:validation:MaxLength=200
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_.:=@+,-]+(/[A-Za-z0-9_.:=@+,-]+)*$`
+	Prefix string `json:"prefix,omitempty"`
+	// Store holds the archive (default: spec.backup.store).
+	// +optional
+	Store *StoreRef `json:"store,omitempty"`
+	// Encryption names the age identity of an encrypted archive (default:
+	// spec.backup.encryption).
+	// +optional
+	Encryption *BackupEncryption `json:"encryption,omitempty"`
+	// TargetTime: the recovery keeps every transaction committed at or
+	// before this time (RFC 3339, fractions of a second allowed). With no
+	// target, the recovery replays the whole archive.
+	// +optional
+	// +kubebuilder:validation:Format=date-time
+	TargetTime string `json:"targetTime,omitempty"`
+	// TargetLSN: the recovery stops at this WAL position (such as 0/3000028).
+	// +optional
+	// +kubebuilder:validation:Pattern=`^[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}$`
+	TargetLSN string `json:"targetLSN,omitempty"`
+	// TargetXID: the recovery stops after this transaction commits.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^[1-9][0-9]{0,19}$`
+	TargetXID string `json:"targetXID,omitempty"`
+}
+
+// Phases of a recovery.
+const (
+	RecoveryPending   = "Pending"
+	RecoveryRunning   = "Running"
+	RecoveryFailed    = "Failed"
+	RecoveryCompleted = "Completed"
+)
+
+// PostgresRecoveryStatus is what became of spec.bootstrap.recovery.
+type PostgresRecoveryStatus struct {
+	// Phase: Pending (the release or pod 0 not there yet), Running,
+	// Failed (retried by the kubelet; Message says why) or Completed.
+	Phase string `json:"phase"`
+	// Message is the recovery's last word: where it stopped, or why it
+	// cannot go on.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// Archive is the archive read (STORE-KIND/NAME:PREFIX).
+	// +optional
+	Archive string `json:"archive,omitempty"`
+	// Target is what the recovery stopped at (a time, an LSN, a
+	// transaction, or the end of the archive).
+	// +optional
+	Target string `json:"target,omitempty"`
+	// BaseBackup is the base backup the recovery started from.
+	// +optional
+	BaseBackup string `json:"baseBackup,omitempty"`
+	// Timeline is the timeline the recovered server was promoted on.
+	// +optional
+	Timeline int64 `json:"timeline,omitempty"`
+	// LastTransactionTime is the commit time of the last transaction the
+	// recovery replayed.
+	// +optional
+	LastTransactionTime string `json:"lastTransactionTime,omitempty"`
+}

@@ -1,13 +1,10 @@
 package nodes
 
 import (
-	"bytes"
 	"context"
-	"flag"
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -17,114 +14,10 @@ import (
 	"filippo.io/age"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
-
-	"github.com/chartpilot/chartpilot/internal/testing/testpg"
 )
-
-// hostAgent is chartpilot's agent built for this machine, run as the
-// PostgreSQL servers' user of the host with the archive's store flags
-// and secrets: the side of a point-in-time recovery that test/nodes runs
-// outside the pods (a base backup through the Service, a recovery with
-// this machine's PostgreSQL 15, the pods' major).
-type hostAgent struct {
-	t     *testing.T
-	r     *testpg.Runner
-	bin   string
-	dir   string
-	store []string
-	env   map[string]string
-}
-
-func newHostAgent(t *testing.T, tenant, prefix, ageKey string) *hostAgent {
-	t.Helper()
-	cs, dyn := clients(t)
-	r := testpg.NewRunner(t, testpg.Bin(t))
-	dir := r.TempDir(t)
-	bin := filepath.Join(dir, "chartpilot")
-	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/chartpilot").CombinedOutput(); err != nil {
-		t.Fatalf("building the agent: %v\n%s", err, out)
-	}
-	st := mustGet(t, dyn, backupStoreGVR, tenant, "local")
-	s3, _ := st.Object["spec"].(map[string]any)["s3"].(map[string]any)
-	creds, err := cs.CoreV1().Secrets(tenant).Get(context.Background(), "s3-creds", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &hostAgent{t: t, r: r, bin: bin, dir: dir,
-		store: []string{"--store=s3", "--s3-endpoint=" + s3["endpoint"].(string), "--s3-bucket=" + s3["bucket"].(string),
-			"--s3-prefix=" + s3["prefix"].(string), "--s3-force-path-style", "--prefix=" + prefix},
-		env: map[string]string{"CHARTPILOT_S3_ACCESS_KEY_ID": string(creds.Data["accessKeyID"]),
-			"CHARTPILOT_S3_SECRET_ACCESS_KEY": string(creds.Data["secretAccessKey"]), "CHARTPILOT_AGE_KEY": ageKey}}
-}
-
-func (h *hostAgent) run(extra map[string]string, args ...string) (string, error) {
-	env := map[string]string{}
-	for k, v := range h.env {
-		env[k] = v
-	}
-	for k, v := range extra {
-		env[k] = v
-	}
-	cmd := h.r.Command(env, h.bin, append(args, h.store...)...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	return strings.TrimSpace(out.String()), err
-}
-
-// recoverTo restores the archive into a new data directory (to the end of
-// the archive without target flags), starts a server on it on loopback
-// and returns the values of table t, in order, separated by spaces.
-func (h *hostAgent) recoverTo(name string, target ...string) (string, string) {
-	h.t.Helper()
-	data := filepath.Join(h.dir, name)
-	out, err := h.run(nil, append([]string{"recover", "--data-dir=" + data}, target...)...)
-	if err != nil {
-		h.t.Fatalf("recover %v: %v\n%s", target, err, out)
-	}
-	port := testpg.FreePort(h.t)
-	logPath := filepath.Join(h.dir, name+".log")
-	cmd := h.r.Command(nil, "postgres", "-D", data, "-c", "listen_addresses=127.0.0.1", "-c", "port="+strconv.Itoa(port),
-		"-c", "unix_socket_directories="+h.dir, "-c", "archive_mode=off", "-c", "ssl=off", "-c", "hba_file="+h.hba())
-	log, err := os.Create(logPath)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	defer log.Close()
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		h.t.Fatal(err)
-	}
-	defer testpg.StopServer(cmd)
-	var rows string
-	var last error
-	if err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
-		q := h.r.Command(map[string]string{"PGHOST": "127.0.0.1", "PGPORT": strconv.Itoa(port), "PGUSER": "postgres", "PGDATABASE": "postgres"},
-			"psql", "-XAtq", "-v", "ON_ERROR_STOP=1", "-c", "SELECT coalesce(string_agg(v::text, ' ' ORDER BY v), '') FROM t")
-		var o bytes.Buffer
-		q.Stdout, q.Stderr = &o, &o
-		if last = q.Run(); last != nil {
-			last = fmt.Errorf("%v: %s", last, o.String())
-			return false, nil
-		}
-		rows = strings.TrimSpace(o.String())
-		return true, nil
-	}); err != nil {
-		b, _ := os.ReadFile(logPath)
-		h.t.Fatalf("the server recovered to %v does not answer: %v\n%s", target, last, b)
-	}
-	return rows, out
-}
-
-// hba is a pg_hba.conf trusting local connections of the host's user.
-func (h *hostAgent) hba() string {
-	p := filepath.Join(h.dir, "pg_hba.conf")
-	if err := os.WriteFile(p, []byte("local all all trust\nhost all all 127.0.0.1/32 trust\n"), 0o644); err != nil {
-		h.t.Fatal(err)
-	}
-	return p
-}
 
 // archived lists the WAL objects of the archive of Postgres name in
 // the S3 server's directory s3dir (their names).
@@ -175,7 +68,7 @@ func switchArchived(t *testing.T, host, user, password string) string {
 	}); err != nil {
 		t.Fatalf("segment %s not archived within 2 minutes: pg_stat_archiver says %q", seg, last)
 	}
-	if !strings.Contains(last, " failed=0 ") {
+	if f := strings.Fields(last); len(f) < 2 || f[1] != "failed=0" {
 		t.Errorf("archive failures: %s", last)
 	}
 	return seg
@@ -185,22 +78,24 @@ func switchArchived(t *testing.T, host, user, password string) string {
 // failover and spec.backup.walArchive, as the operator (its pod on the
 // real node) renders it, archives its WAL from the pods to a real S3
 // server, encrypted for the Postgres's key, with no credential in the
-// pod spec or postgresql.conf. A writer inserts numbered rows through
-// the read-write Service throughout; a base backup is taken through it;
-// the primary's pod is deleted and the other takes over on a second
-// timeline, which archives to the same place, its history file too. A
-// recovery from the store to a time between the base backup and the
-// failover, and to one after it, each holds exactly the rows the live
-// server has committed at or before that time.
+// pod spec or postgresql.conf; the operator takes its first base backup
+// itself. A writer inserts numbered rows through the read-write Service
+// throughout; the primary's pod is deleted (its replacement held
+// unscheduled) and the other takes over on a second timeline, which
+// archives to the same place, its history file too. A Postgres applied
+// with spec.bootstrap.recovery to a time between the base backup and the
+// failover, and one to a time after it (two pods: the second clones the
+// recovered first), each holds exactly the rows the live server has
+// committed at or before that time, and answers its own Secret's
+// superuser. With a WAL object deleted from the store, a recovery past it
+// names the missing segment and its server never starts.
 //
 // Then a one-pod Postgres with archiveTimeout 5s under writes has its pod
-// frozen, as if its volume and server were gone at once: a recovery to
-// the end of the archive loses only rows acknowledged within the last
-// archive timeout (and its upload) before the loss, which the test prints.
+// frozen, as if its volume and server were gone at once: a Postgres
+// recovered to the end of its archive loses only rows acknowledged within
+// the last archive timeout (and its upload) before the loss, which the
+// test prints.
 func TestPointInTimeRecoveryOnRealPods(t *testing.T) {
-	if !*pitrOnPods {
-		t.Skip("not yet passing: the Postgres with spec.backup.walArchive is not released on real pods; run with -pitr-on-pods")
-	}
 	ctx := context.Background()
 	cs, dyn := clients(t)
 	pgRepo, _ := postgresImages(t)
@@ -213,9 +108,11 @@ func TestPointInTimeRecoveryOnRealPods(t *testing.T) {
 	if _, err := cs.CoreV1().Secrets(tenant).Create(ctx, key, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	recoveryStore(t, tenant)
 	spec := func(replicas int64, timeout string) map[string]any {
 		return realNodePostgres(pgRepo, "15", map[string]any{
 			"replicas":   replicas,
+			"failover":   map[string]any{"enabled": true},
 			"parameters": map[string]any{"track_commit_timestamp": "on"},
 			"backup": map[string]any{"store": map[string]any{"name": "local"}, "schedule": "0 3 * * *",
 				"encryption": map[string]any{"keySecretRef": map[string]any{"name": "wal-key", "key": "age"}},
@@ -238,7 +135,10 @@ func TestPointInTimeRecoveryOnRealPods(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	agent := newHostAgent(t, tenant, tenant+"/"+name+"/pg15", id.String())
+	creds, err := cs.CoreV1().Secrets(tenant).Get(ctx, "s3-creds", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range sts.Spec.Template.Spec.Containers {
 		for _, e := range c.Env {
 			if strings.HasPrefix(e.Name, "CHARTPILOT_") && (e.Value != "" || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil) {
@@ -251,7 +151,7 @@ func TestPointInTimeRecoveryOnRealPods(t *testing.T) {
 		t.Fatal(err)
 	}
 	conf := cm.Data["postgresql.conf"]
-	for _, secret := range []string{agent.env["CHARTPILOT_S3_SECRET_ACCESS_KEY"], agent.env["CHARTPILOT_S3_ACCESS_KEY_ID"], id.String()} {
+	for _, secret := range []string{string(creds.Data["secretAccessKey"]), string(creds.Data["accessKeyID"]), id.String()} {
 		if strings.Contains(conf, secret) || strings.Contains(fmt.Sprint(sts.Spec), secret) {
 			t.Fatal("a credential is in the rendered StatefulSet or postgresql.conf")
 		}
@@ -268,6 +168,7 @@ func TestPointInTimeRecoveryOnRealPods(t *testing.T) {
 	if !served {
 		t.Fatalf("no wal-agent container serves the archive %s/%s/pg15", tenant, name)
 	}
+	base := waitBaseBackup(t, tenant, name)
 
 	user, password := superuser(t, cs, tenant, name)
 	host := serviceIP(t, cs, tenant, name)
@@ -275,25 +176,19 @@ func TestPointInTimeRecoveryOnRealPods(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := startRowWriter(t, host, user, password, "postgres", 1)
-	w.waitAcks(t, "50 rows", 2*time.Minute, func(a []ack) bool { return len(a) >= 50 })
-	start := time.Now()
-	out, err := agent.run(map[string]string{"PGHOST": host, "PGPORT": "5432", "PGUSER": user, "PGPASSWORD": password, "PGSSLMODE": "require"}, "base-backup")
-	if err != nil {
-		t.Fatalf("base-backup through the Service: %v\n%s", err, out)
-	}
-	t.Logf("base backup in %s: %s", time.Since(start).Round(time.Millisecond), out)
-	n := len(w.snapshot())
-	w.waitAcks(t, "100 more rows", 2*time.Minute, func(a []ack) bool { return len(a) >= n+100 })
-	t1Row := w.snapshot()[n+50].v
+	w.waitAcks(t, "150 rows", 3*time.Minute, func(a []ack) bool { return len(a) >= 150 })
+	t1Row := w.snapshot()[100].v
 	t1 := commitTime(t, host, user, password, t1Row)
 	switchArchived(t, host, user, password)
 
-	// The primary's pod deleted: the other member takes over.
+	// The primary's pod deleted, its replacement held unscheduled: the
+	// other member takes over.
 	old, ok := primaryPod(cs, tenant, name)
 	if !ok {
 		t.Fatal("no one pod labelled primary")
 	}
 	oldServer := w.snapshot()[len(w.snapshot())-1].server
+	untaint := holdScheduling(t, cs, old.Spec.NodeName)
 	zero := int64(0)
 	if err := cs.CoreV1().Pods(tenant).Delete(ctx, old.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
 		t.Fatal(err)
@@ -309,6 +204,7 @@ func TestPointInTimeRecoveryOnRealPods(t *testing.T) {
 		}
 		return len(after) >= 30
 	})
+	untaint()
 	newPrimary, ok := primaryPod(cs, tenant, name)
 	if !ok || newPrimary.Name == old.Name {
 		t.Fatalf("no other member took over from %s", old.Name)
@@ -324,47 +220,68 @@ func TestPointInTimeRecoveryOnRealPods(t *testing.T) {
 	if !strings.Contains(strings.Join(files, " "), "00000002.history") {
 		t.Errorf("the archive holds no history of timeline 2: %v", files)
 	}
-	t.Logf("%d rows acknowledged; %d files archived; T1 %s (row %d), failover at %s, T2 %s (row %d)",
-		len(acks), len(files), t1, t1Row, lost.UTC().Format(time.RFC3339Nano), t2, t2Row)
+	t.Logf("base backup %s; %d rows acknowledged; %d files archived; T1 %s (row %d), failover at %s, T2 %s (row %d)",
+		base, len(acks), len(files), t1, t1Row, lost.UTC().Format(time.RFC3339Nano), t2, t2Row)
 
-	for i, target := range []struct{ at, what string }{{t1, "between the base backup and the failover"}, {t2, "after the failover, on timeline 2"}} {
+	for i, target := range []struct {
+		at, what string
+		replicas int64
+	}{{t1, "between the base backup and the failover", 1}, {t2, "after the failover, on timeline 2", 2}} {
 		want := rowsUpTo(t, host, user, password, target.at)
-		got, out := agent.recoverTo(fmt.Sprintf("to-%d", i+1), "--target-time="+target.at)
+		got, st := recoverThroughResource(t, pgRepo, tenant, fmt.Sprintf("to-%d", i+1), name, target.replicas, target.at)
 		if got != want {
-			t.Errorf("recovered to %s (%s): %d rows, want %d:\n got …%s\nwant …%s\n%s", target.at, target.what,
-				len(strings.Fields(got)), len(strings.Fields(want)), tail(got), tail(want), out)
+			t.Errorf("recovered to %s (%s): %d rows, want %d:\n got …%s\nwant …%s\n%v", target.at, target.what,
+				len(strings.Fields(got)), len(strings.Fields(want)), tail(got), tail(want), st)
 		} else {
-			t.Logf("recovered to %s (%s): exactly the %d rows committed by then", target.at, target.what, len(strings.Fields(got)))
+			t.Logf("recovered to %s (%s): exactly the %d rows committed by then; status.recovery %v", target.at, target.what, len(strings.Fields(got)), st)
 		}
 	}
+
+	// A WAL object gone from the store: the recovery names it and its
+	// server never starts.
+	gone := deleteSegmentAfterBase(t, s3dir, tenant, name)
+	gapSpec := realNodePostgres(pgRepo, "15", map[string]any{"failover": map[string]any{"enabled": true},
+		"bootstrap": map[string]any{"recovery": recoverySpec(name, t2)}})
+	createThroughWebhook(t, dyn, postgresGVR, tenant, "Postgres", "gap", gapSpec)
+	var rec map[string]any
+	if err := wait.PollUntilContextTimeout(ctx, 2*time.Second, 6*time.Minute, true, func(context.Context) (bool, error) {
+		got := mustGet(t, dyn, postgresGVR, tenant, "gap")
+		rec, _, _ = unstructured.NestedMap(got.Object, "status", "recovery")
+		return rec["phase"] == "Failed" && strings.Contains(fmt.Sprint(rec["message"]), gone), nil
+	}); err != nil {
+		logResource(t, postgresGVR, tenant, "gap")
+		t.Fatalf("status.recovery %v: want Failed, naming the deleted segment %s", rec, gone)
+	}
+	if p, err := cs.CoreV1().Pods(tenant).Get(ctx, "gap-0", metav1.GetOptions{}); err != nil || len(p.Status.ContainerStatuses) > 0 && p.Status.ContainerStatuses[0].State.Running != nil {
+		t.Errorf("pod gap-0 (%v) runs its server after a failed recovery", err)
+	}
+	t.Logf("with %s deleted: %v", gone, rec["message"])
 
 	// A lost volume: one pod, frozen under writes.
 	const solo = "solo"
 	createThroughWebhook(t, dyn, postgresGVR, tenant, "Postgres", solo, spec(1, "5s"))
 	waitReady(t, dyn, postgresGVR, tenant, solo, "True", 8*time.Minute)
+	waitBaseBackup(t, tenant, solo)
 	suser, spassword := superuser(t, cs, tenant, solo)
 	shost := serviceIP(t, cs, tenant, solo)
 	if _, err := psql(t, shost, suser, spassword, "CREATE TABLE t (v int PRIMARY KEY)"); err != nil {
 		t.Fatal(err)
-	}
-	sagent := newHostAgent(t, tenant, tenant+"/"+solo+"/pg15", id.String())
-	if out, err := sagent.run(map[string]string{"PGHOST": shost, "PGPORT": "5432", "PGUSER": suser, "PGPASSWORD": spassword, "PGSSLMODE": "require"}, "base-backup"); err != nil {
-		t.Fatalf("base-backup of %s: %v\n%s", solo, err, out)
 	}
 	sw := startRowWriter(t, shost, suser, spassword, "postgres", 1)
 	// Long enough for archive_timeout to have switched segments several times.
 	time.Sleep(30 * time.Second)
 	pod := onlyPod(t, cs, tenant, solo)
 	thaw := freezePod(t, string(pod.UID))
-	gone := time.Now()
+	lostAt := time.Now()
 	sacks := sw.halt()
 	// The store's Secret goes, so that a container the kubelet restarts
 	// could not archive what the "lost" volume still holds; the frozen
-	// server stays frozen until the recovery is done.
+	// server stays frozen until the recovery is done (which reads through
+	// the other store, with its own copy of the credentials).
 	if err := cs.CoreV1().Secrets(tenant).Delete(ctx, "s3-creds", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	got, _ := sagent.recoverTo("solo-end")
+	got, _ := recoverThroughResource(t, pgRepo, tenant, "solo-end", solo, 1, "")
 	thaw()
 	var lostRows []ack
 	have := map[string]bool{}
@@ -378,7 +295,7 @@ func TestPointInTimeRecoveryOnRealPods(t *testing.T) {
 	}
 	window := 0.0
 	if len(lostRows) > 0 {
-		window = gone.Sub(lostRows[0].at).Seconds()
+		window = lostAt.Sub(lostRows[0].at).Seconds()
 	}
 	t.Logf("volume lost under writes: %d of %d acknowledged rows lost, acknowledged in the last %.1f s before the loss (archive_timeout 5 s)",
 		len(lostRows), len(sacks), window)
@@ -392,7 +309,123 @@ func TestPointInTimeRecoveryOnRealPods(t *testing.T) {
 	}
 }
 
-var pitrOnPods = flag.Bool("pitr-on-pods", false, "run TestPointInTimeRecoveryOnRealPods (not yet passing)")
+// recoveryStore makes BackupStore "recovery" of tenant: the S3 server of
+// store "local", with a copy of its credentials of its own, so that the
+// recoveries read the archives whatever becomes of "local"'s Secret.
+func recoveryStore(t *testing.T, tenant string) {
+	t.Helper()
+	ctx := context.Background()
+	cs, dyn := clients(t)
+	creds, err := cs.CoreV1().Secrets(tenant).Get(ctx, "s3-creds", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: tenant, Name: "s3-recovery"}, Data: creds.Data}
+	if _, err := cs.CoreV1().Secrets(tenant).Create(ctx, cp, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	local := mustGet(t, dyn, backupStoreGVR, tenant, "local")
+	s3, _ := local.Object["spec"].(map[string]any)["s3"].(map[string]any)
+	s3 = runtime.DeepCopyJSON(s3)
+	s3["credentialsSecretRef"] = map[string]any{"name": "s3-recovery"}
+	createThroughWebhook(t, dyn, backupStoreGVR, tenant, "BackupStore", "recovery", map[string]any{"s3": s3})
+	waitReady(t, dyn, backupStoreGVR, tenant, "recovery", "True", 3*time.Minute)
+}
+
+// recoverySpec is spec.bootstrap.recovery from source's archive, through
+// store "recovery", to target ("": the end of the archive).
+func recoverySpec(source, target string) map[string]any {
+	r := map[string]any{"source": source, "store": map[string]any{"name": "recovery"},
+		"encryption": map[string]any{"keySecretRef": map[string]any{"name": "wal-key", "key": "age"}}}
+	if target != "" {
+		r["targetTime"] = target
+	}
+	return r
+}
+
+// recoverThroughResource applies Postgres name recovered from source's
+// archive to target, waits until it is Ready with status.recovery
+// Completed, and returns the values of its table t (in order, separated
+// by spaces, read as its own Secret's superuser) and status.recovery.
+func recoverThroughResource(t *testing.T, pgRepo, tenant, name, source string, replicas int64, target string) (string, map[string]any) {
+	t.Helper()
+	cs, dyn := clients(t)
+	spec := realNodePostgres(pgRepo, "15", map[string]any{"replicas": replicas, "failover": map[string]any{"enabled": true},
+		"bootstrap": map[string]any{"recovery": recoverySpec(source, target)}})
+	createThroughWebhook(t, dyn, postgresGVR, tenant, "Postgres", name, spec)
+	t.Cleanup(func() {
+		if t.Failed() {
+			logResource(t, postgresGVR, tenant, name)
+			describeMembers(t, cs, tenant, name)
+		}
+	})
+	waitReady(t, dyn, postgresGVR, tenant, name, "True", 10*time.Minute)
+	var rec map[string]any
+	if err := wait.PollUntilContextTimeout(context.Background(), 2*time.Second, 3*time.Minute, true, func(context.Context) (bool, error) {
+		rec, _, _ = unstructured.NestedMap(mustGet(t, dyn, postgresGVR, tenant, name).Object, "status", "recovery")
+		return rec["phase"] == "Completed", nil
+	}); err != nil {
+		t.Fatalf("Postgres %s: status.recovery %v, want Completed", name, rec)
+	}
+	user, password := superuser(t, cs, tenant, name)
+	rows, err := psql(t, serviceIP(t, cs, tenant, name), user, password, "SELECT coalesce(string_agg(v::text, ' ' ORDER BY v), '') FROM t")
+	if err != nil {
+		t.Fatalf("Postgres %s as its own superuser: %v", name, err)
+	}
+	if replicas > 1 {
+		if err := wait.PollUntilContextTimeout(context.Background(), 2*time.Second, 5*time.Minute, true, func(context.Context) (bool, error) {
+			sts, err := cs.AppsV1().StatefulSets(tenant).Get(context.Background(), name, metav1.GetOptions{})
+			return err == nil && sts.Status.ReadyReplicas == int32(replicas), nil
+		}); err != nil {
+			t.Fatalf("Postgres %s: not every member of %d ready after the recovery", name, replicas)
+		}
+	}
+	return rows, rec
+}
+
+// waitBaseBackup waits until the operator took a base backup of Postgres
+// name (status.backup.lastBaseBackup) and returns its Backup's name.
+func waitBaseBackup(t *testing.T, tenant, name string) string {
+	t.Helper()
+	_, dyn := clients(t)
+	var last string
+	if err := wait.PollUntilContextTimeout(context.Background(), 2*time.Second, 6*time.Minute, true, func(context.Context) (bool, error) {
+		last, _, _ = unstructured.NestedString(mustGet(t, dyn, postgresGVR, tenant, name).Object, "status", "backup", "lastBaseBackup")
+		return last != "", nil
+	}); err != nil {
+		t.Fatalf("Postgres %s: no base backup taken by the operator within 6 minutes", name)
+	}
+	return last
+}
+
+// deleteSegmentAfterBase deletes, from the S3 server's directory, the
+// segment of timeline 1 right after the one Postgres name's first base
+// backup started in, and returns its name.
+func deleteSegmentAfterBase(t *testing.T, s3dir, tenant, name string) string {
+	t.Helper()
+	dir := ""
+	start := ""
+	_ = filepath.WalkDir(filepath.Join(s3dir, "data"), func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(filepath.Dir(p), filepath.Join(tenant, name, "pg15", "wal")) && strings.HasSuffix(d.Name(), ".backup") && strings.HasPrefix(d.Name(), "00000001") {
+			if start == "" || d.Name()[:24] < start {
+				start, dir = d.Name()[:24], filepath.Dir(p)
+			}
+		}
+		return nil
+	})
+	if start == "" {
+		t.Fatal("no backup history file of timeline 1 in the archive")
+	}
+	n, err := strconv.ParseUint(start[16:], 16, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := fmt.Sprintf("%s%08X", start[:16], n+1)
+	if err := os.Remove(filepath.Join(dir, next)); err != nil {
+		t.Fatalf("deleting segment %s: %v", next, err)
+	}
+	return next
+}
 
 // tail is the last values of a space-separated list.
 func tail(s string) string {

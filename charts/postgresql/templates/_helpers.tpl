@@ -55,6 +55,23 @@ list. Every word is checked against a plain set of characters
 {{ toJson $words }}
 {{- end }}
 
+{{/* The recover container's command: pod 0 alone runs the agent's
+recover --new-cluster; the words are checked as walServe's are. */}}
+{{- define "postgresql.recoverCommand" -}}
+{{- $r := .Values.bootstrap.recovery -}}
+{{- $fullname := include "postgresql.fullname" . -}}
+{{- if not $r.prefix }}{{ fail "bootstrap.recovery.prefix: name the archive to recover from" }}{{ end -}}
+{{- $words := list "/chartpilot/bin/chartpilot" "recover" (printf "--new-cluster=%s-primary" $fullname) "--data-dir=/var/lib/postgresql/data/pgdata" "--manifest-file=/dev/termination-log" (printf "--prefix=%s" $r.prefix) -}}
+{{- range $r.storeArgs }}{{ $words = append $words (toString .) }}{{ end -}}
+{{- with $r.targetTime }}{{ $words = append $words (printf "--target-time=%s" .) }}{{ end -}}
+{{- with $r.targetLSN }}{{ $words = append $words (printf "--target-lsn=%s" .) }}{{ end -}}
+{{- with $r.targetXID }}{{ $words = append $words (printf "--target-xid=%s" .) }}{{ end -}}
+{{- range $words }}
+{{- if not (regexMatch "^[A-Za-z0-9_./:=@+,-]+$" .) }}{{ fail (printf "bootstrap.recovery: %q holds a character other than letters, digits and _./:=@+,- (storeArgs, prefix and the target)" .) }}{{ end }}
+{{- end -}}
+{{ toJson (concat (list "sh" "-c" "case \"${HOSTNAME##*-}\" in 0) exec \"$@\";; esac; echo 'pod 0 alone recovers: this pod clones it'" "recover") $words) }}
+{{- end }}
+
 {{/* The replication role (failover.replicationUser) and its password, for
 the clone and the primary that makes the role. Absent from an existing
 Secret without the key: replicas then use the superuser. */}}

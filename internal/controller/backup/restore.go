@@ -96,7 +96,7 @@ func Hook(c client.Client, m *Major, pr *Restores, a *Archive) *hooks.Hook {
 		ws = append(ws, m)
 	}
 	if a != nil {
-		layers = append(layers, a.values)
+		layers = append(layers, a.values, a.recoveryValues)
 		ws = append(ws, a)
 	}
 	if len(layers) > 0 {

@@ -271,13 +271,16 @@ func Status(ctx context.Context, c client.Reader, obj *unstructured.Unstructured
 	} else {
 		st.Primary = obj.GetName() + "-0"
 	}
+	if st.Recovery, err = recoveryStatus(ctx, c, obj, pg); err != nil {
+		return nil, 0, err
+	}
 	out, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&st)
 	if err != nil {
 		return nil, 0, err
 	}
 	// Only this kind's own fields: the shared release status is the reconciler's.
 	extras := map[string]any{}
-	for _, k := range []string{"version", "readyReplicas", "endpoints", "tuning", "primary", "lastFailover"} {
+	for _, k := range []string{"version", "readyReplicas", "endpoints", "tuning", "primary", "lastFailover", "recovery"} {
 		if v, ok := out[k]; ok {
 			extras[k] = v
 		} else {

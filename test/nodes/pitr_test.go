@@ -6,8 +6,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -188,12 +191,18 @@ func TestPointInTimeRecoveryOnRealPods(t *testing.T) {
 		t.Fatal("no one pod labelled primary")
 	}
 	oldServer := w.snapshot()[len(w.snapshot())-1].server
+	// Its archiving stalls (its WAL service stopped, as a store that no
+	// longer answers): the segments it closes from now on reach the
+	// standby by streaming, but not the store, when it is lost.
+	resume := stopWALService(t, string(old.UID))
+	behind := unarchivedOnPrimary(t, host, user, password)
 	untaint := holdScheduling(t, cs, old.Spec.NodeName)
 	zero := int64(0)
 	if err := cs.CoreV1().Pods(tenant).Delete(ctx, old.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
 		t.Fatal(err)
 	}
 	lost := time.Now()
+	resume() // a stopped process dies of the pending SIGKILL at once
 	var after []ack
 	w.waitAcks(t, "30 rows acknowledged by a new primary", 4*time.Minute, func(acks []ack) bool {
 		after = after[:0]
@@ -220,6 +229,13 @@ func TestPointInTimeRecoveryOnRealPods(t *testing.T) {
 	if !strings.Contains(strings.Join(files, " "), "00000002.history") {
 		t.Errorf("the archive holds no history of timeline 2: %v", files)
 	}
+	// No gap: what the lost primary never archived, the standbys did.
+	for _, seg := range behind {
+		if !slices.Contains(files, seg) {
+			t.Errorf("segment %s, closed but not archived by the lost primary, is not in the archive: %v", seg, files)
+		}
+	}
+	t.Logf("segments the lost primary had not archived, archived by the standbys: %v", behind)
 	t.Logf("base backup %s; %d rows acknowledged; %d files archived; T1 %s (row %d), failover at %s, T2 %s (row %d)",
 		base, len(acks), len(files), t1, t1Row, lost.UTC().Format(time.RFC3339Nano), t2, t2Row)
 
@@ -307,6 +323,77 @@ func TestPointInTimeRecoveryOnRealPods(t *testing.T) {
 	if len(strings.Fields(got)) < len(sacks)/2 {
 		t.Errorf("the recovery holds %d of %d acknowledged rows", len(strings.Fields(got)), len(sacks))
 	}
+}
+
+// stopWALService stops (SIGSTOP) the WAL service of pod uid, chartpilot
+// wal-serve in its wal-agent container, and returns what resumes it
+// (SIGCONT; at the end of the test at the latest).
+func stopWALService(t *testing.T, uid string) func() {
+	t.Helper()
+	procs, _ := filepath.Glob("/proc/[0-9]*/cgroup")
+	want := strings.ReplaceAll(uid, "-", "_")
+	pid := 0
+	for _, f := range procs {
+		cg, err := os.ReadFile(f)
+		if err != nil || (!strings.Contains(string(cg), uid) && !strings.Contains(string(cg), want)) {
+			continue
+		}
+		n, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(f, "/proc/"), "/cgroup"))
+		cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", n))
+		if args := strings.Split(string(cmd), "\x00"); len(args) > 1 && filepath.Base(args[0]) == "chartpilot" && args[1] == "wal-serve" {
+			pid = n
+		}
+	}
+	if pid == 0 {
+		t.Fatalf("no chartpilot wal-serve of pod %s on this machine", uid)
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	resume := func() { once.Do(func() { _ = syscall.Kill(pid, syscall.SIGCONT) }) }
+	t.Cleanup(resume)
+	return resume
+}
+
+// unarchivedOnPrimary has the primary at host close two segments (the
+// writer writes throughout), waits until its standbys replayed past them,
+// and returns the closed segments its archiver has not stored.
+func unarchivedOnPrimary(t *testing.T, host, user, password string) []string {
+	t.Helper()
+	var segs []string
+	for range 2 {
+		seg, err := psql(t, host, user, password, "SELECT pg_walfile_name(pg_switch_wal())")
+		if err != nil {
+			t.Fatal(err)
+		}
+		segs = append(segs, seg)
+		time.Sleep(time.Second)
+	}
+	lsn, err := psql(t, host, user, password, "SELECT pg_current_wal_lsn()")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+		out, err := psql(t, host, user, password, fmt.Sprintf("SELECT count(*) > 0 AND bool_and(replay_lsn >= '%s') FROM pg_stat_replication", lsn))
+		return err == nil && out == "t", nil
+	}); err != nil {
+		t.Fatalf("the standby did not replay up to %s within 2 minutes", lsn)
+	}
+	last, err := psql(t, host, user, password, "SELECT coalesce(last_archived_wal, '') FROM pg_stat_archiver")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var behind []string
+	for _, seg := range segs {
+		if seg > last {
+			behind = append(behind, seg)
+		}
+	}
+	if len(behind) == 0 {
+		t.Fatalf("the primary archived %s with its WAL service stopped", last)
+	}
+	return behind
 }
 
 // recoveryStore makes BackupStore "recovery" of tenant: the S3 server of

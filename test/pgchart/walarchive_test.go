@@ -78,7 +78,7 @@ func TestChartArchivesWAL(t *testing.T) {
 		t.Fatal("no wal-agent container")
 	}
 	conf := rd.config["postgresql.conf"]
-	for _, want := range []string{"archive_mode = on", "archive_timeout = '60s'", "archive_command = '/chartpilot/bin/chartpilot wal-push --via=/var/run/postgresql/.chartpilot-wal %p'"} {
+	for _, want := range []string{"archive_mode = always", "archive_timeout = '60s'", "archive_command = '/chartpilot/bin/chartpilot wal-push --via=/var/run/postgresql/.chartpilot-wal %p'"} {
 		if !strings.Contains(conf, want) {
 			t.Errorf("postgresql.conf lacks %q:\n%s", want, conf)
 		}

@@ -23,7 +23,8 @@ func chartRules(t *testing.T, root string) []byte {
 		t.Fatal(err)
 	}
 	manifest, err := helm.Template(ch, "db", "shop", map[string]any{"metrics": map[string]any{
-		"enabled": true, "serviceMonitor": map[string]any{"enabled": true}, "prometheusRule": map[string]any{"enabled": true}}}, "")
+		"enabled": true, "serviceMonitor": map[string]any{"enabled": true}, "prometheusRule": map[string]any{"enabled": true}},
+		"walArchive": map[string]any{"enabled": true, "storeArgs": []any{"--store=s3", "--s3-bucket=backups"}}}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +110,7 @@ func TestPostgresChartRules(t *testing.T) {
 			}
 		}
 	}
-	if n < 7 {
-		t.Errorf("%d alerts rendered, want the 7 of the chart", n)
+	if n < 9 {
+		t.Errorf("%d alerts rendered, want the 9 of the chart", n)
 	}
 }

@@ -66,6 +66,10 @@ type Manager struct {
 	// roleCheckedAt is when this primary last made sure of the
 	// replication role (zero: not since it leads).
 	roleCheckedAt time.Time
+	// archive is the server's archiving as last read (JSON, "" when it
+	// does not archive), archiveReadAt when.
+	archive       string
+	archiveReadAt time.Time
 }
 
 // New checks cfg and makes a Manager.

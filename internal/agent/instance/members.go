@@ -202,6 +202,9 @@ func (m *Manager) report(ctx context.Context) {
 		if t, err := m.pg.timeline(primary); err == nil {
 			ann[v1alpha1.AnnotationMemberTimeline] = strconv.FormatUint(t, 10)
 		}
+		if a := m.archiving(); a != "" {
+			ann[v1alpha1.AnnotationMemberArchive] = a
+		}
 		if primary && m.cfg.Synchronous > 0 {
 			if names, err := m.pg.synchronousStandbys(); err == nil && names != "" {
 				ann[v1alpha1.AnnotationSynchronousStandby] = names
@@ -257,4 +260,32 @@ func (m *Manager) patchRole(ctx context.Context, pod string, primary bool) bool 
 		return false
 	}
 	return true
+}
+
+// archiveEvery is how often a member reads its server's archiving.
+const archiveEvery = 10 * time.Second
+
+// archiveQuery reads pg_stat_archiver and the files waiting in
+// archive_status as one JSON object (v1alpha1.ArchiveReport); no row when
+// the server does not archive.
+const archiveQuery = `SELECT json_build_object(
+  'wal', coalesce(last_archived_wal, ''), 'at', coalesce(floor(extract(epoch FROM last_archived_time))::bigint, 0),
+  'failed', failed_count, 'failedWAL', coalesce(last_failed_wal, ''), 'failedAt', coalesce(floor(extract(epoch FROM last_failed_time))::bigint, 0),
+  'pending', (SELECT count(*) FROM pg_ls_archive_statusdir() WHERE name LIKE '%.ready'))::text
+FROM pg_stat_archiver WHERE current_setting('archive_mode') <> 'off'`
+
+// archiving is the server's archiving (JSON) for its Lease, read at most
+// every archiveEvery; "" when it does not archive or cannot say.
+func (m *Manager) archiving() string {
+	now := m.cfg.Now()
+	if now.Sub(m.archiveReadAt) < archiveEvery {
+		return m.archive
+	}
+	m.archiveReadAt = now
+	out, err := m.pg.query(archiveQuery)
+	if err != nil {
+		out = ""
+	}
+	m.archive = out
+	return out
 }

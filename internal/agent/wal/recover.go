@@ -360,7 +360,7 @@ func writeFile(root *os.Root, name string, data []byte) error {
 // go to logPath. A server that ends first (the target not reached: a gap,
 // or a target past the archive's end) is an error with its last messages.
 func Replay(ctx context.Context, dataDir, socketDir, logPath string, options []string) error {
-	log, err := os.OpenFile(logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	log, err := os.OpenFile(logPath, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {
 		return err
 	}

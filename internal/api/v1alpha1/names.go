@@ -106,6 +106,12 @@ const (
 	// since its previous report: a standby replaying its own WAL after a
 	// restart is not compared until it has finished.
 	AnnotationMemberSettled = "chartpilot.dev/settled"
+	// AnnotationMemberArchive is the member's WAL archiving, as its
+	// server's pg_stat_archiver and archive_status say (JSON: the last
+	// archived file and when, failures since the server started, the last
+	// failed file and when, files waiting); absent when the server does
+	// not archive.
+	AnnotationMemberArchive = "chartpilot.dev/archive"
 	// AnnotationPromotedFrom and AnnotationPromotedLagBytes, on the
 	// primary's Lease, are written by a member that promoted: the member
 	// it took over from, and how far behind that one it was.

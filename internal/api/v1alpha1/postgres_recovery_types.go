@@ -89,3 +89,39 @@ type PostgresRecoveryStatus struct {
 	// +optional
 	LastTransactionTime string `json:"lastTransactionTime,omitempty"`
 }
+
+// ArchiveReport is a member's WAL archiving (AnnotationMemberArchive).
+type ArchiveReport struct {
+	// WAL is the last file archived, At when (Unix seconds).
+	WAL string `json:"wal,omitempty"`
+	At  int64  `json:"at,omitempty"`
+	// Failed counts failed attempts since the server started; FailedWAL
+	// is the last that failed, FailedAt when.
+	Failed    int64  `json:"failed,omitempty"`
+	FailedWAL string `json:"failedWAL,omitempty"`
+	FailedAt  int64  `json:"failedAt,omitempty"`
+	// Pending counts the files waiting to be archived.
+	Pending int64 `json:"pending,omitempty"`
+}
+
+// States of a Postgres's WAL archiving.
+const (
+	ArchivingOK      = "Archiving"
+	ArchivingFailing = "Failing"
+	ArchivingBehind  = "Behind"
+)
+
+// PostgresArchivingStatus is the primary's WAL archiving as its instance
+// manager last reported it: what changes seldom (the state and why); the
+// figures that change with every file are metrics.
+type PostgresArchivingStatus struct {
+	// State is Archiving, Failing (the newest attempt failed) or Behind
+	// (more files wait than the archive keeps up with).
+	State string `json:"state"`
+	// Message says why, naming the file that fails.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// Member is the member reporting (the primary).
+	// +optional
+	Member string `json:"member,omitempty"`
+}

@@ -247,6 +247,10 @@ type PostgresStatus struct {
 	// Restore reports spec.restore.
 	// +optional
 	Restore *PostgresRestoreStatus `json:"restore,omitempty"`
+	// Archiving is the primary's WAL archiving (spec.backup.walArchive,
+	// with failover).
+	// +optional
+	Archiving *PostgresArchivingStatus `json:"archiving,omitempty"`
 	// Recovery reports spec.bootstrap.recovery.
 	// +optional
 	Recovery *PostgresRecoveryStatus `json:"recovery,omitempty"`

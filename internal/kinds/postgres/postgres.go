@@ -267,6 +267,9 @@ func Status(ctx context.Context, c client.Reader, obj *unstructured.Unstructured
 		if err := readPrimary(ctx, c, obj, pg, &st); err != nil {
 			return nil, 0, err
 		}
+		if err := readArchiving(ctx, c, obj, pg, &st); err != nil {
+			return nil, 0, err
+		}
 		again = FailoverCheckPeriod
 	} else {
 		st.Primary = obj.GetName() + "-0"
@@ -280,7 +283,7 @@ func Status(ctx context.Context, c client.Reader, obj *unstructured.Unstructured
 	}
 	// Only this kind's own fields: the shared release status is the reconciler's.
 	extras := map[string]any{}
-	for _, k := range []string{"version", "readyReplicas", "endpoints", "tuning", "primary", "lastFailover", "recovery"} {
+	for _, k := range []string{"version", "readyReplicas", "endpoints", "tuning", "primary", "lastFailover", "recovery", "archiving"} {
 		if v, ok := out[k]; ok {
 			extras[k] = v
 		} else {

@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/prometheus/client_golang/prometheus"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 )
@@ -120,4 +123,89 @@ func clip(s string, n int) string {
 		return s
 	}
 	return s[:n] + "…"
+}
+
+// archiveBehindFiles is how many files may wait to be archived before the
+// archiving is Behind: more than the agent uploads at once, several times.
+const archiveBehindFiles = 16
+
+// readArchiving fills status.archiving and the archiving metrics from the
+// primary's member Lease (NAME-PRIMARY), which its instance manager
+// annotates with its server's archiving. Only a Postgres with
+// spec.backup.walArchive and a known primary.
+func readArchiving(ctx context.Context, c client.Reader, obj *unstructured.Unstructured, pg *v1alpha1.Postgres, st *v1alpha1.PostgresStatus) error {
+	if pg.Spec.Backup == nil || pg.Spec.Backup.WALArchive == nil || st.Primary == "" {
+		archiveMetrics.forget(obj.GetNamespace(), obj.GetName())
+		return nil
+	}
+	lease := &coordinationv1.Lease{}
+	name := obj.GetName() + "-" + st.Primary
+	err := c.Get(ctx, types.NamespacedName{Namespace: obj.GetNamespace(), Name: name}, lease)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("reading the primary's member Lease %s: %w", name, err)
+	}
+	raw := lease.Annotations[v1alpha1.AnnotationMemberArchive]
+	if raw == "" {
+		return nil
+	}
+	var r v1alpha1.ArchiveReport
+	if err := json.Unmarshal([]byte(raw), &r); err != nil {
+		return nil // a member of another version, or a hand-made Lease: nothing to say
+	}
+	archiveMetrics.set(obj.GetNamespace(), obj.GetName(), r)
+	st.Archiving = archivingState(r, st.Primary)
+	return nil
+}
+
+// archivingState is the state a member's archive report says.
+func archivingState(r v1alpha1.ArchiveReport, member string) *v1alpha1.PostgresArchivingStatus {
+	s := &v1alpha1.PostgresArchivingStatus{State: v1alpha1.ArchivingOK, Member: member}
+	switch {
+	case r.FailedAt > 0 && r.FailedAt >= r.At:
+		s.State = v1alpha1.ArchivingFailing
+		s.Message = fmt.Sprintf("archiving %s failed; the server keeps its WAL until it is stored: see the wal-agent container's log of pod %s", r.FailedWAL, member)
+	case r.Pending > archiveBehindFiles:
+		s.State = v1alpha1.ArchivingBehind
+		s.Message = fmt.Sprintf("more than %d WAL files wait to be archived: the store does not keep up, and the newest recoverable point falls behind", archiveBehindFiles)
+	}
+	return s
+}
+
+// archiveMetrics are the primaries' archiving figures.
+var archiveMetrics = newArchiveGauges()
+
+type archiveGauges struct {
+	lastArchived, lastFailed, failures, pending *prometheus.GaugeVec
+}
+
+func newArchiveGauges() archiveGauges {
+	labels := []string{"namespace", "name"}
+	a := archiveGauges{
+		lastArchived: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "chartpilot_postgres_wal_last_archived_timestamp_seconds",
+			Help: "When the primary of a Postgres last archived a WAL file (Unix time)."}, labels),
+		lastFailed: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "chartpilot_postgres_wal_last_archive_failure_timestamp_seconds",
+			Help: "When archiving a WAL file of the primary of a Postgres last failed (Unix time; 0: never since its server started)."}, labels),
+		failures: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "chartpilot_postgres_wal_archive_failures",
+			Help: "Failed attempts to archive WAL files since the primary's server started."}, labels),
+		pending: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "chartpilot_postgres_wal_archive_pending_files",
+			Help: "WAL files of the primary of a Postgres waiting to be archived."}, labels),
+	}
+	metrics.Registry.MustRegister(a.lastArchived, a.lastFailed, a.failures, a.pending)
+	return a
+}
+
+func (a archiveGauges) set(ns, name string, r v1alpha1.ArchiveReport) {
+	a.lastArchived.WithLabelValues(ns, name).Set(float64(r.At))
+	a.lastFailed.WithLabelValues(ns, name).Set(float64(r.FailedAt))
+	a.failures.WithLabelValues(ns, name).Set(float64(r.Failed))
+	a.pending.WithLabelValues(ns, name).Set(float64(r.Pending))
+}
+
+func (a archiveGauges) forget(ns, name string) {
+	for _, v := range []*prometheus.GaugeVec{a.lastArchived, a.lastFailed, a.failures, a.pending} {
+		v.DeleteLabelValues(ns, name)
+	}
 }

@@ -1,0 +1,56 @@
+package postgres
+
+import (
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
+)
+
+// TestArchivingState: the newest attempt failing is Failing, naming the
+// file; many files waiting is Behind; else Archiving. The message holds
+// nothing that changes with every file (it is written to status).
+func TestArchivingState(t *testing.T) {
+	for _, tc := range []struct {
+		r     v1alpha1.ArchiveReport
+		state string
+		in    string
+	}{
+		{v1alpha1.ArchiveReport{WAL: "000000010000000000000003", At: 200}, v1alpha1.ArchivingOK, ""},
+		{v1alpha1.ArchiveReport{WAL: "000000010000000000000003", At: 200, Failed: 3, FailedWAL: "000000010000000000000002", FailedAt: 100}, v1alpha1.ArchivingOK, ""},
+		{v1alpha1.ArchiveReport{WAL: "000000010000000000000003", At: 200, Failed: 4, FailedWAL: "000000010000000000000004", FailedAt: 260}, v1alpha1.ArchivingFailing, "archiving 000000010000000000000004 failed"},
+		{v1alpha1.ArchiveReport{Failed: 1, FailedWAL: "000000010000000000000001", FailedAt: 5}, v1alpha1.ArchivingFailing, "pod db-0"},
+		{v1alpha1.ArchiveReport{WAL: "000000010000000000000003", At: 200, Pending: 40}, v1alpha1.ArchivingBehind, "more than 16 WAL files"},
+	} {
+		got := archivingState(tc.r, "db-0")
+		if got.State != tc.state || !strings.Contains(got.Message, tc.in) || got.Member != "db-0" {
+			t.Errorf("%+v: %+v, want %s with %q", tc.r, got, tc.state, tc.in)
+		}
+		if strings.Contains(got.Message, "40") {
+			t.Errorf("%+v: the message %q carries a figure that changes with every file", tc.r, got.Message)
+		}
+	}
+}
+
+// TestRecoveryOutcomeRead: the recover container's outcome (its
+// termination message) is status.recovery: completed with where it
+// stopped, or failed with the agent's words and what happens next.
+func TestRecoveryOutcomeRead(t *testing.T) {
+	st := &v1alpha1.PostgresRecoveryStatus{}
+	readOutcome(st, &corev1.ContainerStateTerminated{ExitCode: 0, Message: `{"phase":"Completed","message":"recovered to time X","target":"time X","base":"p/base/b","timeline":3,"lastTransactionTime":"2026-12-07 08:48:39.483464+00"}`})
+	if st.Phase != v1alpha1.RecoveryCompleted || st.Timeline != 3 || st.BaseBackup != "p/base/b" || st.LastTransactionTime == "" || st.Target != "time X" {
+		t.Errorf("completed: %+v", st)
+	}
+	st = &v1alpha1.PostgresRecoveryStatus{}
+	readOutcome(st, &corev1.ContainerStateTerminated{ExitCode: 1, Message: `{"phase":"Failed","message":"the archive has a gap at segment 000000010000000000000004"}`})
+	if st.Phase != v1alpha1.RecoveryFailed || !strings.Contains(st.Message, "000000010000000000000004") || !strings.Contains(st.Message, "tries again") {
+		t.Errorf("failed: %+v", st)
+	}
+	st = &v1alpha1.PostgresRecoveryStatus{}
+	readOutcome(st, &corev1.ContainerStateTerminated{ExitCode: 2, Message: "panic: something\nexit status 2"})
+	if st.Phase != v1alpha1.RecoveryFailed || !strings.HasPrefix(st.Message, "exit status 2") {
+		t.Errorf("a log tail: %+v", st)
+	}
+}

@@ -237,7 +237,7 @@ func recoverTo(ctx context.Context, a *wal.Archive, rc recovery, stderr io.Write
 	logPath := filepath.Join(staging, "chartpilot-recover.log")
 	if err := wal.Replay(ctx, rc.dataDir, socketDir, logPath, rc.options); err != nil {
 		if plan.Gap != "" {
-			return nil, "", fmt.Errorf("%w; the archive has a gap at segment %s (missing while %s, newer, is there)", err, plan.Gap, plan.Last)
+			return nil, "", fmt.Errorf("the archive has a gap at segment %s (missing while %s, newer, is there): %w", plan.Gap, plan.Last, err)
 		}
 		return nil, "", err
 	}

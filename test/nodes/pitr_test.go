@@ -236,6 +236,14 @@ func TestPointInTimeRecoveryOnRealPods(t *testing.T) {
 		}
 	}
 	t.Logf("segments the lost primary had not archived, archived by the standbys: %v", behind)
+	// The new primary's archiving, as its instance manager reports it.
+	var arch map[string]any
+	if err := wait.PollUntilContextTimeout(ctx, 2*time.Second, 3*time.Minute, true, func(context.Context) (bool, error) {
+		arch, _, _ = unstructured.NestedMap(mustGet(t, dyn, postgresGVR, tenant, name).Object, "status", "archiving")
+		return arch["state"] == "Archiving" && arch["member"] == newPrimary.Name, nil
+	}); err != nil {
+		t.Errorf("status.archiving %v, want Archiving reported by %s", arch, newPrimary.Name)
+	}
 	t.Logf("base backup %s; %d rows acknowledged; %d files archived; T1 %s (row %d), failover at %s, T2 %s (row %d)",
 		base, len(acks), len(files), t1, t1Row, lost.UTC().Format(time.RFC3339Nano), t2, t2Row)
 

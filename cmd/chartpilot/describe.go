@@ -98,6 +98,7 @@ func printDescription(w io.Writer, kind string, u *unstructured.Unstructured, st
 	}
 	if kind == "Postgres" {
 		printBackups(w, u, now)
+		printRecovery(w, u)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "\nConditions:")
@@ -175,6 +176,37 @@ func printBackups(w io.Writer, u *unstructured.Unstructured, now time.Time) {
 	}
 	if b.LastPruneResult != "" {
 		fmt.Fprintf(w, "  Prune:        %s\n", oneLineMsg(b.LastPruneResult))
+	}
+	if a, ok, _ := unstructured.NestedMap(u.Object, "status", "archiving"); ok {
+		line := fmt.Sprint(a["state"])
+		if m, _ := a["message"].(string); m != "" {
+			line += ": " + oneLineMsg(m)
+		}
+		fmt.Fprintf(w, "  Archiving:    %s\n", line)
+	}
+}
+
+// printRecovery shows a Postgres's status.recovery: what it was recovered
+// from, and to where.
+func printRecovery(w io.Writer, u *unstructured.Unstructured) {
+	raw, ok, _ := unstructured.NestedMap(u.Object, "status", "recovery")
+	if !ok {
+		return
+	}
+	var r v1alpha1.PostgresRecoveryStatus
+	if runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &r) != nil {
+		return
+	}
+	fmt.Fprintln(w, "\nRecovery:")
+	fmt.Fprintf(w, "  Phase:        %s, to %s\n", r.Phase, orDash(r.Target))
+	if r.BaseBackup != "" {
+		fmt.Fprintf(w, "  From:         %s\n", r.BaseBackup)
+	}
+	if r.Timeline != 0 || r.LastTransactionTime != "" {
+		fmt.Fprintf(w, "  Reached:      timeline %d, last transaction committed at %s\n", r.Timeline, orDash(r.LastTransactionTime))
+	}
+	if r.Message != "" && r.Phase != v1alpha1.RecoveryCompleted {
+		fmt.Fprintf(w, "  Message:      %s\n", oneLineMsg(r.Message))
 	}
 }
 

@@ -101,6 +101,7 @@ func main() {
 	failovers := flag.Int("failovers", 5, "primary failovers measured in the failover table (0: skip)")
 	loadMB := flag.Int("load-mb", 1024, "MiB of the database restored and drilled in the restore table (0: skip)")
 	backupMB := flag.Int("backup-mb", 1024, "MiB of the database backed up and restored in the backup table (0: skip)")
+	pitrMB := flag.Int("pitr-mb", 1024, "MiB of the database archived, base-backed-up and recovered in the point-in-time recovery table (0: skip)")
 	realFailovers := flag.Int("real-failovers", 5, "failovers of a primary kept down past its Lease on real pods, with test/nodes' backup and major-upgrade tests (0: skip the real pods' tables; needs root)")
 	realMB := flag.Int("real-mb", 1024, "MiB added to the databases backed up and upgraded on real pods")
 	flag.IntVar(&gcPercent, "gc-percent", 0, "the operator's --gc-percent (0: its default)")
@@ -172,6 +173,13 @@ func main() {
 			fail(fmt.Errorf("backup table: %w", err))
 		}
 	}
+	var pitr *pitrResult
+	if *pitrMB > 0 {
+		var err error
+		if pitr, err = runPITRBench(root, *pitrMB); err != nil {
+			fail(fmt.Errorf("point-in-time recovery table: %w", err))
+		}
+	}
 	var failoverRows []instancetest.Result
 	if *failovers > 0 {
 		var err error
@@ -214,6 +222,7 @@ func main() {
 	printCrashes(crashRows)
 	printFaults(*faultN, faultRows)
 	printBackup(backupRows)
+	printPITR(pitr)
 	printFailover(failoverRows)
 	printLoad(loadRows, loadDBMB)
 	printMajor(major)

@@ -157,6 +157,13 @@ type Server struct {
 // when the test ends.
 func Start(t T) *Server {
 	t.Helper()
+	return StartWith(t, nil)
+}
+
+// StartWith is Start with env in the server's environment (what its
+// archive_command reads) and settings over its own (NAME=VALUE).
+func StartWith(t T, env map[string]string, settings ...string) *Server {
+	t.Helper()
 	bin := Bin(t)
 	r := NewRunner(t, bin)
 	s := &Server{Runner: r, Port: FreePort(t), Dir: r.TempDir(t)}
@@ -169,8 +176,12 @@ func Start(t T) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.cmd = r.Command(nil, "postgres", "-D", data, "-c", "listen_addresses=127.0.0.1", "-c", fmt.Sprintf("port=%d", s.Port),
-		"-c", "unix_socket_directories="+s.Dir, "-c", "fsync=off")
+	args := []string{"-D", data, "-c", "listen_addresses=127.0.0.1", "-c", fmt.Sprintf("port=%d", s.Port),
+		"-c", "unix_socket_directories=" + s.Dir, "-c", "fsync=off"}
+	for _, o := range settings {
+		args = append(args, "-c", o)
+	}
+	s.cmd = r.Command(env, "postgres", args...)
 	s.cmd.Stdout, s.cmd.Stderr = log, log
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -35,6 +35,10 @@ type Kind struct {
 	// action and then only while it asks to be called again, so a resting
 	// resource costs no request.
 	Status func(ctx context.Context, c client.Reader, obj *unstructured.Unstructured) (map[string]any, time.Duration, error)
+	// Conditions derives the kind's own conditions from the fields Status
+	// returned: a type mapped to nil is removed. Each condition's Status,
+	// Reason and Message are used; the rest is the reconciler's.
+	Conditions func(fields map[string]any) map[string]*metav1.Condition
 	// Facts reads the policy-relevant figures of a resource (default:
 	// GenericFacts from its values layer).
 	Facts func(obj *unstructured.Unstructured, crValues map[string]any) hooks.Facts

@@ -148,6 +148,15 @@ func (r reporter) kindStatus(ctx context.Context, p *pass, res ctrl.Result) (ctr
 		return res, fmt.Errorf("reporting %s status: %w", r.Watch.GVK.Kind, err)
 	}
 	p.extras = extras
+	if r.Kind.Conditions != nil {
+		for typ, c := range r.Kind.Conditions(extras) {
+			if c == nil {
+				apimeta.RemoveStatusCondition(&p.status.Conditions, typ)
+				continue
+			}
+			setCondition(p.status, p.obj, typ, c.Status, c.Reason, c.Message)
+		}
+	}
 	r.mem.with(p.key, func(m *memo) { m.statusSettled = again == 0 })
 	if again > 0 && (res.RequeueAfter == 0 || again < res.RequeueAfter) {
 		res.RequeueAfter = again

@@ -70,6 +70,9 @@ type Manager struct {
 	// does not archive), archiveReadAt when.
 	archive       string
 	archiveReadAt time.Time
+	// archiveFailing: the newest attempt to archive had failed at the
+	// last read.
+	archiveFailing bool
 }
 
 // New checks cfg and makes a Manager.

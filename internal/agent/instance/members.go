@@ -2,6 +2,7 @@ package instance
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"sort"
@@ -43,8 +44,13 @@ func ahead(aTimeline, aLSN, bTimeline, bLSN uint64) bool {
 	return aLSN > bLSN
 }
 
-// event records an event on the member's pod.
+// event records a Normal event on the member's pod.
 func (m *Manager) event(ctx context.Context, reason, msg string) {
+	m.eventOf(ctx, corev1.EventTypeNormal, reason, msg)
+}
+
+// eventOf records an event of type typ on the member's pod.
+func (m *Manager) eventOf(ctx context.Context, typ, reason, msg string) {
 	if m.cfg.Pod == "" {
 		return
 	}
@@ -52,7 +58,7 @@ func (m *Manager) event(ctx context.Context, reason, msg string) {
 	ev := &corev1.Event{
 		ObjectMeta:     metav1.ObjectMeta{GenerateName: m.cfg.Pod + ".", Namespace: m.cfg.Namespace},
 		InvolvedObject: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: m.cfg.Namespace, Name: m.cfg.Pod},
-		Reason:         reason, Message: msg, Type: corev1.EventTypeNormal,
+		Reason:         reason, Message: msg, Type: typ,
 		FirstTimestamp: now, LastTimestamp: now, Count: 1,
 		Source: corev1.EventSource{Component: "chartpilot-instance"},
 	}
@@ -202,7 +208,7 @@ func (m *Manager) report(ctx context.Context) {
 		if t, err := m.pg.timeline(primary); err == nil {
 			ann[v1alpha1.AnnotationMemberTimeline] = strconv.FormatUint(t, 10)
 		}
-		if a := m.archiving(); a != "" {
+		if a := m.archiving(ctx); a != "" {
 			ann[v1alpha1.AnnotationMemberArchive] = a
 		}
 		if primary && m.cfg.Synchronous > 0 {
@@ -275,8 +281,10 @@ const archiveQuery = `SELECT json_build_object(
 FROM pg_stat_archiver WHERE current_setting('archive_mode') <> 'off'`
 
 // archiving is the server's archiving (JSON) for its Lease, read at most
-// every archiveEvery; "" when it does not archive or cannot say.
-func (m *Manager) archiving() string {
+// every archiveEvery; "" when it does not archive or cannot say. When its
+// newest attempt starts failing, or succeeds again, an event on the pod
+// says so.
+func (m *Manager) archiving(ctx context.Context) string {
 	now := m.cfg.Now()
 	if now.Sub(m.archiveReadAt) < archiveEvery {
 		return m.archive
@@ -287,5 +295,17 @@ func (m *Manager) archiving() string {
 		out = ""
 	}
 	m.archive = out
+	var r v1alpha1.ArchiveReport
+	if out == "" || json.Unmarshal([]byte(out), &r) != nil {
+		return out
+	}
+	failing := r.FailedAt > 0 && r.FailedAt >= r.At
+	switch {
+	case failing && !m.archiveFailing:
+		m.eventOf(ctx, corev1.EventTypeWarning, "WALArchiveFailing", fmt.Sprintf("archiving WAL file %s failed: the server keeps its WAL until it is stored; the wal-agent container's log says why", r.FailedWAL))
+	case !failing && m.archiveFailing:
+		m.eventOf(ctx, corev1.EventTypeNormal, "WALArchiveRecovered", fmt.Sprintf("archiving works again: %s stored", r.WAL))
+	}
+	m.archiveFailing = failing
 	return out
 }

@@ -38,6 +38,11 @@ const (
 	// ConditionRestored is False while spec.restore has not completed; it
 	// keeps the resource not Ready until it has.
 	ConditionRestored = "Restored"
+	// ConditionContinuousArchiving is a Postgres's WAL archiving, as its
+	// primary reports it: True while every file closed is archived, False
+	// (ArchiveFailing, ArchiveBehind) when not; absent when it does not
+	// archive.
+	ConditionContinuousArchiving = "ContinuousArchiving"
 	// ConditionStorageResizing is True while volumes of the release's
 	// StatefulSets grow (the message gives each claim's state), False once
 	// every claim has its new size; absent until storage first grows.

@@ -31,7 +31,7 @@ var GVK = v1alpha1.GroupVersion.WithKind("Postgres")
 
 // Kind returns the translator and status reporter of Postgres.
 func Kind() kinds.Kind {
-	return kinds.Kind{Values: Values, Status: Status, Facts: Facts, AppMajor: Major, DeployedAppMajor: DeployedMajor, Storage: Storage}
+	return kinds.Kind{Values: Values, Status: Status, Conditions: Conditions, Facts: Facts, AppMajor: Major, DeployedAppMajor: DeployedMajor, Storage: Storage}
 }
 
 // KindWith is Kind whose pods take the instance manager from image

@@ -10,6 +10,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -208,4 +209,27 @@ func (a archiveGauges) forget(ns, name string) {
 	for _, v := range []*prometheus.GaugeVec{a.lastArchived, a.lastFailed, a.failures, a.pending} {
 		v.DeleteLabelValues(ns, name)
 	}
+}
+
+// Conditions is the Postgres kind's own condition: ContinuousArchiving,
+// from status.archiving (removed when the Postgres does not archive or no
+// member reported yet).
+func Conditions(fields map[string]any) map[string]*metav1.Condition {
+	a, _ := fields["archiving"].(map[string]any)
+	if a == nil {
+		return map[string]*metav1.Condition{v1alpha1.ConditionContinuousArchiving: nil}
+	}
+	state, _ := a["state"].(string)
+	msg, _ := a["message"].(string)
+	c := &metav1.Condition{Status: metav1.ConditionTrue, Reason: "Archiving", Message: "every WAL file closed is archived"}
+	if member, _ := a["member"].(string); member != "" {
+		c.Message += " (as " + member + ", the primary, reports)"
+	}
+	switch state {
+	case v1alpha1.ArchivingFailing:
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, "ArchiveFailing", msg
+	case v1alpha1.ArchivingBehind:
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, "ArchiveBehind", msg
+	}
+	return map[string]*metav1.Condition{v1alpha1.ConditionContinuousArchiving: c}
 }

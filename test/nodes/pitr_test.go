@@ -20,6 +20,9 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/chartpilot/chartpilot/internal/agent/blobstore"
+	"github.com/chartpilot/chartpilot/internal/backup"
 )
 
 // archived lists the WAL objects of the archive of Postgres name in
@@ -239,10 +242,18 @@ func TestPointInTimeRecoveryOnRealPods(t *testing.T) {
 	// The new primary's archiving, as its instance manager reports it.
 	var arch map[string]any
 	if err := wait.PollUntilContextTimeout(ctx, 2*time.Second, 3*time.Minute, true, func(context.Context) (bool, error) {
-		arch, _, _ = unstructured.NestedMap(mustGet(t, dyn, postgresGVR, tenant, name).Object, "status", "archiving")
-		return arch["state"] == "Archiving" && arch["member"] == newPrimary.Name, nil
+		got := mustGet(t, dyn, postgresGVR, tenant, name)
+		arch, _, _ = unstructured.NestedMap(got.Object, "status", "archiving")
+		conds, _, _ := unstructured.NestedSlice(got.Object, "status", "conditions")
+		archiving := false
+		for _, c := range conds {
+			if m, _ := c.(map[string]any); m["type"] == "ContinuousArchiving" && m["status"] == "True" {
+				archiving = true
+			}
+		}
+		return archiving && arch["state"] == "Archiving" && arch["member"] == newPrimary.Name, nil
 	}); err != nil {
-		t.Errorf("status.archiving %v, want Archiving reported by %s", arch, newPrimary.Name)
+		t.Errorf("status.archiving %v, want Archiving reported by %s, and ContinuousArchiving True", arch, newPrimary.Name)
 	}
 	t.Logf("base backup %s; %d rows acknowledged; %d files archived; T1 %s (row %d), failover at %s, T2 %s (row %d)",
 		base, len(acks), len(files), t1, t1Row, lost.UTC().Format(time.RFC3339Nano), t2, t2Row)
@@ -280,6 +291,10 @@ func TestPointInTimeRecoveryOnRealPods(t *testing.T) {
 		t.Errorf("pod gap-0 (%v) runs its server after a failed recovery", err)
 	}
 	t.Logf("with %s deleted: %v", gone, rec["message"])
+
+	// Archiving that fails: a file of another server already where the
+	// first segment goes. Status, condition and an event say so.
+	stuckArchive(t, tenant, pgRepo)
 
 	// A lost volume: one pod, frozen under writes.
 	const solo = "solo"
@@ -402,6 +417,59 @@ func unarchivedOnPrimary(t *testing.T, host, user, password string) []string {
 		t.Fatalf("the primary archived %s with its WAL service stopped", last)
 	}
 	return behind
+}
+
+// stuckArchive applies a one-pod Postgres "stuck" whose archive already
+// holds, under the name of the first segment it archives, a file of other
+// content: its archiving fails (the archive never overwrites a file), and
+// status.archiving (Failing, naming the file), the ContinuousArchiving
+// condition (False, ArchiveFailing) and a WALArchiveFailing event on its
+// pod say so.
+func stuckArchive(t *testing.T, tenant, pgRepo string) {
+	t.Helper()
+	ctx := context.Background()
+	cs, dyn := clients(t)
+	const name, first = "stuck", "000000010000000000000001"
+	local := mustGet(t, dyn, backupStoreGVR, tenant, "local")
+	s3, _ := local.Object["spec"].(map[string]any)["s3"].(map[string]any)
+	creds, err := cs.CoreV1().Secrets(tenant).Get(ctx, "s3-creds", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := blobstore.OpenS3(ctx, backup.S3{Endpoint: s3["endpoint"].(string), Bucket: s3["bucket"].(string), Prefix: s3["prefix"].(string),
+		ForcePathStyle: true, AccessKeyID: string(creds.Data["accessKeyID"]), SecretAccessKey: string(creds.Data["secretAccessKey"])})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if err := b.WriteAll(ctx, tenant+"/"+name+"/pg15/wal/"+first, []byte("another server's file"), nil); err != nil {
+		t.Fatal(err)
+	}
+	createThroughWebhook(t, dyn, postgresGVR, tenant, "Postgres", name, realNodePostgres(pgRepo, "15", map[string]any{
+		"failover": map[string]any{"enabled": true},
+		"backup": map[string]any{"store": map[string]any{"name": "local"}, "schedule": "0 3 * * *",
+			"walArchive": map[string]any{"archiveTimeout": "5s"}}}))
+	var arch map[string]any
+	var cond string
+	if err := wait.PollUntilContextTimeout(ctx, 2*time.Second, 6*time.Minute, true, func(context.Context) (bool, error) {
+		got := mustGet(t, dyn, postgresGVR, tenant, name)
+		arch, _, _ = unstructured.NestedMap(got.Object, "status", "archiving")
+		conds, _, _ := unstructured.NestedSlice(got.Object, "status", "conditions")
+		cond = ""
+		for _, c := range conds {
+			if m, _ := c.(map[string]any); m["type"] == "ContinuousArchiving" {
+				cond = fmt.Sprint(m["status"], " ", m["reason"])
+			}
+		}
+		return arch["state"] == "Failing" && strings.Contains(fmt.Sprint(arch["message"]), first) && cond == "False ArchiveFailing", nil
+	}); err != nil {
+		logResource(t, postgresGVR, tenant, name)
+		t.Fatalf("status.archiving %v, ContinuousArchiving %q: want Failing naming %s, and False ArchiveFailing", arch, cond, first)
+	}
+	if n := eventCounts(t, cs, tenant, name+"-0", "WALArchiveFailing"); len(n) == 0 {
+		t.Errorf("no WALArchiveFailing event on pod %s-0", name)
+	}
+	t.Logf("archiving that fails: %v", arch["message"])
 }
 
 // recoveryStore makes BackupStore "recovery" of tenant: the S3 server of

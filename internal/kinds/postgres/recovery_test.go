@@ -54,3 +54,32 @@ func TestRecoveryOutcomeRead(t *testing.T) {
 		t.Errorf("a log tail: %+v", st)
 	}
 }
+
+// TestArchivingCondition: ContinuousArchiving follows status.archiving,
+// and goes when the Postgres reports no archiving.
+func TestArchivingCondition(t *testing.T) {
+	for _, tc := range []struct {
+		archiving      any
+		status, reason string
+	}{
+		{map[string]any{"state": "Archiving", "member": "db-1"}, "True", "Archiving"},
+		{map[string]any{"state": "Failing", "message": "archiving X failed"}, "False", "ArchiveFailing"},
+		{map[string]any{"state": "Behind", "message": "more than 16"}, "False", "ArchiveBehind"},
+		{nil, "", ""},
+	} {
+		got := Conditions(map[string]any{"archiving": tc.archiving})
+		c, ok := got[v1alpha1.ConditionContinuousArchiving]
+		if !ok {
+			t.Fatalf("%v: no ContinuousArchiving entry", tc.archiving)
+		}
+		if tc.status == "" {
+			if c != nil {
+				t.Errorf("no archiving: %+v, want the condition removed", c)
+			}
+			continue
+		}
+		if c == nil || string(c.Status) != tc.status || c.Reason != tc.reason || c.Message == "" {
+			t.Errorf("%v: %+v, want %s %s with a message", tc.archiving, c, tc.status, tc.reason)
+		}
+	}
+}

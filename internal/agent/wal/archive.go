@@ -148,6 +148,15 @@ func (a *Archive) PushBytes(ctx context.Context, name string, data []byte) error
 	return a.retry(ctx, "pushing "+name, func() error { return a.push(ctx, name, data, plainSum) })
 }
 
+// StoredOtherError is a push of a file the archive holds already with
+// other content: the archive is never overwritten.
+type StoredOtherError struct{ Name, Stored, This string }
+
+func (e *StoredOtherError) Error() string {
+	return fmt.Sprintf("%s is archived already with other content (SHA-256 %s, this file's %s): an archive is never overwritten; is another server archiving to the same prefix?",
+		e.Name, e.Stored, e.This)
+}
+
 // MaxFile is the largest WAL file name may be.
 func (a *Archive) MaxFile(name string) int64 { return a.maxPlain(name) }
 
@@ -159,8 +168,7 @@ func (a *Archive) push(ctx context.Context, name string, data []byte, plainSum s
 		if attrs.Metadata[metaPlainSHA256] == plainSum {
 			return nil // archived before (a retry after a crash)
 		}
-		return permanent(fmt.Errorf("%s is archived already with other content (SHA-256 %s, this file's %s): an archive is never overwritten; is another server archiving to the same prefix?",
-			name, clip(attrs.Metadata[metaPlainSHA256]), plainSum))
+		return permanent(&StoredOtherError{Name: name, Stored: clip(attrs.Metadata[metaPlainSHA256]), This: plainSum})
 	case gcerrors.Code(err) != gcerrors.NotFound:
 		return err
 	}

@@ -181,7 +181,20 @@ func (s *Service) push(ctx context.Context, wal int, name string) error {
 		if err != nil {
 			return err
 		}
-		return s.Archive.PushBytes(ctx, n, data)
+		err = s.Archive.PushBytes(ctx, n, data)
+		var other *StoredOtherError
+		if errors.As(err, &other) && s.standby() {
+			// A standby archives what it received (archive_mode always)
+			// only so that nothing the primary had not stored is lost.
+			// At the end of a timeline it also marks the segment it was
+			// in, cut short at the fork, under the full name: what the
+			// old primary stored stays, and the standby goes on.
+			if s.Log != nil {
+				s.Log("push", n, fmt.Errorf("kept the archived file, this standby's differs (cut at a timeline's end): %w", err))
+			}
+			return nil
+		}
+		return err
 	}
 	var wg sync.WaitGroup
 	for _, n := range more {
@@ -194,6 +207,13 @@ func (s *Service) push(ctx context.Context, wal int, name string) error {
 	err := one(name)
 	wg.Wait()
 	return err
+}
+
+// standby reports whether the server of DataDir starts as a standby
+// (standby.signal; a promoted standby's server removed it).
+func (s *Service) standby() bool {
+	_, err := os.Lstat(filepath.Join(s.DataDir, "standby.signal"))
+	return err == nil
 }
 
 // readAt reads regular file name of directory dir, of at most max bytes,

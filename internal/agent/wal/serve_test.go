@@ -134,3 +134,64 @@ func TestServiceArchivesForTheServer(t *testing.T) {
 		t.Errorf("logged %q, want the 6 failed requests", logged)
 	}
 }
+
+// TestServiceStandbyKeepsWhatIsArchived: a segment the archive holds with
+// other content fails the primary's push (the archive is never
+// overwritten, and another server may be archiving to the prefix), while
+// a standby's push of it (archive_mode always: at a timeline's end it
+// marks the segment cut at the fork under the full name) is acknowledged,
+// logged, and leaves the archived file as it was: the standby's archiving
+// goes on instead of holding its WAL for ever.
+func TestServiceStandbyKeepsWhatIsArchived(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b := memblob.OpenBucket(nil)
+	defer b.Close()
+	const seg = 1 << 20
+	a := &wal.Archive{Bucket: b, Prefix: "ns/db", SegmentSize: seg, Retries: -1}
+	const name = "000000010000000000000007"
+	primaryCopy := bytes.Repeat([]byte("old!"), seg/4)
+	if err := a.PushBytes(ctx, name, primaryCopy); err != nil {
+		t.Fatal(err)
+	}
+	data := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(data, "pg_wal"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	cut := append(bytes.Repeat([]byte("old!"), seg/8), bytes.Repeat([]byte{0}, seg/2)...)
+	if err := os.WriteFile(filepath.Join(data, "pg_wal", name), cut, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	socket := filepath.Join(t.TempDir(), "wal.sock")
+	l, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var logged []string
+	svc := &wal.Service{Archive: a, DataDir: data, Parallel: 1, Log: func(op, n string, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		logged = append(logged, op+" "+n+": "+err.Error())
+	}}
+	go func() { _ = svc.Serve(ctx, l) }()
+	push := wal.Request{Op: "push", Path: filepath.Join(data, "pg_wal", name)}
+	if err := wal.Ask(ctx, socket, push); err == nil || !strings.Contains(err.Error(), "archived already with other content") {
+		t.Fatalf("a primary's push of other content: %v, want it refused", err)
+	}
+	if err := os.WriteFile(filepath.Join(data, "standby.signal"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := wal.Ask(ctx, socket, push); err != nil {
+		t.Fatalf("a standby's push of a segment archived with other content: %v, want it acknowledged", err)
+	}
+	got, err := a.Read(ctx, name)
+	if err != nil || !bytes.Equal(got, primaryCopy) {
+		t.Fatalf("the archived file after the standby's push: %d bytes (%v), want the primary's, unchanged", len(got), err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.Contains(strings.Join(logged, "\n"), "kept the archived file") {
+		t.Errorf("nothing logged of the standby's differing segment: %v", logged)
+	}
+}

@@ -3,6 +3,8 @@ package wal
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -49,8 +51,11 @@ type NewCluster struct {
 	// thinks so): then no recovery runs, whatever DataDir holds.
 	EverLed func(ctx context.Context) (bool, string, error)
 	// User gets Password, SUPERUSER and LOGIN in the recovered data (made
-	// when the archive's server had no such role). Empty: left as it was.
+	// when the archive's server had no such role; see SetSuperuser).
+	// Empty: left as it was.
 	User, Password string
+	// Command makes the postgres command of SetSuperuser (nil: from PATH).
+	Command func(name string, args ...string) *exec.Cmd
 }
 
 // Skip reports why no recovery is due ("" when one is).
@@ -79,7 +84,7 @@ func (n NewCluster) Work() string { return filepath.Clean(n.DataDir) + ".recover
 func (n NewCluster) Finish() error {
 	work := n.Work()
 	if n.User != "" {
-		if err := SetSuperuser(work, n.User, n.Password); err != nil {
+		if err := SetSuperuser(n.Command, work, n.User, n.Password); err != nil {
 			return err
 		}
 	}
@@ -105,51 +110,69 @@ func syncDir(dir string) error {
 }
 
 // SetSuperuser gives role user the password, SUPERUSER and LOGIN in the
-// stopped cluster at dataDir (made when missing), in single-user mode (as
-// the cluster's bootstrap superuser; no trigger or user code runs), with
-// the statement logged nowhere. postgres comes from PATH.
-func SetSuperuser(dataDir, user, password string) error {
+// stopped cluster at dataDir, in single-user mode (as the cluster's
+// bootstrap superuser; no trigger or user code runs), with the statement
+// logged nowhere. The role is made when the recovered cluster has none of
+// that name; one that exists must be a superuser already: a role of the
+// archive's server that was not (its members, its functions, its
+// settings) never becomes one. command makes the postgres command (nil:
+// exec.Command, postgres from PATH).
+func SetSuperuser(command func(name string, args ...string) *exec.Cmd, dataDir, user, password string) error {
+	if command == nil {
+		command = exec.Command
+	}
 	if user == "" || strings.ContainsAny(user, "\x00\n\r") || len(user) > 63 {
 		return fmt.Errorf("the superuser's name %q: 1 to 63 characters, no line breaks", user)
+	}
+	if password == "" {
+		return errors.New("the Postgres's Secret holds no superuser password: set its key password")
 	}
 	for _, r := range password {
 		if r < 0x20 || r > 0x7e {
 			return errors.New("the superuser's password holds a character that is not printable ASCII: set one of printable ASCII")
 		}
 	}
+	var tag string
+	for {
+		b := make([]byte, 8)
+		if _, err := rand.Read(b); err != nil {
+			return err
+		}
+		tag = "$cp" + hex.EncodeToString(b) + "$"
+		if !strings.Contains(user, tag) && !strings.Contains(password, tag) {
+			break
+		}
+	}
 	lit := func(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
-	ident := `"` + strings.ReplaceAll(user, `"`, `""`) + `"`
-	stmt := fmt.Sprintf("DO $chartpilot$BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = %s) THEN CREATE ROLE %s; END IF; END$chartpilot$;\n", lit(user), ident)
-	if strings.Contains(user, "$chartpilot$") {
-		return fmt.Errorf("the superuser's name %q holds $chartpilot$", user)
-	}
-	stmt += fmt.Sprintf("ALTER ROLE %s WITH SUPERUSER LOGIN", ident)
-	if password != "" {
-		stmt += " PASSWORD " + lit(password)
-	}
-	stmt += ";\n"
-	cmd := exec.Command("postgres", "--single", "-D", dataDir, "-c", "log_statement=none", "-c", "log_min_error_statement=panic",
+	// One statement on one line: single-user mode ends a statement at a
+	// line break, and goes on after a failed one.
+	stmt := "DO " + tag + "BEGIN " +
+		"IF EXISTS (SELECT FROM pg_roles WHERE rolname = " + lit(user) + " AND NOT rolsuper) THEN " +
+		"RAISE EXCEPTION 'chartpilot: the recovered cluster has a role %, which is not a superuser: it does not become one', " + lit(user) + "; " +
+		"END IF; " +
+		"IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = " + lit(user) + ") THEN " +
+		"EXECUTE format('CREATE ROLE %I', " + lit(user) + "); " +
+		"END IF; " +
+		"EXECUTE format('ALTER ROLE %I WITH SUPERUSER LOGIN PASSWORD %L', " + lit(user) + ", " + lit(password) + "); " +
+		"END" + tag + ";\n"
+	cmd := command("postgres", "--single", "-D", dataDir, "-c", "log_statement=none", "-c", "log_min_error_statement=panic",
 		"-c", "standard_conforming_strings=on", "-c", "listen_addresses=", "postgres")
 	cmd.Stdin = strings.NewReader(stmt)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
-	// The output never echoes the statement (single-user mode prints
-	// results and messages, and errors carry no statement at this level);
-	// still, only its ERROR and FATAL lines are shown.
+	// Single-user mode prints results and messages, never the statement;
+	// only its ERROR and FATAL lines are shown, the password taken out.
 	var bad []string
 	for _, l := range strings.Split(out.String(), "\n") {
 		if strings.Contains(l, "ERROR:") || strings.Contains(l, "FATAL:") {
-			bad = append(bad, strings.TrimSpace(l))
+			bad = append(bad, strings.ReplaceAll(strings.TrimSpace(l), password, "[redacted]"))
 		}
 	}
-	if password != "" {
-		for i := range bad {
-			bad[i] = strings.ReplaceAll(bad[i], password, "[redacted]")
-		}
-	}
-	if err != nil || len(bad) > 0 {
-		return fmt.Errorf("setting the superuser %s in the recovered data: %v %s", user, err, strings.Join(bad, "; "))
+	if joined := strings.Join(bad, "; "); strings.Contains(joined, "which is not a superuser") {
+		return fmt.Errorf("the recovered cluster has a role %q (the Postgres's Secret's username), which is not a superuser there: it does not become one, since its members, functions and settings come from the archive's server; give the new Postgres a superuser name the archive's server has no role of (auth.username in spec.values), or that server's superuser's", user)
+	} else if err != nil || len(bad) > 0 {
+		return fmt.Errorf("setting the superuser %s in the recovered data: %v %s", user, err, joined)
 	}
 	return nil
 }

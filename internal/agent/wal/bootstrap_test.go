@@ -1,0 +1,61 @@
+package wal_test
+
+import (
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/chartpilot/chartpilot/internal/agent/wal"
+	"github.com/chartpilot/chartpilot/internal/testing/testpg"
+)
+
+// TestSuperuserOfARecoveredCluster: the new Postgres's superuser is set
+// in the recovered data in single-user mode: the cluster's bootstrap
+// superuser and a role the archive's server did not have get the
+// password, SUPERUSER and LOGIN; a role of that name that was not a
+// superuser there (a member of it, mallory, would become one) is refused,
+// naming it and the fix, and stays as it was. The password is in no
+// error.
+func TestSuperuserOfARecoveredCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real PostgreSQL")
+	}
+	r := testpg.NewRunner(t, testpg.Bin(t))
+	data := filepath.Join(r.TempDir(t), "data")
+	if out, err := r.Command(nil, "initdb", "-D", data, "-U", "postgres", "--auth=trust").CombinedOutput(); err != nil {
+		t.Fatalf("initdb: %v\n%s", err, out)
+	}
+	single := func(sql string) string {
+		t.Helper()
+		cmd := r.Command(nil, "postgres", "--single", "-D", data, "-c", "listen_addresses=", "postgres")
+		cmd.Stdin = strings.NewReader(sql)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", sql, err, out)
+		}
+		return string(out)
+	}
+	single("CREATE ROLE admin LOGIN; CREATE ROLE mallory LOGIN IN ROLE admin;")
+	command := func(name string, args ...string) *exec.Cmd { return r.Command(nil, name, args...) }
+	const secret = "s3cr3t'pw$x"
+	err := wal.SetSuperuser(command, data, "admin", secret)
+	if err == nil || !strings.Contains(err.Error(), `role "admin"`) || !strings.Contains(err.Error(), "not a superuser") || strings.Contains(err.Error(), secret) {
+		t.Fatalf("a non-superuser role of the archive's server: %v, want it refused, naming it, without the password", err)
+	}
+	if out := single("SELECT rolsuper FROM pg_roles WHERE rolname = 'admin';"); !strings.Contains(out, `rolsuper = "f"`) {
+		t.Fatalf("admin after the refusal:\n%s", out)
+	}
+	for _, user := range []string{"postgres", "fresh"} {
+		if err := wal.SetSuperuser(command, data, user, secret); err != nil {
+			t.Fatalf("superuser %s: %v", user, err)
+		}
+		out := single("SELECT rolsuper, rolcanlogin, rolpassword LIKE 'SCRAM-SHA-256$%' AS scram FROM pg_authid WHERE rolname = '" + user + "';")
+		if !strings.Contains(out, `rolsuper = "t"`) || !strings.Contains(out, `rolcanlogin = "t"`) || !strings.Contains(out, `scram = "t"`) {
+			t.Errorf("superuser %s in the recovered data:\n%s", user, out)
+		}
+	}
+	if err := wal.SetSuperuser(command, data, "fresh", ""); err == nil {
+		t.Error("an empty password was set")
+	}
+}

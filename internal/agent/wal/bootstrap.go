@@ -58,22 +58,28 @@ type NewCluster struct {
 	Command func(name string, args ...string) *exec.Cmd
 }
 
-// Skip reports why no recovery is due ("" when one is).
+// Skip reports why no recovery is due ("" when one is): the cluster had a
+// primary (this member joins it), or this recovery completed before (its
+// marker is there). A data directory holding a cluster that never had a
+// primary and that no recovery made (a volume kept from an earlier
+// Postgres of the name) is an error: a recovery never writes over data.
 func (n NewCluster) Skip(ctx context.Context) (string, error) {
-	if _, err := os.Stat(filepath.Join(n.DataDir, "PG_VERSION")); err == nil {
-		return fmt.Sprintf("%s holds a cluster already: nothing to recover", n.DataDir), nil
+	if n.EverLed != nil {
+		led, why, err := n.EverLed(ctx)
+		if err != nil {
+			return "", fmt.Errorf("reading whether the cluster had a primary: %w", err)
+		}
+		if led {
+			return "the cluster had a primary (" + why + "): this member joins it instead of recovering", nil
+		}
 	}
-	if n.EverLed == nil {
+	if _, err := os.Stat(filepath.Join(n.DataDir, "PG_VERSION")); err != nil {
 		return "", nil
 	}
-	led, why, err := n.EverLed(ctx)
-	if err != nil {
-		return "", fmt.Errorf("reading whether the cluster had a primary: %w", err)
+	if _, err := os.Stat(n.Marker); err == nil {
+		return "recovered already: the instance manager leads with the recovered data", nil
 	}
-	if led {
-		return "the cluster had a primary (" + why + "): this member joins it instead of recovering", nil
-	}
-	return "", nil
+	return "", fmt.Errorf("%s holds a cluster that no recovery made, and this cluster never had a primary: a volume kept from an earlier Postgres of this name? A recovery never writes over data: move what the volume holds away (or delete its claim), or recover into a Postgres of another name", n.DataDir)
 }
 
 // Work is where the recovery is made, beside DataDir.

@@ -1,6 +1,8 @@
 package wal_test
 
 import (
+	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -57,5 +59,41 @@ func TestSuperuserOfARecoveredCluster(t *testing.T) {
 	}
 	if err := wal.SetSuperuser(command, data, "fresh", ""); err == nil {
 		t.Error("an empty password was set")
+	}
+}
+
+// TestNewClusterSkip: a cluster that had a primary is joined, not
+// recovered; a recovery that completed before is not run again; a volume
+// holding a cluster no recovery made, in a cluster that never had a
+// primary, is an error (never written over), naming the way out.
+func TestNewClusterSkip(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	data := filepath.Join(dir, "pgdata")
+	never := func(context.Context) (bool, string, error) { return false, "", nil }
+	held := func(context.Context) (bool, string, error) { return true, "Lease db-primary was held", nil }
+	n := wal.NewCluster{DataDir: data, Marker: data + ".moved", EverLed: never}
+	if why, err := n.Skip(ctx); why != "" || err != nil {
+		t.Fatalf("an empty volume of a new cluster: %q, %v; want a recovery", why, err)
+	}
+	n.EverLed = held
+	if why, err := n.Skip(ctx); !strings.Contains(why, "joins it") || err != nil {
+		t.Fatalf("a cluster that had a primary: %q, %v", why, err)
+	}
+	n.EverLed = never
+	if err := os.MkdirAll(data, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(data, "PG_VERSION"), []byte("15\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if why, err := n.Skip(ctx); why != "" || err == nil || !strings.Contains(err.Error(), "never writes over data") {
+		t.Fatalf("a kept volume: %q, %v; want an error", why, err)
+	}
+	if err := os.WriteFile(n.Marker, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if why, err := n.Skip(ctx); !strings.Contains(why, "recovered already") || err != nil {
+		t.Fatalf("after a recovery: %q, %v", why, err)
 	}
 }

@@ -60,12 +60,16 @@ const (
 	RecoveryRunning   = "Running"
 	RecoveryFailed    = "Failed"
 	RecoveryCompleted = "Completed"
+	// RecoverySkipped: pod 0 did not recover, and says why (the cluster
+	// had a primary already).
+	RecoverySkipped = "Skipped"
 )
 
 // PostgresRecoveryStatus is what became of spec.bootstrap.recovery.
 type PostgresRecoveryStatus struct {
 	// Phase: Pending (the release or pod 0 not there yet), Running,
-	// Failed (retried by the kubelet; Message says why) or Completed.
+	// Failed (retried by the kubelet; Message says why), Skipped (the
+	// cluster had a primary already; Message says which) or Completed.
 	Phase string `json:"phase"`
 	// Message is the recovery's last word: where it stopped, or why it
 	// cannot go on.

@@ -9,6 +9,7 @@ import (
 // PostgresSpec is what a user asks of a PostgreSQL cluster. The translator
 // (internal/kinds/postgres) maps it onto the values of charts/postgresql.
 // +kubebuilder:validation:XValidation:rule="!has(self.restore) || !has(self.bootstrap) || !has(self.bootstrap.recovery)",message="spec.restore and spec.bootstrap.recovery both fill the new database: set one"
+// +kubebuilder:validation:XValidation:rule="has(self.bootstrap) == has(oldSelf.bootstrap)",message="spec.bootstrap is fixed at creation: it cannot be added or removed later; make a new Postgres to recover"
 // +kubebuilder:validation:XValidation:rule="!has(self.failover) || !has(self.failover.synchronous) || self.failover.synchronous == 0 || (has(self.replicas) && self.replicas >= 2)",message="failover.synchronous 1 needs replicas of at least 2: with no standby no commit could complete"
 type PostgresSpec struct {
 	// Version is the PostgreSQL major or major.minor version, e.g. "17" or "17.2".

@@ -76,6 +76,7 @@ func recoveryStatus(ctx context.Context, c client.Reader, obj *unstructured.Unst
 // outcome (JSON) as its termination message, else the message's last line.
 func readOutcome(st *v1alpha1.PostgresRecoveryStatus, term *corev1.ContainerStateTerminated) {
 	var out struct {
+		Phase               string `json:"phase"`
 		Message             string `json:"message"`
 		Target              string `json:"target"`
 		Base                string `json:"base"`
@@ -90,8 +91,11 @@ func readOutcome(st *v1alpha1.PostgresRecoveryStatus, term *corev1.ContainerStat
 		st.Target = out.Target
 	}
 	st.BaseBackup, st.Timeline, st.LastTransactionTime = out.Base, out.Timeline, out.LastTransactionTime
-	if term.ExitCode == 0 { // recovered, or skipped: the data was there
+	if term.ExitCode == 0 {
 		st.Phase = v1alpha1.RecoveryCompleted
+		if out.Phase == "Skipped" {
+			st.Phase, st.Message = v1alpha1.RecoverySkipped, "the recovery did not run: "+st.Message
+		}
 		return
 	}
 	st.Phase = v1alpha1.RecoveryFailed

@@ -49,6 +49,11 @@ func TestRecoveryOutcomeRead(t *testing.T) {
 		t.Errorf("failed: %+v", st)
 	}
 	st = &v1alpha1.PostgresRecoveryStatus{}
+	readOutcome(st, &corev1.ContainerStateTerminated{ExitCode: 0, Message: `{"phase":"Skipped","message":"the cluster had a primary (Lease db-primary was held)"}`})
+	if st.Phase != v1alpha1.RecoverySkipped || !strings.Contains(st.Message, "did not run: the cluster had a primary") {
+		t.Errorf("skipped: %+v", st)
+	}
+	st = &v1alpha1.PostgresRecoveryStatus{}
 	readOutcome(st, &corev1.ContainerStateTerminated{ExitCode: 2, Message: "panic: something\nexit status 2"})
 	if st.Phase != v1alpha1.RecoveryFailed || !strings.HasPrefix(st.Message, "exit status 2") {
 		t.Errorf("a log tail: %+v", st)

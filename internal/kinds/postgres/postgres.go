@@ -110,6 +110,13 @@ func Values(obj *unstructured.Unstructured) (map[string]any, error) {
 			return nil, fmt.Errorf("spec.values: not an object of chart values: %w", err)
 		}
 	}
+	// What reads a store is filled in from the typed fields, checked
+	// against the namespace's stores; raw values would pass the checks.
+	for key, field := range map[string]string{"walArchive": "spec.backup.walArchive", "bootstrap": "spec.bootstrap.recovery"} {
+		if _, ok := raw[key]; ok {
+			return nil, fmt.Errorf("spec.values.%s: chartpilot fills the chart's %s values from %s, checked against the namespace's backup stores: remove spec.values.%s and set %s", key, key, field, key, field)
+		}
+	}
 	replicas := int64(1)
 	if s.Replicas != nil {
 		replicas = int64(*s.Replicas)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"regexp"
+	"sort"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -13,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -135,48 +138,76 @@ func clip(s string, n int) string {
 const archiveBehindFiles = 16
 
 // readArchiving fills status.archiving and the archiving metrics from the
-// primary's member Lease (NAME-PRIMARY), which its instance manager
-// annotates with its server's archiving. Only a Postgres with
-// spec.backup.walArchive and a known primary.
+// members' Leases (label chartpilot.dev/cluster=NAME, one list), which
+// their instance managers annotate with their servers' archiving: the
+// metrics are the primary's; the state is Failing when any member's
+// newest attempt failed (standbys archive too), Behind when the
+// primary's files wait. A report that does not parse, or names no WAL
+// file, is left out. Only a Postgres with spec.backup.walArchive and a
+// known primary.
 func readArchiving(ctx context.Context, c client.Reader, obj *unstructured.Unstructured, pg *v1alpha1.Postgres, st *v1alpha1.PostgresStatus) error {
 	if pg.Spec.Backup == nil || pg.Spec.Backup.WALArchive == nil || st.Primary == "" {
 		archiveMetrics.forget(obj.GetNamespace(), obj.GetName())
 		return nil
 	}
-	lease := &coordinationv1.Lease{}
-	name := obj.GetName() + "-" + st.Primary
-	err := c.Get(ctx, types.NamespacedName{Namespace: obj.GetNamespace(), Name: name}, lease)
-	switch {
-	case apierrors.IsNotFound(err):
+	leases := &coordinationv1.LeaseList{}
+	if err := c.List(ctx, leases, client.InNamespace(obj.GetNamespace()), client.MatchingLabels{v1alpha1.LabelCluster: obj.GetName()}); err != nil {
+		return fmt.Errorf("listing the members' Leases: %w", err)
+	}
+	member := regexp.MustCompile("^" + regexp.QuoteMeta(obj.GetName()) + "-[0-9]{1,3}$")
+	reports := map[string]v1alpha1.ArchiveReport{}
+	for _, l := range leases.Items {
+		m := ptr.Deref(l.Spec.HolderIdentity, "")
+		if l.Name != obj.GetName()+"-"+m || !member.MatchString(m) {
+			continue
+		}
+		if r, ok := parseArchiveReport(l.Annotations[v1alpha1.AnnotationMemberArchive]); ok {
+			reports[m] = r
+		}
+	}
+	primary, ok := reports[st.Primary]
+	if !ok {
 		return nil
-	case err != nil:
-		return fmt.Errorf("reading the primary's member Lease %s: %w", name, err)
 	}
-	raw := lease.Annotations[v1alpha1.AnnotationMemberArchive]
-	if raw == "" {
-		return nil
+	archiveMetrics.set(obj.GetNamespace(), obj.GetName(), primary)
+	st.Archiving = archivingState(primary, st.Primary)
+	if st.Archiving.State != v1alpha1.ArchivingFailing {
+		names := make([]string, 0, len(reports))
+		for m := range reports {
+			names = append(names, m)
+		}
+		sort.Strings(names)
+		for _, m := range names {
+			if s := archivingState(reports[m], m); s.State == v1alpha1.ArchivingFailing {
+				s.Message = "standby " + m + ": " + s.Message
+				st.Archiving = s
+				break
+			}
+		}
 	}
-	var r v1alpha1.ArchiveReport
-	if err := json.Unmarshal([]byte(raw), &r); err != nil {
-		return nil // a member of another version, or a hand-made Lease: nothing to say
-	}
-	archiveMetrics.set(obj.GetNamespace(), obj.GetName(), r)
-	st.Archiving = archivingState(r, st.Primary)
 	return nil
 }
 
-// archivingState is the state a member's archive report says.
-func archivingState(r v1alpha1.ArchiveReport, member string) *v1alpha1.PostgresArchivingStatus {
-	s := &v1alpha1.PostgresArchivingStatus{State: v1alpha1.ArchivingOK, Member: member}
-	switch {
-	case r.FailedAt > 0 && r.FailedAt >= r.At:
-		s.State = v1alpha1.ArchivingFailing
-		s.Message = fmt.Sprintf("archiving %s failed; the server keeps its WAL until it is stored: see the wal-agent container's log of pod %s", r.FailedWAL, member)
-	case r.Pending > archiveBehindFiles:
-		s.State = v1alpha1.ArchivingBehind
-		s.Message = fmt.Sprintf("more than %d WAL files wait to be archived: the store does not keep up, and the newest recoverable point falls behind", archiveBehindFiles)
+// walFileName is a file of pg_wal the archive holds: a segment, a
+// timeline's history, a partial segment or a backup's history.
+var walFileName = regexp.MustCompile(`^([0-9A-F]{24}(\.partial|\.[0-9A-F]{8}\.backup)?|[0-9A-F]{8}\.history)$`)
+
+// parseArchiveReport reads a member's annotation; false when it is not
+// one an instance manager writes.
+func parseArchiveReport(raw string) (v1alpha1.ArchiveReport, bool) {
+	var r v1alpha1.ArchiveReport
+	if raw == "" || len(raw) > 1024 || json.Unmarshal([]byte(raw), &r) != nil {
+		return r, false
 	}
-	return s
+	for _, name := range []string{r.WAL, r.FailedWAL} {
+		if name != "" && !walFileName.MatchString(name) {
+			return r, false
+		}
+	}
+	if r.At < 0 || r.FailedAt < 0 || r.Failed < 0 || r.Pending < 0 {
+		return r, false
+	}
+	return r, true
 }
 
 // archiveMetrics are the primaries' archiving figures.
@@ -236,4 +267,18 @@ func Conditions(fields map[string]any) map[string]*metav1.Condition {
 		c.Status, c.Reason, c.Message = metav1.ConditionFalse, "ArchiveBehind", msg
 	}
 	return map[string]*metav1.Condition{v1alpha1.ConditionContinuousArchiving: c}
+}
+
+// archivingState is the state a member's archive report says.
+func archivingState(r v1alpha1.ArchiveReport, member string) *v1alpha1.PostgresArchivingStatus {
+	s := &v1alpha1.PostgresArchivingStatus{State: v1alpha1.ArchivingOK, Member: member}
+	switch {
+	case r.FailedAt > 0 && r.FailedAt >= r.At:
+		s.State = v1alpha1.ArchivingFailing
+		s.Message = fmt.Sprintf("archiving %s failed; the server keeps its WAL until it is stored: see the wal-agent container's log of pod %s", r.FailedWAL, member)
+	case r.Pending > archiveBehindFiles:
+		s.State = v1alpha1.ArchivingBehind
+		s.Message = fmt.Sprintf("more than %d WAL files wait to be archived: the store does not keep up, and the newest recoverable point falls behind", archiveBehindFiles)
+	}
+	return s
 }

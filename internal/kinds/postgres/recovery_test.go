@@ -88,3 +88,37 @@ func TestArchivingCondition(t *testing.T) {
 		}
 	}
 }
+
+// TestRawValuesCannotReadAStore: spec.values cannot carry the chart's
+// walArchive or bootstrap values, which would read a store past the
+// checks of the typed fields; the error names the field to use.
+func TestRawValuesCannotReadAStore(t *testing.T) {
+	for key, field := range map[string]string{"walArchive": "spec.backup.walArchive", "bootstrap": "spec.bootstrap.recovery"} {
+		obj := pgObject(map[string]any{"version": "15", "storage": map[string]any{"size": "1Gi"},
+			"values": map[string]any{key: map[string]any{"enabled": true, "prefix": "other-namespace/db/pg15"}}})
+		if _, err := Values(obj); err == nil || !strings.Contains(err.Error(), "spec.values."+key) || !strings.Contains(err.Error(), field) {
+			t.Errorf("spec.values.%s: %v, want an error naming it and %s", key, err, field)
+		}
+	}
+}
+
+// TestArchiveReportParsed: what a member's Lease says is used only when it
+// is what an instance manager writes: WAL file names, counts that are not
+// negative, a short annotation. A forged one is left out.
+func TestArchiveReportParsed(t *testing.T) {
+	good := `{"wal":"000000010000000000000003","at":200,"failed":1,"failedWAL":"00000002.history","failedAt":100,"pending":2}`
+	if r, ok := parseArchiveReport(good); !ok || r.WAL != "000000010000000000000003" || r.Pending != 2 {
+		t.Errorf("a member's report: %+v, %v", r, ok)
+	}
+	for _, bad := range []string{
+		"", "not json",
+		`{"wal":"000000010000000000000003","failedWAL":"` + strings.Repeat("A", 40000) + `"}`,
+		`{"failedWAL":"../../etc/passwd","failedAt":5}`,
+		`{"wal":"000000010000000000000003","at":-1}`,
+		`{"pending":-5}`,
+	} {
+		if _, ok := parseArchiveReport(bad); ok {
+			t.Errorf("%.80q: taken", bad)
+		}
+	}
+}

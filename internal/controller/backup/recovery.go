@@ -37,6 +37,11 @@ func (a *Archive) recoveryValues(ctx context.Context, obj hooks.Object) (map[str
 	if pg.Spec.Bootstrap == nil || pg.Spec.Bootstrap.Recovery == nil {
 		return nil, nil
 	}
+	// Checked whatever became of the recovery: the recovered server never
+	// archives into the archive it was made from.
+	if prefix := ownArchive(pg); prefix != "" {
+		return nil, hooks.Reject(reasonRecovery, "spec.bootstrap.recovery: the archive to recover from, %s, is the one this Postgres would archive to: set spec.backup.walArchive.prefix to a prefix no server archived to", prefix)
+	}
 	done := pg.Status.Recovery != nil && pg.Status.Recovery.Phase == v1alpha1.RecoveryCompleted
 	v, err := a.recoveryLayer(ctx, pg)
 	if err != nil && done {
@@ -68,11 +73,6 @@ func (a *Archive) recoveryLayer(ctx context.Context, pg *v1alpha1.Postgres) (map
 	prefix, err := recoveryPrefix(pg, st, ref.Name)
 	if err != nil {
 		return nil, hooks.Reject(reasonRecovery, "%s", err.Error())
-	}
-	if sb := pg.Spec.Backup; sb != nil && sb.WALArchive != nil && sb.Store.Name == ref.Name && sb.Store.Kind == ref.Kind {
-		if own, err := archivePrefix(pg, st); err == nil && own == prefix {
-			return nil, hooks.Reject(reasonRecovery, "spec.bootstrap.recovery: the archive to recover from, %s, is the one this Postgres would archive to: set spec.backup.walArchive.prefix to a prefix no server archived to", prefix)
-		}
 	}
 	store, env, _, _ := jobspec.StoreFlags(st.spec)
 	enc := rec.Encryption
@@ -131,4 +131,38 @@ func failoverOn(pg *v1alpha1.Postgres) bool {
 		return *f.Enabled
 	}
 	return pg.Spec.Replicas != nil && *pg.Spec.Replicas > 1
+}
+
+// ownArchive is the archive pg would both recover from and archive to (the
+// same store, the same prefix), "" when they differ.
+func ownArchive(pg *v1alpha1.Postgres) string {
+	rec, sb := pg.Spec.Bootstrap.Recovery, pg.Spec.Backup
+	if sb == nil || sb.WALArchive == nil {
+		return ""
+	}
+	ref := sb.Store
+	if rec.Store != nil {
+		ref = *rec.Store
+	}
+	kind := func(k string) string {
+		if k == "" {
+			return "BackupStore"
+		}
+		return k
+	}
+	if ref.Name != sb.Store.Name || kind(ref.Kind) != kind(sb.Store.Kind) {
+		return ""
+	}
+	from := rec.Prefix
+	if from == "" {
+		from = pg.Namespace + "/" + rec.Source
+	}
+	to := sb.WALArchive.Prefix
+	if to == "" {
+		to = pg.Namespace + "/" + pg.Name
+	}
+	if strings.Trim(from, "/") != strings.Trim(to, "/") {
+		return ""
+	}
+	return from + "/pg" + majorOf(pg.Spec.Version)
 }

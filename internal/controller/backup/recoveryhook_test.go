@@ -89,6 +89,14 @@ func TestRecoveryHookValues(t *testing.T) {
 		}
 	}
 
+	// Completed, and then archiving to the archive it was made from.
+	ownAfter := pg(func(p *v1alpha1.Postgres) {
+		p.Status.Recovery = &v1alpha1.PostgresRecoveryStatus{Phase: v1alpha1.RecoveryCompleted}
+		p.Spec.Backup = &v1alpha1.PostgresBackup{Store: v1alpha1.StoreRef{Name: "s3"}, WALArchive: &v1alpha1.PostgresWALArchive{Prefix: ns + "/orders"}}
+	})
+	if _, err := h.Values.Values(ctx, ownAfter); err == nil || !strings.Contains(err.Error(), "is the one this Postgres would archive to") {
+		t.Errorf("a completed recovery, then walArchive.prefix of its source: %v, want it refused", err)
+	}
 	// Completed, then the store gone: no layer, no error.
 	if err := c.Delete(ctx, store); err != nil {
 		t.Fatal(err)

@@ -39,7 +39,7 @@ func recoveryStatus(ctx context.Context, c client.Reader, obj *unstructured.Unst
 		return prev, nil
 	}
 	rec := pg.Spec.Bootstrap.Recovery
-	st := &v1alpha1.PostgresRecoveryStatus{Phase: v1alpha1.RecoveryPending, Target: recoveryTarget(rec)}
+	st := &v1alpha1.PostgresRecoveryStatus{Phase: v1alpha1.RecoveryPending, Target: recoveryTarget(rec), Archive: recoveryArchive(pg)}
 	pod := &corev1.Pod{}
 	name := obj.GetName() + "-0"
 	err := c.Get(ctx, types.NamespacedName{Namespace: obj.GetNamespace(), Name: name}, pod)
@@ -106,6 +106,28 @@ func readOutcome(st *v1alpha1.PostgresRecoveryStatus, term *corev1.ContainerStat
 		st.Message = fmt.Sprintf("the %s container ended with exit code %d", RecoverContainer, term.ExitCode)
 	}
 	st.Message += " (the kubelet tries again; the server does not start until the recovery succeeds)"
+}
+
+// recoveryArchive names the archive a recovery reads: KIND/STORE:PREFIX.
+func recoveryArchive(pg *v1alpha1.Postgres) string {
+	rec := pg.Spec.Bootstrap.Recovery
+	ref := rec.Store
+	if ref == nil && pg.Spec.Backup != nil {
+		ref = &pg.Spec.Backup.Store
+	}
+	prefix := rec.Prefix
+	if prefix == "" {
+		prefix = pg.Namespace + "/" + rec.Source
+	}
+	prefix += "/pg" + strings.SplitN(strings.TrimSpace(pg.Spec.Version), ".", 2)[0]
+	if ref == nil {
+		return prefix
+	}
+	kind := ref.Kind
+	if kind == "" {
+		kind = "BackupStore"
+	}
+	return kind + "/" + ref.Name + ":" + prefix
 }
 
 // recoveryTarget says what a recovery stops at, as the agent does.

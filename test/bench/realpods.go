@@ -17,6 +17,7 @@ type realPodsResult struct {
 	failovers []map[string]any
 	backup    map[string]any
 	major     map[string]any
+	pitrLoss  map[string]any
 }
 
 // runRealPodsBench runs test/nodes' failover, backup and major-upgrade
@@ -32,7 +33,7 @@ func runRealPodsBench(root string, failovers, mb int) (*realPodsResult, error) {
 	defer os.RemoveAll(dir)
 	out := filepath.Join(dir, "report.jsonl")
 	cmd := exec.Command("go", "test", "-count=1", "-timeout", "90m", "-v",
-		"-run", "^(TestFailoverOnRealPods|TestBackupRestoreOnRealPods|TestMajorUpgradeOnRealPods)$", "./test/nodes",
+		"-run", "^(TestFailoverOnRealPods|TestBackupRestoreOnRealPods|TestMajorUpgradeOnRealPods|TestPointInTimeRecoveryOnRealPods)$", "./test/nodes",
 		"-args", "-failover-runs", strconv.Itoa(failovers), "-data-mb", strconv.Itoa(mb), "-report", out)
 	cmd.Dir = root
 	log, err := os.Create(filepath.Join(root, "bin", "bench-nodes.log"))
@@ -64,6 +65,8 @@ func runRealPodsBench(root string, failovers, mb int) (*realPodsResult, error) {
 			r.backup = m
 		case "major":
 			r.major = m
+		case "pitr-loss":
+			r.pitrLoss = m
 		}
 	}
 	return r, sc.Err()
@@ -105,6 +108,11 @@ func printRealPods(r *realPodsResult) {
 		fmt.Println("\n| backup of a Postgres 15 (all databases) | server (MiB) | stored (MiB, zstd + age) | backup Job (s) | restore into a new Postgres, from its create to Ready (s) |")
 		fmt.Println("|---|---:|---:|---:|---:|")
 		fmt.Printf("| S3 (versitygw) on the node network | %.0f | %.0f | %.1f | %.1f |\n", num(b, "bytes")/mib, num(b, "stored")/mib, num(b, "backupSeconds"), num(b, "restoreSeconds"))
+	}
+	if l := r.pitrLoss; l != nil {
+		fmt.Println("\n| a one-pod Postgres's volume and server lost at once under writes, recovered to the end of its archive | archive_timeout (s) | rows acknowledged | lost | lost rows acknowledged within the last (s) |")
+		fmt.Println("|---|---:|---:|---:|---:|")
+		fmt.Printf("| a new Postgres with spec.bootstrap.recovery | %.0f | %.0f | %.0f | %.1f |\n", num(l, "archiveTimeoutSeconds"), num(l, "acknowledged"), num(l, "lost"), num(l, "lostWindowSeconds"))
 	}
 	if m := r.major; m != nil {
 		fmt.Println("\n| major upgrade 15 → 17 by the operator | server (MiB) | patch to the first row on 17 (s) | writes refused (s) | rows acknowledged | lost | rows compared |")

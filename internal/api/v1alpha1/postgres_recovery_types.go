@@ -43,6 +43,7 @@ type PostgresRecovery struct {
 	// target, the recovery replays the whole archive.
 	// +optional
 	// +kubebuilder:validation:Format=date-time
+	// +kubebuilder:validation:Pattern=`^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?([Zz]|[+-][0-9]{2}:[0-9]{2})$`
 	TargetTime string `json:"targetTime,omitempty"`
 	// TargetLSN: the recovery stops at this WAL position (such as 0/3000028).
 	// +optional

@@ -120,3 +120,58 @@ func containsAll(s string, subs []string) bool {
 	}
 	return true
 }
+
+// TestRecoveryRefusedByTheAPIServer: the API server refuses more than one
+// target, a time that is not RFC 3339, spec.restore beside the recovery,
+// and spec.bootstrap added to (or removed from) an existing Postgres.
+func TestRecoveryRefusedByTheAPIServer(t *testing.T) {
+	cluster.Skip(t)
+	ctx := context.Background()
+	c, err := client.New(cluster.Config, client.Options{Scheme: testScheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := cluster.Namespace(t)
+	pg := func(name string, rec *v1alpha1.PostgresRecovery, mod func(*v1alpha1.Postgres)) *v1alpha1.Postgres {
+		p := &v1alpha1.Postgres{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: v1alpha1.PostgresSpec{Version: "15", Storage: v1alpha1.PostgresStorage{Size: "1Gi"}}}
+		if rec != nil {
+			p.Spec.Bootstrap = &v1alpha1.PostgresBootstrap{Recovery: rec}
+		}
+		if mod != nil {
+			mod(p)
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		name string
+		p    *v1alpha1.Postgres
+		want string
+	}{
+		{"two targets", pg("a", &v1alpha1.PostgresRecovery{Source: "orders", TargetTime: "2026-12-07T08:00:00Z", TargetXID: "1234"}, nil), "at most one of targetTime"},
+		{"not a time", pg("b", &v1alpha1.PostgresRecovery{Source: "orders", TargetTime: "2026-12-07 08:00"}, nil), "targetTime"},
+		{"a comma", pg("c", &v1alpha1.PostgresRecovery{Source: "orders", TargetTime: "2026-12-07T08:00:00,5Z"}, nil), "targetTime"},
+		{"with spec.restore", pg("d", &v1alpha1.PostgresRecovery{Source: "orders"}, func(p *v1alpha1.Postgres) {
+			p.Spec.Restore = &v1alpha1.PostgresRestore{FromBackup: "nightly"}
+		}), "spec.restore and spec.bootstrap.recovery"},
+	} {
+		if err := c.Create(ctx, tc.p); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want refused naming %q", tc.name, err, tc.want)
+		}
+	}
+	plain := pg("plain", nil, nil)
+	if err := c.Create(ctx, plain); err != nil {
+		t.Fatal(err)
+	}
+	plain.Spec.Bootstrap = &v1alpha1.PostgresBootstrap{Recovery: &v1alpha1.PostgresRecovery{Source: "orders"}}
+	if err := c.Update(ctx, plain); err == nil || !strings.Contains(err.Error(), "spec.bootstrap is fixed at creation") {
+		t.Errorf("spec.bootstrap added later: %v, want it refused", err)
+	}
+	rec := pg("recovered", &v1alpha1.PostgresRecovery{Source: "orders", TargetTime: "2026-12-07T08:00:00.123456Z"}, nil)
+	if err := c.Create(ctx, rec); err != nil {
+		t.Fatalf("a recovery to a time with microseconds: %v", err)
+	}
+	rec.Spec.Bootstrap.Recovery.TargetTime = "2026-12-07T09:00:00Z"
+	if err := c.Update(ctx, rec); err == nil || !strings.Contains(err.Error(), "fixed at creation") {
+		t.Errorf("the target changed later: %v, want it refused", err)
+	}
+}

@@ -263,12 +263,29 @@ func TestPointInTimeRecoveryOnRealPods(t *testing.T) {
 		replicas int64
 	}{{t1, "between the base backup and the failover", 1}, {t2, "after the failover, on timeline 2", 2}} {
 		want := rowsUpTo(t, host, user, password, target.at)
-		got, st := recoverThroughResource(t, pgRepo, tenant, fmt.Sprintf("to-%d", i+1), name, target.replicas, target.at)
+		var archive map[string]any
+		if i == 1 { // the recovered server archives to an archive of its own
+			archive = map[string]any{"backup": map[string]any{"store": map[string]any{"name": "local"}, "schedule": "0 3 * * *",
+				"encryption": map[string]any{"keySecretRef": map[string]any{"name": "wal-key", "key": "age"}},
+				"walArchive": map[string]any{"archiveTimeout": "5s"}}}
+		}
+		got, st := recoverThroughResource(t, pgRepo, tenant, fmt.Sprintf("to-%d", i+1), name, target.replicas, target.at, archive)
 		if got != want {
 			t.Errorf("recovered to %s (%s): %d rows, want %d:\n got …%s\nwant …%s\n%v", target.at, target.what,
 				len(strings.Fields(got)), len(strings.Fields(want)), tail(got), tail(want), st)
 		} else {
 			t.Logf("recovered to %s (%s): exactly the %d rows committed by then; status.recovery %v", target.at, target.what, len(strings.Fields(got)), st)
+		}
+		if archive != nil {
+			history := fmt.Sprintf("%08X.history", int64(st["timeline"].(int64)))
+			if err := wait.PollUntilContextTimeout(ctx, 2*time.Second, 3*time.Minute, true, func(context.Context) (bool, error) {
+				return slices.Contains(archived(s3dir, tenant, "to-2"), history), nil
+			}); err != nil {
+				t.Errorf("the recovered to-2 archived no %s below %s/to-2/pg15: %v", history, tenant, archived(s3dir, tenant, "to-2"))
+			}
+			if slices.Contains(archived(s3dir, tenant, name), history) {
+				t.Errorf("%s, the recovered server's, is in the archive it was recovered from", history)
+			}
 		}
 	}
 
@@ -320,7 +337,7 @@ func TestPointInTimeRecoveryOnRealPods(t *testing.T) {
 	if err := cs.CoreV1().Secrets(tenant).Delete(ctx, "s3-creds", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	got, _ := recoverThroughResource(t, pgRepo, tenant, "solo-end", solo, 1, "")
+	got, _ := recoverThroughResource(t, pgRepo, tenant, "solo-end", solo, 1, "", nil)
 	thaw()
 	var lostRows []ack
 	have := map[string]bool{}
@@ -510,11 +527,16 @@ func recoverySpec(source, target string) map[string]any {
 // archive to target, waits until it is Ready with status.recovery
 // Completed, and returns the values of its table t (in order, separated
 // by spaces, read as its own Secret's superuser) and status.recovery.
-func recoverThroughResource(t *testing.T, pgRepo, tenant, name, source string, replicas int64, target string) (string, map[string]any) {
+// extra fields are added to its spec.
+func recoverThroughResource(t *testing.T, pgRepo, tenant, name, source string, replicas int64, target string, extra map[string]any) (string, map[string]any) {
 	t.Helper()
 	cs, dyn := clients(t)
-	spec := realNodePostgres(pgRepo, "15", map[string]any{"replicas": replicas, "failover": map[string]any{"enabled": true},
-		"bootstrap": map[string]any{"recovery": recoverySpec(source, target)}})
+	fields := map[string]any{"replicas": replicas, "failover": map[string]any{"enabled": true},
+		"bootstrap": map[string]any{"recovery": recoverySpec(source, target)}}
+	for k, v := range extra {
+		fields[k] = v
+	}
+	spec := realNodePostgres(pgRepo, "15", fields)
 	createThroughWebhook(t, dyn, postgresGVR, tenant, "Postgres", name, spec)
 	t.Cleanup(func() {
 		if t.Failed() {

@@ -42,6 +42,28 @@ const reasonArchiveStore = "WALArchiveStoreUnusable"
 // values is the layer; nil for a Postgres without spec.backup.walArchive
 // (the chart's default, or what spec.values says, stays).
 func (a *Archive) values(ctx context.Context, obj hooks.Object) (map[string]any, error) {
+	pg, err := a.postgresOf(obj)
+	if pg == nil || err != nil {
+		return nil, err
+	}
+	sb := pg.Spec.Backup
+	if sb == nil || sb.WALArchive == nil {
+		return nil, nil
+	}
+	// Archiving waits for the store; nothing of the release changes.
+	st, err := a.storeFor(ctx, pg, sb.Store, "spec.backup.walArchive", "spec.backup.store", reasonArchiveStore)
+	if err != nil {
+		return nil, err
+	}
+	v, err := archiveValues(pg, st)
+	if err != nil {
+		return nil, hooks.Reject(reasonArchiveStore, "%s", err.Error())
+	}
+	return v, nil
+}
+
+// postgresOf is the Postgres obj is; nil for another kind.
+func (a *Archive) postgresOf(obj hooks.Object) (*v1alpha1.Postgres, error) {
 	u := obj.Resource
 	if a == nil || u == nil || u.GetKind() != "Postgres" {
 		return nil, nil
@@ -50,24 +72,22 @@ func (a *Archive) values(ctx context.Context, obj hooks.Object) (map[string]any,
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, pg); err != nil {
 		return nil, fmt.Errorf("reading the Postgres: %w", err)
 	}
-	sb := pg.Spec.Backup
-	if sb == nil || sb.WALArchive == nil {
-		return nil, nil
+	return pg, nil
+}
+
+// storeFor resolves store ref of pg for what (a field), named at field
+// in messages: a store that may still come makes the release wait, any
+// other problem refuses it, with reason.
+func (a *Archive) storeFor(ctx context.Context, pg *v1alpha1.Postgres, ref v1alpha1.StoreRef, what, field, reason string) (*resolvedStore, error) {
+	st, why, mayWait := resolveStore(ctx, a.Client, a.Reader, pg.Namespace, ref)
+	if st != nil {
+		return st, nil
 	}
-	st, why, mayWait := resolveStore(ctx, a.Client, a.Reader, pg.Namespace, sb.Store)
-	if st == nil {
-		// Archiving waits for the store; nothing of the release changes.
-		why = "spec.backup.walArchive: " + strings.Replace(why, "spec.store", "spec.backup.store", 1)
-		if mayWait {
-			return nil, hooks.Wait(reasonArchiveStore, "%s", why)
-		}
-		return nil, hooks.Reject(reasonArchiveStore, "%s", why)
+	why = what + ": " + strings.Replace(why, "spec.store", field, 1)
+	if mayWait {
+		return nil, hooks.Wait(reason, "%s", why)
 	}
-	v, err := archiveValues(pg, st)
-	if err != nil {
-		return nil, hooks.Reject(reasonArchiveStore, "%s", err.Error())
-	}
-	return v, nil
+	return nil, hooks.Reject(reason, "%s", why)
 }
 
 // archiveValues are the chart's walArchive values for pg archiving to st.

@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/chartpilot/chartpilot/internal/agentargs"
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
@@ -26,13 +25,9 @@ const reasonRecovery = "RecoveryUnusable"
 // resolved drops the layer (pod 0 skips the recovery from then on anyway)
 // instead of holding the release.
 func (a *Archive) recoveryValues(ctx context.Context, obj hooks.Object) (map[string]any, error) {
-	u := obj.Resource
-	if a == nil || u == nil || u.GetKind() != "Postgres" {
-		return nil, nil
-	}
-	pg := &v1alpha1.Postgres{}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, pg); err != nil {
-		return nil, fmt.Errorf("reading the Postgres: %w", err)
+	pg, err := a.postgresOf(obj)
+	if pg == nil || err != nil {
+		return nil, err
 	}
 	if pg.Spec.Bootstrap == nil || pg.Spec.Bootstrap.Recovery == nil {
 		return nil, nil
@@ -62,13 +57,9 @@ func (a *Archive) recoveryLayer(ctx context.Context, pg *v1alpha1.Postgres) (map
 	if ref == nil || ref.Name == "" {
 		return nil, hooks.Reject(reasonRecovery, "spec.bootstrap.recovery.store: name the store that holds the archive (or set spec.backup.store)")
 	}
-	st, why, mayWait := resolveStore(ctx, a.Client, a.Reader, pg.Namespace, *ref)
-	if st == nil {
-		why = "spec.bootstrap.recovery: " + strings.Replace(why, "spec.store", field, 1)
-		if mayWait {
-			return nil, hooks.Wait(reasonRecovery, "%s", why)
-		}
-		return nil, hooks.Reject(reasonRecovery, "%s", why)
+	st, err := a.storeFor(ctx, pg, *ref, "spec.bootstrap.recovery", field, reasonRecovery)
+	if err != nil {
+		return nil, err
 	}
 	prefix, err := recoveryPrefix(pg, st, ref.Name)
 	if err != nil {

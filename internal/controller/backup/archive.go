@@ -140,21 +140,31 @@ func archivePrefix(pg *v1alpha1.Postgres, st *resolvedStore) (string, error) {
 		return "", fmt.Errorf("spec.backup.walArchive: store %s is a volume, which the server's pods do not mount: archive the WAL to an s3, gcs or azure store", sb.Store.Name)
 	}
 	prefix := sb.WALArchive.Prefix
+	def := pg.Namespace + "/" + pg.Name
 	if prefix == "" {
-		prefix = pg.Namespace + "/" + pg.Name
+		prefix = def
 	}
-	for _, seg := range strings.Split(prefix, "/") {
-		if seg == "." || seg == ".." {
-			return "", fmt.Errorf("spec.backup.walArchive.prefix %q: a segment . or .. names no place of its own in the store: use names only", prefix)
-		}
-	}
-	if st.cluster && prefix != pg.Namespace && !strings.HasPrefix(prefix, pg.Namespace+"/") {
-		// A ClusterBackupStore is shared: each namespace archives below its
-		// own name, never into another's archive.
-		return "", fmt.Errorf("spec.backup.walArchive.prefix %q: store %s is a ClusterBackupStore, shared between namespaces: the prefix must begin with %q (or be left out: %s/%s)",
-			prefix, sb.Store.Name, pg.Namespace+"/", pg.Namespace, pg.Name)
+	if err := confinedPrefix("spec.backup.walArchive.prefix", prefix, def, pg.Namespace, sb.Store.Name, st.cluster); err != nil {
+		return "", err
 	}
 	return prefix + "/pg" + majorOf(pg.Spec.Version), nil
+}
+
+// confinedPrefix checks an archive's prefix (field; def when left out):
+// names only, and on a ClusterBackupStore, which namespaces share, below
+// the namespace's own name: a namespace archives and reads there only,
+// never another's archive.
+func confinedPrefix(field, prefix, def, ns, store string, cluster bool) error {
+	for _, seg := range strings.Split(prefix, "/") {
+		if seg == "." || seg == ".." {
+			return fmt.Errorf("%s %q: a segment . or .. names no place of its own in the store: use names only", field, prefix)
+		}
+	}
+	if cluster && prefix != ns && !strings.HasPrefix(prefix, ns+"/") {
+		return fmt.Errorf("%s %q: store %s is a ClusterBackupStore, shared between namespaces: the prefix must begin with %q (or be left out: %s)",
+			field, prefix, store, ns+"/", def)
+	}
+	return nil
 }
 
 // archiveWord is what the chart lets into archive_command: one flag with

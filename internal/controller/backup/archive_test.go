@@ -127,3 +127,24 @@ func TestStoreRequestChecksEndpoints(t *testing.T) {
 		t.Errorf("a namespaced store's endpoint outside the allowed ones: %q", msg)
 	}
 }
+
+// TestRecoveryPrefixConfinedOnSharedStores: on a ClusterBackupStore a
+// recovery reads only archives below its namespace's name, as they are
+// written; names only, no . or .. segment.
+func TestRecoveryPrefixConfinedOnSharedStores(t *testing.T) {
+	shared := &resolvedStore{cluster: true, spec: v1alpha1.BackupStoreSpec{S3: &v1alpha1.S3Store{Bucket: "b", CredentialsSecretRef: v1alpha1.SecretRef{Name: "s3"}}}}
+	pg := func(prefix string) *v1alpha1.Postgres {
+		return &v1alpha1.Postgres{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "copy"}, Spec: v1alpha1.PostgresSpec{Version: "15",
+			Bootstrap: &v1alpha1.PostgresBootstrap{Recovery: &v1alpha1.PostgresRecovery{Source: "orders", Prefix: prefix}}}}
+	}
+	for prefix, want := range map[string]string{"": "shop/orders/pg15", "shop/old": "shop/old/pg15"} {
+		if got, err := recoveryPrefix(pg(prefix), shared, "shared"); err != nil || got != want {
+			t.Errorf("prefix %q: %q, %v; want %s", prefix, got, err, want)
+		}
+	}
+	for _, prefix := range []string{"bank/ledger", "shopping/x", "shop/../bank"} {
+		if _, err := recoveryPrefix(pg(prefix), shared, "shared"); err == nil || !strings.Contains(err.Error(), "spec.bootstrap.recovery.prefix") {
+			t.Errorf("prefix %q on a shared store: %v, want it refused", prefix, err)
+		}
+	}
+}

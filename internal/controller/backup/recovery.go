@@ -100,16 +100,12 @@ func recoveryPrefix(pg *v1alpha1.Postgres, st *resolvedStore, store string) (str
 		return "", fmt.Errorf("spec.bootstrap.recovery: store %s is a volume, which the server's pods do not mount; a WAL archive is in an s3, gcs or azure store", store)
 	}
 	prefix := rec.Prefix
+	def := pg.Namespace + "/" + rec.Source
 	if prefix == "" {
-		prefix = pg.Namespace + "/" + rec.Source
+		prefix = def
 	}
-	for _, seg := range strings.Split(prefix, "/") {
-		if seg == "." || seg == ".." {
-			return "", fmt.Errorf("spec.bootstrap.recovery.prefix %q: a segment . or .. names no place of its own in the store: use names only", prefix)
-		}
-	}
-	if st.cluster && prefix != pg.Namespace && !strings.HasPrefix(prefix, pg.Namespace+"/") {
-		return "", fmt.Errorf("spec.bootstrap.recovery.prefix %q: store %s is a ClusterBackupStore, shared between namespaces: a namespace reads only the archives below its own name, %q", prefix, store, pg.Namespace+"/")
+	if err := confinedPrefix("spec.bootstrap.recovery.prefix", prefix, def, pg.Namespace, store, st.cluster); err != nil {
+		return "", err
 	}
 	return prefix + "/pg" + majorOf(pg.Spec.Version), nil
 }

@@ -94,6 +94,9 @@ func (n NewCluster) Finish() error {
 			return err
 		}
 	}
+	if err := historyReady(work); err != nil {
+		return err
+	}
 	if err := os.WriteFile(n.Marker, []byte("recovered from a WAL archive\n"), 0o600); err != nil {
 		return fmt.Errorf("writing the marker %s: %w", n.Marker, err)
 	}
@@ -104,6 +107,31 @@ func (n NewCluster) Finish() error {
 		return err
 	}
 	return syncDir(filepath.Dir(filepath.Clean(n.DataDir)))
+}
+
+// historyReady marks the history files the promotion wrote as ready to
+// archive: the replay ran with archiving off, and the server that starts
+// on the data archives (to its own archive) what is marked, so that its
+// timeline's history is there beside its WAL.
+func historyReady(dataDir string) error {
+	names, err := filepath.Glob(filepath.Join(dataDir, "pg_wal", "*.history"))
+	if err != nil {
+		return err
+	}
+	for _, path := range names {
+		name := filepath.Base(path)
+		if !IsHistory(name) {
+			continue
+		}
+		status := filepath.Join(dataDir, "pg_wal", "archive_status", name)
+		if _, err := os.Stat(status + ".done"); err == nil {
+			continue
+		}
+		if err := os.WriteFile(status+".ready", nil, 0o600); err != nil {
+			return fmt.Errorf("marking %s ready to archive: %w", name, err)
+		}
+	}
+	return nil
 }
 
 func syncDir(dir string) error {

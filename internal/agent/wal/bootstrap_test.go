@@ -97,3 +97,34 @@ func TestNewClusterSkip(t *testing.T) {
 		t.Fatalf("after a recovery: %q, %v", why, err)
 	}
 }
+
+// TestNewClusterFinish: the recovered data moves into place after the
+// marker is written, and the history the promotion wrote is marked ready
+// to archive (the replay ran with archiving off); a history restored from
+// the source's archive (archived there: .done) is not.
+func TestNewClusterFinish(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "pgdata")
+	n := wal.NewCluster{DataDir: data, Marker: data + ".moved"}
+	status := filepath.Join(n.Work(), "pg_wal", "archive_status")
+	if err := os.MkdirAll(status, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"PG_VERSION", "pg_wal/00000002.history", "pg_wal/00000003.history", "pg_wal/archive_status/00000002.history.done"} {
+		if err := os.WriteFile(filepath.Join(n.Work(), f), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := n.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]bool{
+		filepath.Join(data, "PG_VERSION"): true, n.Marker: true, n.Work(): false,
+		filepath.Join(data, "pg_wal", "archive_status", "00000003.history.ready"): true,
+		filepath.Join(data, "pg_wal", "archive_status", "00000002.history.ready"): false,
+	} {
+		if _, err := os.Stat(path); (err == nil) != want {
+			t.Errorf("%s: exists %v, want %v", path, err == nil, want)
+		}
+	}
+}

@@ -110,7 +110,7 @@ func TestPostgresChartRules(t *testing.T) {
 			}
 		}
 	}
-	if n < 9 {
-		t.Errorf("%d alerts rendered, want the 9 of the chart", n)
+	if n < 10 {
+		t.Errorf("%d alerts rendered, want the 10 of the chart", n)
 	}
 }

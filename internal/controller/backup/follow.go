@@ -60,6 +60,11 @@ func (r *BackupReconciler) follow(ctx context.Context, b *v1alpha1.Backup) (ctrl
 		b.Status.Message = fmt.Sprintf("%d bytes stored (%d before compression%s), sha256 %s", m.Size, m.PlainSize, encrypted(m), m.SHA256)
 		r.Recorder.Event(b, corev1.EventTypeNormal, "BackupCompleted", fmt.Sprintf("stored %d bytes at %s", m.Size, b.Status.Location))
 		lbl := []string{b.Namespace, b.Spec.Target.Kind, b.Spec.Target.Name, b.Spec.Store.Name}
+		if b.MethodOf() == v1alpha1.BackupPhysical {
+			// Apart: a daily base backup must not hide stale logical ones.
+			baseBackupLastSuccess.WithLabelValues(lbl...).Set(float64(now.Unix()))
+			return ctrl.Result{}, nil
+		}
 		backupLastSuccess.WithLabelValues(lbl...).Set(float64(now.Unix()))
 		backupSize.WithLabelValues(lbl...).Set(float64(m.Size))
 		if b.Status.StartedAt != nil {

@@ -10,7 +10,11 @@ var (
 	backupLabels      = []string{"namespace", "kind", "name", "store"}
 	backupLastSuccess = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "chartpilot_backup_last_success_timestamp_seconds",
-		Help: "When the last backup of the resource to the store completed (Unix time).",
+		Help: "When the last logical backup of the resource to the store completed (Unix time).",
+	}, backupLabels)
+	baseBackupLastSuccess = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "chartpilot_backup_base_last_success_timestamp_seconds",
+		Help: "When the last physical base backup of the resource into its WAL archive's store completed (Unix time).",
 	}, backupLabels)
 	backupDuration = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "chartpilot_backup_duration_seconds",
@@ -35,5 +39,5 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(backupLastSuccess, backupDuration, backupSize, backupFailures, verifyLastSuccess, verifyFailures)
+	metrics.Registry.MustRegister(backupLastSuccess, baseBackupLastSuccess, backupDuration, backupSize, backupFailures, verifyLastSuccess, verifyFailures)
 }

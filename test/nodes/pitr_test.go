@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/chartpilot/chartpilot/internal/agent/blobstore"
+	"github.com/chartpilot/chartpilot/internal/agent/wal"
 	"github.com/chartpilot/chartpilot/internal/backup"
 )
 
@@ -289,6 +290,13 @@ func TestPointInTimeRecoveryOnRealPods(t *testing.T) {
 		}
 	}
 
+	// Done with: fewer pods on the node for what follows.
+	for _, n := range []string{"to-1", "to-2"} {
+		if err := dyn.Resource(postgresGVR).Namespace(tenant).Delete(ctx, n, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
 	// A WAL object gone from the store: the recovery names it and its
 	// server never starts.
 	gone := deleteSegmentAfterBase(t, s3dir, tenant, name)
@@ -308,6 +316,15 @@ func TestPointInTimeRecoveryOnRealPods(t *testing.T) {
 		t.Errorf("pod gap-0 (%v) runs its server after a failed recovery", err)
 	}
 	t.Logf("with %s deleted: %v", gone, rec["message"])
+	if err := dyn.Resource(postgresGVR).Namespace(tenant).Delete(ctx, "gap", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The window: a second base backup (a physical Backup), then a prune
+	// whose window begins after it ended: the first base backup and the
+	// WAL before the second's start go, and a Postgres recovered to the
+	// first point the window keeps holds every row committed by then.
+	prunedWindow(t, s3dir, tenant, name, pgRepo, id.String(), func(at string) string { return rowsUpTo(t, host, user, password, at) })
 
 	// Archiving that fails: a file of another server already where the
 	// first segment goes. Status, condition and an event say so.
@@ -436,6 +453,68 @@ func unarchivedOnPrimary(t *testing.T, host, user, password string) []string {
 	return behind
 }
 
+// openArchive opens the archive of Postgres name (major 15) in store
+// "local" of tenant, as the agent does, with key ageKey.
+func openArchive(t *testing.T, tenant, name, ageKey string) *wal.Archive {
+	t.Helper()
+	cs, dyn := clients(t)
+	local := mustGet(t, dyn, backupStoreGVR, tenant, "local")
+	s3, _ := local.Object["spec"].(map[string]any)["s3"].(map[string]any)
+	creds, err := cs.CoreV1().Secrets(tenant).Get(context.Background(), "s3-creds", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := blobstore.OpenS3(context.Background(), backup.S3{Endpoint: s3["endpoint"].(string), Bucket: s3["bucket"].(string), Prefix: s3["prefix"].(string),
+		ForcePathStyle: true, AccessKeyID: string(creds.Data["accessKeyID"]), SecretAccessKey: string(creds.Data["secretAccessKey"])})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return &wal.Archive{Bucket: b, Prefix: tenant + "/" + name + "/pg15", Identity: ageKey}
+}
+
+// prunedWindow takes a second base backup of Postgres name through a
+// physical Backup, prunes its archive (as the prune Job does) to a window
+// that begins after that backup ended, checks that the older base backup
+// and the segments before the newer one's start are gone, and recovers a
+// new Postgres to the first point the window keeps: it holds what want
+// says was committed by then.
+func prunedWindow(t *testing.T, s3dir, tenant, name, pgRepo, ageKey string, want func(at string) string) {
+	t.Helper()
+	ctx := context.Background()
+	_, dyn := clients(t)
+	createThroughWebhook(t, dyn, backupGVR, tenant, "Backup", name+"-second", map[string]any{
+		"target": map[string]any{"kind": "Postgres", "name": name}, "store": map[string]any{"name": "local"}, "method": "physical"})
+	waitBackupCompleted(t, tenant, name+"-second")
+	arch := openArchive(t, tenant, name, ageKey)
+	bases, err := arch.Bases(ctx)
+	if err != nil || len(bases) < 2 {
+		t.Fatalf("base backups of %s: %d, %v; want two", name, len(bases), err)
+	}
+	start := bases[0].Manifest.Labels[wal.LabelStartSegment] // newest first
+	time.Sleep(2 * time.Second)
+	pr, err := arch.Prune(ctx, time.Second, time.Now())
+	if err != nil || len(pr.Bases) != len(bases)-1 || pr.Files == 0 {
+		t.Fatalf("prune: %+v, %v; want %d base backups and the WAL before the newest's start deleted", pr, err, len(bases)-1)
+	}
+	for _, f := range archived(s3dir, tenant, name) {
+		if len(f) == 24 && f < start {
+			t.Errorf("segment %s, older than the kept base backup's start %s, is still in the archive", f, start)
+		}
+	}
+	w, err := arch.Window(ctx)
+	if err != nil || w.Bases != 1 || w.First.IsZero() {
+		t.Fatalf("the window after the prune: %+v, %v", w, err)
+	}
+	first := w.First.UTC().Format(time.RFC3339Nano)
+	rows := want(first)
+	got, st := recoverThroughResource(t, pgRepo, tenant, "window-first", name, 1, first, nil)
+	if got != rows {
+		t.Errorf("recovered to the window's first point %s: %d rows, want %d (…%s, want …%s)", first, len(strings.Fields(got)), len(strings.Fields(rows)), tail(got), tail(rows))
+	}
+	t.Logf("pruned %d base backups and %d WAL files; recovered to the window's first point %s: %d rows; status.recovery %v", len(pr.Bases), pr.Files, first, len(strings.Fields(got)), st["message"])
+}
+
 // stuckArchive applies a one-pod Postgres "stuck" whose archive already
 // holds, under the name of the first segment it archives, a file of other
 // content: its archiving fails (the archive never overwrites a file), and
@@ -447,19 +526,8 @@ func stuckArchive(t *testing.T, tenant, pgRepo string) {
 	ctx := context.Background()
 	cs, dyn := clients(t)
 	const name, first = "stuck", "000000010000000000000001"
-	local := mustGet(t, dyn, backupStoreGVR, tenant, "local")
-	s3, _ := local.Object["spec"].(map[string]any)["s3"].(map[string]any)
-	creds, err := cs.CoreV1().Secrets(tenant).Get(ctx, "s3-creds", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := blobstore.OpenS3(ctx, backup.S3{Endpoint: s3["endpoint"].(string), Bucket: s3["bucket"].(string), Prefix: s3["prefix"].(string),
-		ForcePathStyle: true, AccessKeyID: string(creds.Data["accessKeyID"]), SecretAccessKey: string(creds.Data["secretAccessKey"])})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	if err := b.WriteAll(ctx, tenant+"/"+name+"/pg15/wal/"+first, []byte("another server's file"), nil); err != nil {
+	archive := openArchive(t, tenant, name, "")
+	if err := archive.Bucket.WriteAll(ctx, archive.Key(first), []byte("another server's file"), nil); err != nil {
 		t.Fatal(err)
 	}
 	createThroughWebhook(t, dyn, postgresGVR, tenant, "Postgres", name, realNodePostgres(pgRepo, "15", map[string]any{

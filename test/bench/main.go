@@ -166,34 +166,10 @@ func main() {
 			fail(fmt.Errorf("faults table: %w", err))
 		}
 	}
-	var backupRows []backupRow
-	if *backupMB > 0 {
-		var err error
-		if backupRows, err = runBackupBench(*backupMB); err != nil {
-			fail(fmt.Errorf("backup table: %w", err))
-		}
-	}
-	var pitr *pitrResult
-	if *pitrMB > 0 {
-		var err error
-		if pitr, err = runPITRBench(root, *pitrMB); err != nil {
-			fail(fmt.Errorf("point-in-time recovery table: %w", err))
-		}
-	}
-	var failoverRows []instancetest.Result
-	if *failovers > 0 {
-		var err error
-		if failoverRows, err = runFailoverBench(root, *failovers); err != nil {
-			fail(fmt.Errorf("failover table: %w", err))
-		}
-	}
-	var cliRows []cliRow
-	if *cliN > 0 {
-		var err error
-		if cliRows, err = runCLIBench(root, *cliN); err != nil {
-			fail(fmt.Errorf("CLI table: %w", err))
-		}
-	}
+	backupRows := table(*backupMB > 0, "backup table", func() ([]backupRow, error) { return runBackupBench(*backupMB) })
+	pitr := table(*pitrMB > 0, "point-in-time recovery table", func() (*pitrResult, error) { return runPITRBench(root, *pitrMB) })
+	failoverRows := table(*failovers > 0, "failover table", func() ([]instancetest.Result, error) { return runFailoverBench(root, *failovers) })
+	cliRows := table(*cliN > 0, "CLI table", func() ([]cliRow, error) { return runCLIBench(root, *cliN) })
 	var loadRows []loadRow
 	var loadDBMB float64
 	if *loadMB > 0 {
@@ -210,13 +186,7 @@ func main() {
 		}
 		major = &r
 	}
-	var realPods *realPodsResult
-	if *realFailovers > 0 {
-		var err error
-		if realPods, err = runRealPodsBench(root, *realFailovers, *realMB); err != nil {
-			fail(fmt.Errorf("real pods' tables: %w", err))
-		}
-	}
+	realPods := table(*realFailovers > 0, "real pods' tables", func() (*realPodsResult, error) { return runRealPodsBench(root, *realFailovers, *realMB) })
 	printTable(rows, *concurrency, *economyBound)
 	printWave(waves)
 	printCrashes(crashRows)
@@ -228,6 +198,20 @@ func main() {
 	printMajor(major)
 	printCLI(*cliN, cliRows)
 	printRealPods(realPods)
+}
+
+// table runs one table of the benchmark when on (what names it in a
+// failure, which ends the benchmark); the zero value when off.
+func table[T any](on bool, what string, run func() (T, error)) T {
+	var zero T
+	if !on {
+		return zero
+	}
+	v, err := run()
+	if err != nil {
+		fail(fmt.Errorf("%s: %w", what, err))
+	}
+	return v
 }
 
 func fail(err error) {

@@ -109,23 +109,8 @@ func runPITRBench(root string, mb int) (*pitrResult, error) {
 
 	// Steady writes for a minute: how old is the newest archived WAL?
 	lsnBase := q("postgres", "select pg_current_wal_lsn()")
-	q("big", "create table steps (v int primary key, at timestamptz default clock_timestamp())")
-	writer := r.Command(pg.Env("big"), "psql", "-XAtq", "-c",
-		"do $$ begin for i in 1..6000 loop insert into steps (v) values (i); commit; perform pg_sleep(0.01); end loop; end $$")
-	if err := writer.Start(); err != nil {
+	if res.lag, err = steadyLag(r, pg, q); err != nil {
 		return nil, err
-	}
-	defer func() { _ = writer.Process.Kill() }()
-	logf("pitr: sampling the recovery-point lag under steady writes for 60 s")
-	for range 60 {
-		time.Sleep(time.Second)
-		v, _ := strconv.ParseFloat(q("postgres", "select coalesce(extract(epoch from now() - last_archived_time), -1) from pg_stat_archiver"), 64)
-		if v >= 0 {
-			res.lag = append(res.lag, v)
-		}
-	}
-	if err := writer.Wait(); err != nil {
-		return nil, fmt.Errorf("the steady writer: %w", err)
 	}
 	replayed, _ := strconv.ParseFloat(q("postgres", fmt.Sprintf("select pg_wal_lsn_diff(pg_current_wal_lsn(), '%s')", lsnBase)), 64)
 	res.recoveredWAL = replayed / (1 << 20)
@@ -149,6 +134,32 @@ func runPITRBench(root string, mb int) (*pitrResult, error) {
 		return nil, err
 	}
 	return res, nil
+}
+
+// steadyLag has a writer commit about 100 rows a second into big.steps
+// for a minute, and samples once a second how old the newest archived
+// WAL file is (seconds).
+func steadyLag(r *testpg.Runner, pg *testpg.Server, q func(db, sql string) string) ([]float64, error) {
+	q("big", "create table steps (v int primary key, at timestamptz default clock_timestamp())")
+	writer := r.Command(pg.Env("big"), "psql", "-XAtq", "-c",
+		"do $$ begin for i in 1..6000 loop insert into steps (v) values (i); commit; perform pg_sleep(0.01); end loop; end $$")
+	if err := writer.Start(); err != nil {
+		return nil, err
+	}
+	defer func() { _ = writer.Process.Kill() }()
+	logf("pitr: sampling the recovery-point lag under steady writes for 60 s")
+	var lag []float64
+	for range 60 {
+		time.Sleep(time.Second)
+		v, _ := strconv.ParseFloat(q("postgres", "select coalesce(extract(epoch from now() - last_archived_time), -1) from pg_stat_archiver"), 64)
+		if v >= 0 {
+			lag = append(lag, v)
+		}
+	}
+	if err := writer.Wait(); err != nil {
+		return nil, fmt.Errorf("the steady writer: %w", err)
+	}
+	return lag, nil
 }
 
 // checkRecovered starts a server on the recovered data and compares its

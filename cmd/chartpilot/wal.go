@@ -274,7 +274,7 @@ func recoverNewCluster(ctx context.Context, a *wal.Archive, rc recovery, lease, 
 			return err
 		}
 		out.Base, out.LastTransactionTime, out.Timeline = plan.Base, wal.LastTransaction(logPath), wal.Timeline(n.Work())
-		if err := n.Finish(); err != nil {
+		if err := n.Finish(ctx); err != nil {
 			return err
 		}
 		out.Phase = wal.OutcomeCompleted

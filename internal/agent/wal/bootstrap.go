@@ -85,10 +85,24 @@ func (n NewCluster) Skip(ctx context.Context) (string, error) {
 // Work is where the recovery is made, beside DataDir.
 func (n NewCluster) Work() string { return filepath.Clean(n.DataDir) + ".recovering" }
 
-// Finish sets the superuser in the recovered data at Work, writes the
-// marker and moves the data into DataDir.
-func (n NewCluster) Finish() error {
+// Finish checks again that the cluster never had a primary, sets the
+// superuser in the recovered data at Work, writes the marker and moves
+// the data into DataDir.
+func (n NewCluster) Finish(ctx context.Context) error {
 	work := n.Work()
+	// The recovery took a while: a cluster that got a primary meanwhile
+	// (its Lease deleted and taken again) keeps it, and the recovered
+	// copy is not moved in beside it.
+	if n.EverLed != nil {
+		led, why, err := n.EverLed(ctx)
+		if err != nil {
+			return fmt.Errorf("reading whether the cluster had a primary: %w", err)
+		}
+		if led {
+			_ = os.RemoveAll(work)
+			return fmt.Errorf("the cluster got a primary while this recovery ran (%s): the recovered data is not moved into place; this member joins the cluster", why)
+		}
+	}
 	if n.User != "" {
 		if err := SetSuperuser(n.Command, work, n.User, n.Password); err != nil {
 			return err

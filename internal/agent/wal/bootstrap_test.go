@@ -98,8 +98,9 @@ func TestNewClusterSkip(t *testing.T) {
 	}
 }
 
-// TestNewClusterFinish: the recovered data moves into place after the
-// marker is written, and the history the promotion wrote is marked ready
+// TestNewClusterFinish: recovered data never moves in under a cluster
+// that got a primary while it was made; else it moves into place after
+// the marker is written, and the history the promotion wrote is marked ready
 // to archive (the replay ran with archiving off); a history restored from
 // the source's archive (archived there: .done) is not.
 func TestNewClusterFinish(t *testing.T) {
@@ -115,7 +116,24 @@ func TestNewClusterFinish(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := n.Finish(); err != nil {
+	// A primary taken meanwhile: nothing moves in.
+	n.EverLed = func(context.Context) (bool, string, error) { return true, "Lease db-primary was held", nil }
+	if err := n.Finish(context.Background()); err == nil || !strings.Contains(err.Error(), "got a primary while this recovery ran") {
+		t.Fatalf("finishing under a cluster that got a primary: %v", err)
+	}
+	if _, err := os.Stat(data); err == nil {
+		t.Fatal("the recovered data moved in beside a primary")
+	}
+	if err := os.MkdirAll(status, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"PG_VERSION", "pg_wal/00000002.history", "pg_wal/00000003.history", "pg_wal/archive_status/00000002.history.done"} {
+		if err := os.WriteFile(filepath.Join(n.Work(), f), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.EverLed = func(context.Context) (bool, string, error) { return false, "", nil }
+	if err := n.Finish(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	for path, want := range map[string]bool{

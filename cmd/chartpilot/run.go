@@ -57,6 +57,7 @@ type runOptions struct {
 	defaultServiceAccount   string
 	recordKeySecret         string
 	maxRecordSize           int64
+	rewriteStoredAPIs       bool
 	maxIndexSize            int64
 	maxResourceSize         int
 	maxArchiveSize          int64
@@ -92,6 +93,7 @@ func parseRunFlags(args []string) (*runOptions, error) {
 	fs.StringVar(&o.defaultServiceAccount, "default-service-account", "", "ServiceAccount (in each resource's namespace) that Helm runs as when neither a Tenant nor the watch names one; set, nothing ever runs as the manager (lockdown)")
 	fs.StringVar(&o.recordKeySecret, "release-record-key-secret", "", "namespace/name of the Secret holding the key that signs release records, made at the first start (default: chartpilot-release-records in the pod's namespace, else in the leader election namespace, else in default)")
 	fs.Int64Var(&o.maxRecordSize, "max-release-record-size", 16<<20, "largest decompressed size of a release record, in bytes; a larger record is refused, not decoded")
+	fs.BoolVar(&o.rewriteStoredAPIs, "rewrite-stored-apis", true, "store a release's deployed revision again with the served replacement of each API version its manifest names that the cluster no longer serves (after a cluster upgrade), when the API server holds the objects the same at the replacement; false leaves such releases for a manual repair")
 	fs.Int64Var(&o.maxIndexSize, "max-index-size", source.DefaultMaxIndexSize, "largest repository index (index.yaml) a remote chart source downloads, in bytes; a larger one is cut off and refused")
 	fs.Int64Var(&o.maxArchiveSize, "max-chart-size", source.DefaultMaxArchiveSize, "largest chart archive, OCI manifest or OCI layer a remote chart source downloads, in bytes; a larger one is cut off and refused")
 	fs.StringVar(&o.instanceImage, "instance-image", "ghcr.io/chartpilot/chartpilot:"+version, "image the Postgres pods copy chartpilot's instance manager from (failover); this operator's own image")
@@ -257,6 +259,7 @@ func run(ctx context.Context, args []string) error {
 		DefaultServiceAccount:   o.defaultServiceAccount,
 		RecordKeySecret:         recordKeySecret(o.recordKeySecret),
 		MaxRecordSize:           o.maxRecordSize,
+		KeepStoredAPIs:          !o.rewriteStoredAPIs,
 		MaxIndexSize:            o.maxIndexSize,
 		MaxArchiveSize:          o.maxArchiveSize,
 		MaxResourceSize:         o.maxResourceSize,

@@ -19,12 +19,23 @@ tools="${root}/hack/tools"
 bin="${root}/bin"
 mkdir -p "${bin}"
 
+# k8s_ldflags VERSION: the version a Kubernetes binary reports (/version, --version).
+k8s_ldflags() {
+	local version="$1" minor flags="-s -w" pkg
+	minor="${version#v1.}"
+	minor="${minor%%.*}"
+	for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+		flags+=" -X ${pkg}.gitVersion=${version} -X ${pkg}.gitMajor=1 -X ${pkg}.gitMinor=${minor}"
+		flags+=" -X ${pkg}.gitTreeState=clean -X ${pkg}.gitCommit=chartpilot-pinned"
+	done
+	echo "${flags}"
+}
 k8s_version="v1.37.2"
-k8s_ldflags="-s -w"
-for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-	k8s_ldflags+=" -X ${pkg}.gitVersion=${k8s_version} -X ${pkg}.gitMajor=1 -X ${pkg}.gitMinor=37"
-	k8s_ldflags+=" -X ${pkg}.gitTreeState=clean -X ${pkg}.gitCommit=chartpilot-pinned"
-done
+# The older minors of the version matrix: their control planes only, each in
+# bin/kubernetes-<minor>/ (the e2e tests run against them with
+# CHARTPILOT_KUBERNETES=<minor>; kubectl, the kubelet and client-go stay at
+# the newest).
+k8s_older=(v1.35.4 v1.36.3)
 
 # binaries per module: "<import path>=<output name>" pairs.
 declare -A targets=(
@@ -42,7 +53,7 @@ declare -A targets=(
 	[cni]="github.com/containernetworking/plugins/plugins/main/bridge=cni/bridge github.com/containernetworking/plugins/plugins/ipam/host-local=cni/host-local github.com/containernetworking/plugins/plugins/main/loopback=cni/loopback github.com/containernetworking/plugins/plugins/meta/portmap=cni/portmap"
 )
 declare -A ldflags=(
-	[kubernetes]="${k8s_ldflags}"
+	[kubernetes]="$(k8s_ldflags "${k8s_version}")"
 	[etcd]="-s -w"
 	[kwok]="-s -w"
 	[controller-gen]="-s -w"
@@ -51,10 +62,19 @@ declare -A ldflags=(
 	[prometheus]="-s -w"
 	[containerd]="-s -w"
 	[runc]="-s -w"
-	[kubelet]="${k8s_ldflags}"
+	[kubelet]="$(k8s_ldflags "${k8s_version}")"
 	[cni]="-s -w"
 	[coredns]="-s -w"
 )
+for v in "${k8s_older[@]}"; do
+	m="${v#v}"
+	m="kubernetes-${m%.*}"
+	targets[${m}]=""
+	for c in kube-apiserver kube-controller-manager kube-scheduler; do
+		targets[${m}]+="k8s.io/kubernetes/cmd/${c}=${m}/${c} "
+	done
+	ldflags[${m}]="$(k8s_ldflags "${v}")"
+done
 # Build tags, and the modules built with cgo (runc links libseccomp:
 # Debian's libseccomp-dev, installed by hack/debian-packages.sh).
 declare -A tags=(
@@ -78,6 +98,8 @@ declare -A cold=(
 	[containerd]="about a minute"
 	[runc]="about 10 seconds"
 	[kubelet]="about a minute"
+	[kubernetes-1.35]="about 7 minutes"
+	[kubernetes-1.36]="about 7 minutes"
 	[cni]="a few seconds"
 	[coredns]="about 2 minutes"
 )

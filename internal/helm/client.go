@@ -34,6 +34,8 @@ import (
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/chartpilot/chartpilot/internal/kubeapis"
 )
 
 // capabilitiesTTL bounds how stale the cached API versions may be; a chart
@@ -165,6 +167,28 @@ func (c *Client) IsNamespaced(gvk schema.GroupVersionKind) (bool, error) {
 		return false, err
 	}
 	return m.Scope.Name() == meta.RESTScopeNameNamespace, nil
+}
+
+// Served reports whether the cluster serves gvk's version (discovery,
+// read again when it does not know the kind, at most once per
+// rediscoverEvery). An error other than "no such kind" counts as served:
+// discovery that cannot be read says nothing is gone.
+func (c *Client) Served(gvk schema.GroupVersionKind) bool {
+	_, err := c.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	return err == nil || !meta.IsNoMatchError(err)
+}
+
+// KubeMinor is the cluster's Kubernetes minor (zero when it cannot be read).
+func (c *Client) KubeMinor() kubeapis.Minor {
+	caps, err := c.capabilities()
+	if err != nil {
+		return 0
+	}
+	m, err := kubeapis.FromServer(caps.KubeVersion.Major, caps.KubeVersion.Minor)
+	if err != nil {
+		return 0
+	}
+	return m
 }
 
 // capabilities returns the cluster's version and API versions, cached.

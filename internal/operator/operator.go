@@ -102,6 +102,9 @@ type Options struct {
 	RecordKeySecret types.NamespacedName
 	// MaxRecordSize bounds a release record's decompressed size (default 16 MiB).
 	MaxRecordSize int64
+	// KeepStoredAPIs turns off the rewrite of a release's stored manifest
+	// when it names API versions the cluster no longer serves.
+	KeepStoredAPIs bool
 	// MaxIndexSize and MaxArchiveSize bound a remote chart source's
 	// downloads: the repository index; a chart archive, OCI manifest or
 	// layer (0: the defaults, 32 MiB and 20 MiB).
@@ -345,7 +348,7 @@ func addReconcilers(o Options, mgr manager.Manager, scheme *runtime.Scheme, sour
 			return nil, nil, fmt.Errorf("watch %s: field hooks: %w", w, err)
 		}
 		selected[w.GVK] = hs
-		r := &release.Reconciler{Watch: w, Source: sources[i], Kind: o.Kinds[w.GVK], Hooks: hs, DefaultServiceAccount: o.DefaultServiceAccount, Holder: holder}
+		r := &release.Reconciler{Watch: w, Source: sources[i], Kind: o.Kinds[w.GVK], Hooks: hs, DefaultServiceAccount: o.DefaultServiceAccount, Holder: holder, KeepStoredAPIs: o.KeepStoredAPIs}
 		if err := r.SetupWithManager(mgr, shared); err != nil {
 			return nil, nil, err
 		}

@@ -22,6 +22,7 @@ const (
 	actHoldUnhealthy action = "HoldUnhealthy" // these inputs were rolled back as unhealthy
 	actStallForeign  action = "StallForeign"  // the release is not chartpilot's, or another object's
 	actWaitLock      action = "WaitLock"      // a live replica's action holds the release
+	actRewriteAPIs   action = "RewriteAPIs"   // the stored manifest names API versions no longer served
 )
 
 // gates are the facts besides the release's state that the choice of action
@@ -44,6 +45,10 @@ type gates struct {
 	// brokenOff: the newest revision failed only because a request to the
 	// API server did (throttling, a server error, a lost connection).
 	brokenOff bool
+	// unservedAPIs: the newest revision is deployed, its stored manifest
+	// names API versions the cluster no longer serves, and their served
+	// replacements hold the same (planAPIRewrite).
+	unservedAPIs bool
 }
 
 // nextAction chooses the one action a pass takes, from the observed
@@ -81,6 +86,8 @@ func nextAction(o Observation, g gates) action {
 		return upgradeOr(g)
 	case StateOutOfSync:
 		switch {
+		case g.unservedAPIs:
+			return actRewriteAPIs
 		case g.condemned:
 			return actHoldUnhealthy
 		case g.backoff > 0:
@@ -91,6 +98,8 @@ func nextAction(o Observation, g gates) action {
 		return upgradeOr(g)
 	case StateInSync:
 		switch {
+		case g.unservedAPIs:
+			return actRewriteAPIs
 		case !g.healthy:
 			return actCheckHealth
 		case g.driftDue:

@@ -43,6 +43,9 @@ func TestNextAction(t *testing.T) {
 		{"no slot: queued", StateOutOfSync, good, with(func(g *gates) { g.slotFree = false }), actQueue},
 		{"fresh revision: health gate", StateInSync, good, with(func(g *gates) { g.healthy = false; g.driftDue = true }), actCheckHealth},
 		{"drift is corrected once healthy", StateInSync, good, with(func(g *gates) { g.driftDue = true }), actCorrectDrift},
+		{"a stored manifest naming unserved APIs is rewritten before the health gate", StateInSync, good, with(func(g *gates) { g.unservedAPIs = true; g.healthy = false; g.driftDue = true }), actRewriteAPIs},
+		{"a stored manifest naming unserved APIs is rewritten before the upgrade", StateOutOfSync, good, with(func(g *gates) { g.unservedAPIs = true; g.backoff = time.Second; g.slotFree = false }), actRewriteAPIs},
+		{"a failed upgrade is rolled back whatever the stored APIs", StateFailedUpgrade, good, with(func(g *gates) { g.unservedAPIs = true }), actRollback},
 		{"in sync and healthy: nothing", StateInSync, good, with(func(g *gates) { g.backoff = time.Second; g.slotFree = false }), actNone},
 	} {
 		o := Observation{State: tc.state, Latest: tc.last, LastGood: tc.last}

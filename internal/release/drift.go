@@ -59,13 +59,14 @@ func (r *Reconciler) resourceFor(identity, namespace string, obj *unstructured.U
 }
 
 // eachLiveObject reads every object of a manifest and calls f with the
-// object the chart wants, the same as the API server keeps it (asStored),
-// and the live one (nil when it does not exist).
-// Drift correction and the health gate both read through it. Objects come
-// from the informer cache of the release's objects; only one the cache
-// does not hold (not yet seen, or its release label removed) is read from
-// the API server, as the release's identity.
-func (r *Reconciler) eachLiveObject(ctx context.Context, identity, namespace, manifest string, f func(want *unstructured.Unstructured, stored map[string]any, live *unstructured.Unstructured)) error {
+// object the chart wants, the live one (nil when it does not exist), and
+// whether (and where first) the live one differs from what the chart sets
+// (objectDiffers, against the object as the API server keeps it). Objects
+// come from the informer cache of the release's objects; only one the
+// cache does not hold (not yet seen, or its release label removed) is read
+// from the API server, as the release's identity. Drift correction and the
+// health gate both read through it.
+func (r *Reconciler) eachLiveObject(ctx context.Context, identity, namespace, manifest string, f func(want, live *unstructured.Unstructured, field string, differs bool)) error {
 	m, err := loadManifest(manifest)
 	if err != nil {
 		return err
@@ -76,23 +77,35 @@ func (r *Reconciler) eachLiveObject(ctx context.Context, identity, namespace, ma
 		if err != nil {
 			return fmt.Errorf("%s %s: %w", want.GetKind(), want.GetName(), err)
 		}
+		var live *unstructured.Unstructured
 		if r.deps != nil {
-			live := &unstructured.Unstructured{}
-			live.SetGroupVersionKind(want.GroupVersionKind())
-			if err := r.deps.cache.Get(ctx, client.ObjectKey{Namespace: want.GetNamespace(), Name: want.GetName()}, live); err == nil {
-				f(want, stored[i], live)
-				continue
+			cached := &unstructured.Unstructured{}
+			cached.SetGroupVersionKind(want.GroupVersionKind())
+			if err := r.deps.cache.Get(ctx, client.ObjectKey{Namespace: want.GetNamespace(), Name: want.GetName()}, cached); err == nil {
+				live = cached
 			}
 		}
-		live, err := ri.Get(ctx, want.GetName(), metav1.GetOptions{})
-		switch {
-		case apierrors.IsNotFound(err):
-			f(want, stored[i], nil)
-		case err != nil:
-			return fmt.Errorf("reading %s %s: %w", want.GetKind(), want.GetName(), err)
-		default:
-			f(want, stored[i], live)
+		if live == nil {
+			got, err := ri.Get(ctx, want.GetName(), metav1.GetOptions{})
+			switch {
+			case apierrors.IsNotFound(err):
+				f(want, nil, "", false)
+				continue
+			case err != nil:
+				return fmt.Errorf("reading %s %s: %w", want.GetKind(), want.GetName(), err)
+			}
+			live = got
 		}
+		field, differs := objectDiffers(want.Object, stored[i], live.Object)
+		if differs && absentAt(live.Object, field) {
+			// A field the chart sets that the live object lacks may be one
+			// this API server drops (a feature gate it has off, as an older
+			// minor does): its own dry run of the object says.
+			if srv, err := m.serverForm(ctx, i, ri); err == nil {
+				field, differs = objectDiffers(want.Object, srv, live.Object)
+			}
+		}
+		f(want, live, field, differs)
 	}
 	return nil
 }
@@ -100,12 +113,12 @@ func (r *Reconciler) eachLiveObject(ctx context.Context, identity, namespace, ma
 // findDrift lists the objects of manifest that are missing or differ.
 func (r *Reconciler) findDrift(ctx context.Context, identity, namespace, manifest string) ([]driftedObject, error) {
 	var out []driftedObject
-	err := r.eachLiveObject(ctx, identity, namespace, manifest, func(want *unstructured.Unstructured, stored map[string]any, live *unstructured.Unstructured) {
+	err := r.eachLiveObject(ctx, identity, namespace, manifest, func(want, live *unstructured.Unstructured, field string, differs bool) {
 		if live == nil {
 			out = append(out, driftedObject{desired: want, missing: true})
 			return
 		}
-		if field, differs := objectDiffers(want.Object, stored, live.Object); differs {
+		if differs {
 			out = append(out, driftedObject{desired: want, field: field})
 		}
 	})

@@ -27,6 +27,8 @@ type choice struct {
 	// lock is the holder of a pending revision, looked at again after lockRecheck.
 	lock        lockInfo
 	lockRecheck time.Duration
+	// apiRewrite is the RewriteAPIs the gate unservedAPIs found safe.
+	apiRewrite *apiRewrite
 }
 
 // gatesFor reads the gates the observed state needs, from memory and
@@ -57,6 +59,10 @@ func (r *Reconciler) gatesFor(ctx context.Context, p *pass, d *desired, o Observ
 		c.gates.slotFree = r.slots.free(p.key)
 	case StateInSync:
 		c.gates.healthy = o.Latest.Revision > 0 && m.healthyRev == o.Latest.Revision
+	}
+	if o.State == StateInSync || o.State == StateOutOfSync {
+		c.apiRewrite = r.apiRewriteGate(ctx, p, d, o.Latest)
+		c.gates.unservedAPIs = c.apiRewrite != nil
 	}
 	return c
 }

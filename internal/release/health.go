@@ -174,12 +174,12 @@ func (r healthGate) unhealthy(p *pass, d *desired, rel, previous *helm.Release, 
 // notReady lists the objects of manifest that kstatus does not call Current.
 func (r healthGate) notReady(ctx context.Context, identity, namespace, manifest string) ([]string, error) {
 	var out []string
-	err := r.eachLiveObject(ctx, identity, namespace, manifest, func(want *unstructured.Unstructured, stored map[string]any, live *unstructured.Unstructured) {
+	err := r.eachLiveObject(ctx, identity, namespace, manifest, func(want, live *unstructured.Unstructured, _ string, differs bool) {
 		if live == nil {
 			out = append(out, want.GetKind()+"/"+want.GetName()+" is missing")
 			return
 		}
-		if _, differs := objectDiffers(want.Object, stored, live.Object); differs {
+		if differs {
 			// The cache has not yet seen the revision's change of it (or
 			// someone changed it since: a drift check sets it back).
 			out = append(out, want.GetKind()+"/"+want.GetName())
@@ -250,7 +250,7 @@ func (r healthGate) followWorkloads(ctx context.Context, p *pass, d *desired, re
 		m.statusSettled = false // the kind's status (ready replicas) follows
 	})
 	var names []string
-	err := r.eachLiveObject(ctx, d.identity, p.key.Namespace, rel.Manifest, func(want *unstructured.Unstructured, _ map[string]any, live *unstructured.Unstructured) {
+	err := r.eachLiveObject(ctx, d.identity, p.key.Namespace, rel.Manifest, func(want, live *unstructured.Unstructured, _ string, _ bool) {
 		if live == nil {
 			names = append(names, want.GetKind()+"/"+want.GetName()+" is missing")
 			return

@@ -1,7 +1,14 @@
 package release
 
 import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/utils/lru"
 
 	"github.com/chartpilot/chartpilot/internal/helm"
@@ -19,6 +26,63 @@ var parsedManifests = lru.New(64)
 // parsedManifest is a manifest's objects.
 type parsedManifest struct {
 	objs []*unstructured.Unstructured
+	// server holds, by object index, the object as the API server's dry
+	// run of it returned it (serverForm), made only for objects whose live
+	// form lacks a field the chart sets.
+	mu     sync.Mutex
+	server map[int]map[string]any
+}
+
+// serverForm is objs[i] as the API server would keep it: a server-side
+// apply of it, dry run (nothing is written), as the release's identity
+// (ri). It drops what the server drops, such as a field behind a feature
+// gate the server has off. One request per object and manifest, at most.
+func (m *parsedManifest) serverForm(ctx context.Context, i int, ri dynamic.ResourceInterface) (map[string]any, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if f, ok := m.server[i]; ok {
+		return f, nil
+	}
+	obj := m.objs[i].DeepCopy()
+	obj.SetResourceVersion("")
+	out, err := ri.Apply(ctx, obj.GetName(), obj, metav1.ApplyOptions{FieldManager: "chartpilot-dry-run", Force: true, DryRun: []string{metav1.DryRunAll}})
+	if err != nil {
+		return nil, err
+	}
+	if m.server == nil {
+		m.server = map[int]map[string]any{}
+	}
+	m.server[i] = out.Object
+	return out.Object, nil
+}
+
+// absentAt reports whether obj has no value at path (a path of
+// objectDiffers: "spec.template.spec.containers[0].image").
+func absentAt(obj map[string]any, path string) bool {
+	var cur any = obj
+	for _, seg := range strings.Split(path, ".") {
+		name, rest, _ := strings.Cut(seg, "[")
+		if name != "" {
+			mp, ok := cur.(map[string]any)
+			if !ok {
+				return true
+			}
+			if cur, ok = mp[name]; !ok || cur == nil {
+				return true
+			}
+		}
+		for rest != "" {
+			idx, after, _ := strings.Cut(rest, "]")
+			n, err := strconv.Atoi(idx)
+			l, ok := cur.([]any)
+			if err != nil || !ok || n < 0 || n >= len(l) {
+				return true
+			}
+			cur = l[n]
+			rest = strings.TrimPrefix(after, "[")
+		}
+	}
+	return false
 }
 
 // storedForms returns each object as the API server keeps it (asStored),

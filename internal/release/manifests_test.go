@@ -23,3 +23,23 @@ func TestParseManifestRemembers(t *testing.T) {
 		t.Fatal("a manifest that does not parse gave no error the second time")
 	}
 }
+
+func TestAbsentAt(t *testing.T) {
+	obj := map[string]any{"spec": map[string]any{
+		"updateStrategy": map[string]any{"rollingUpdate": map[string]any{"partition": int64(0)}},
+		"containers":     []any{map[string]any{"image": "x", "env": []any{map[string]any{"name": "A"}}}},
+	}}
+	for path, want := range map[string]bool{
+		"spec.updateStrategy.rollingUpdate.partition":      false,
+		"spec.updateStrategy.rollingUpdate.maxUnavailable": true,
+		"spec.containers[0].image":                         false,
+		"spec.containers[0].env[0].name":                   false,
+		"spec.containers[1].image":                         true,
+		"spec.containers[0].env[3]":                        true,
+		"status.replicas":                                  true,
+	} {
+		if got := absentAt(obj, path); got != want {
+			t.Errorf("absentAt(%s) = %v, want %v", path, got, want)
+		}
+	}
+}

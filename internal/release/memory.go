@@ -65,6 +65,12 @@ type memo struct {
 	// infoSeries is the chart, version and status of the resource's
 	// chartpilot_release_info series set by this process (zero: none).
 	infoSeries [3]string
+	// apiSeries are the resource's chartpilot_release_deprecated_api_objects
+	// series set by this process, with their values.
+	apiSeries map[apiSeries]int
+	// apiRewriteNote is why the stored manifest was last found not safe
+	// to rewrite (RewriteAPIs), told once.
+	apiRewriteNote string
 }
 
 // memory holds one memo per resource behind one lock.

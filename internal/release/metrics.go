@@ -50,6 +50,10 @@ var (
 		Name: "chartpilot_workloads_unavailable",
 		Help: "Resources whose workloads, seen healthy before, are not available now (WorkloadsAvailable=False).",
 	}, []string{"kind"})
+	deprecatedAPIObjects = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "chartpilot_release_deprecated_api_objects",
+		Help: "Objects of a release's stored manifest at an API version that a Kubernetes minor (removed_in) stops serving, by API version and kind.",
+	}, []string{"kind", "namespace", "name", "api_version", "api_kind", "removed_in"})
 	driftChecks = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "chartpilot_drift_checks_total",
 		Help: "Drift checks by kind and outcome (none, corrected, failed).",
@@ -57,5 +61,5 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(releaseInfo, reconcileTotal, reconcileDuration, helmActionDuration, rendersSkipped, driftChecks, upgradesInProgress, rolloutWaiting, rolloutHalted, rolloutUpgrades, workloadsUnavailable)
+	metrics.Registry.MustRegister(releaseInfo, reconcileTotal, reconcileDuration, helmActionDuration, rendersSkipped, driftChecks, upgradesInProgress, rolloutWaiting, rolloutHalted, rolloutUpgrades, workloadsUnavailable, deprecatedAPIObjects)
 }

@@ -70,6 +70,9 @@ type Reconciler struct {
 	// a plain hash of the values would let them test guesses of a secret
 	// value. Empty: a key made at random per process.
 	DigestKey []byte
+	// KeepStoredAPIs turns off the rewrite of stored manifests that name
+	// API versions the cluster no longer serves (RewriteAPIs).
+	KeepStoredAPIs bool
 
 	deps     *dependents
 	initOnce sync.Once
@@ -325,6 +328,7 @@ func (r *Reconciler) owedFor() time.Duration {
 // forget drops what this process remembers of a resource that is gone.
 func (r *Reconciler) forget(key types.NamespacedName) {
 	reporter{r}.setInfoSeries(key, [3]string{})
+	reporter{r}.setAPISeries(key, nil)
 	r.mem.forget(key)
 	r.slots.forget(key)
 	healthGate{r}.setUnavailable(key, false)

@@ -227,7 +227,7 @@ func blockingHookCondition(st *v1alpha1.ReleaseStatus) *metav1.Condition {
 		case v1alpha1.ConditionReady, v1alpha1.ConditionReleased, v1alpha1.ConditionReconciling, v1alpha1.ConditionStalled, v1alpha1.ConditionDrifted,
 			v1alpha1.ConditionUpgradeBlocked, v1alpha1.ConditionSourceAvailable, v1alpha1.ConditionWorkloadsAvailable,
 			v1alpha1.ConditionMonitoringReady, v1alpha1.ConditionLastBackupSucceeded, v1alpha1.ConditionStorageResizing,
-			v1alpha1.ConditionStorageAutoExpand:
+			v1alpha1.ConditionStorageAutoExpand, v1alpha1.ConditionDeprecatedAPIs:
 			continue // reported, never blocking
 		}
 		if c.Status == metav1.ConditionFalse {
@@ -283,6 +283,7 @@ func (r reporter) setReleaseInfo(p *pass, rel *helm.Release) {
 		p.status.Chart.DeployedVersion = rel.ChartVersion
 	}
 	r.setInfoSeries(p.key, [3]string{rel.ChartName, rel.ChartVersion, string(rel.Status)})
+	r.deprecatedAPIs(p, rel)
 }
 
 // setInfoSeries makes key's chartpilot_release_info series the one with

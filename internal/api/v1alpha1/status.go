@@ -51,6 +51,11 @@ const (
 	// volumes is watching (True) or cannot act (False: at its maximum, a
 	// tenant limit, no volume statistics); absent when not asked for.
 	ConditionStorageAutoExpand = "StorageAutoExpand"
+	// ConditionDeprecatedAPIs is True while the release's stored manifest
+	// names an API version this cluster no longer serves, that its minor
+	// deprecates, or that the next minor removes (the message names each
+	// kind, the minor that removes it and its replacement); absent otherwise.
+	ConditionDeprecatedAPIs = "DeprecatedAPIs"
 )
 
 // StorageAutoExpand grows a resource's volumes before they fill up: when the
@@ -129,6 +134,35 @@ type ReleaseStatus struct {
 	// set what, never the values themselves.
 	// +optional
 	ValuesLayers []ValuesLayer `json:"valuesLayers,omitempty"`
+	// DeprecatedAPIs are the kinds of the release's stored manifest whose
+	// API version Kubernetes deprecates and removes, or that this cluster
+	// no longer serves: the minor that removes each and what replaces it
+	// (chartpilot preflight reads them).
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	DeprecatedAPIs []DeprecatedAPI `json:"deprecatedAPIs,omitempty"`
+}
+
+// DeprecatedAPI is one kind of a release's objects at an API version that
+// a Kubernetes minor removes.
+type DeprecatedAPI struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	// Objects counts the release's objects of the kind at this version.
+	Objects int32 `json:"objects"`
+	// DeprecatedIn and RemovedIn are the Kubernetes minors ("1.37") that
+	// deprecate the version and stop serving it.
+	// +optional
+	DeprecatedIn string `json:"deprecatedIn,omitempty"`
+	RemovedIn    string `json:"removedIn"`
+	// Replacement is the apiVersion to use instead ("" when there is none);
+	// ReplacementKind is set when the kind changes too.
+	// +optional
+	Replacement string `json:"replacement,omitempty"`
+	// +optional
+	ReplacementKind string `json:"replacementKind,omitempty"`
+	// Served is whether the cluster serves the version now.
+	Served bool `json:"served"`
 }
 
 // ValuesLayer is one values layer: its name ("cr", "hook:tenancy",

@@ -24,6 +24,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -67,6 +68,15 @@ type Options struct {
 	// else bin/ at the root of the chartpilot module containing the working
 	// directory.
 	BinDir string
+	// Kubernetes is the minor of the control plane ("1.35"): empty or
+	// Newest runs the newest (bin/), an older minor of the version matrix
+	// runs kube-apiserver, kube-controller-manager and kube-scheduler from
+	// bin/kubernetes-<minor>/ (etcd, kwok and kubectl stay the same).
+	// Default: $CHARTPILOT_KUBERNETES.
+	Kubernetes string
+	// RuntimeConfig is the API server's --runtime-config (API versions
+	// turned on or off), e.g. "storage.k8s.io/v1beta1=true".
+	RuntimeConfig string
 	// Nodes is the number of kwok nodes of the full tier (default 3).
 	Nodes int
 	// RealNodes is the number of nodes that run containers (full tier, as
@@ -131,6 +141,24 @@ type Cluster struct {
 	statsScript string
 }
 
+// Newest is the minor of the control plane in bin/; OlderMinors are the
+// other minors of the version matrix, each in bin/kubernetes-<minor>/.
+const Newest = "1.37"
+
+// OlderMinors are the older minors the e2e tests also run against.
+var OlderMinors = []string{"1.35", "1.36"}
+
+// controlPlane are the binaries of the version matrix.
+var controlPlane = map[string]bool{"kube-apiserver": true, "kube-controller-manager": true, "kube-scheduler": true}
+
+// binPath is where the named binary of opts' Kubernetes minor is.
+func (o *Options) binPath(name string) string {
+	if controlPlane[name] && o.Kubernetes != Newest {
+		return filepath.Join(o.BinDir, "kubernetes-"+o.Kubernetes, name)
+	}
+	return filepath.Join(o.BinDir, name)
+}
+
 // Binaries returns the binaries a tier needs.
 func Binaries(tier Tier) []string {
 	bins := []string{"etcd", "kube-apiserver"}
@@ -143,10 +171,16 @@ func Binaries(tier Tier) []string {
 // CheckBinaries returns a clear error naming the fix when a binary of the
 // tier is missing from binDir.
 func CheckBinaries(binDir string, tier Tier) error {
+	return checkBinaries(&Options{BinDir: binDir, Kubernetes: Newest}, tier)
+}
+
+func checkBinaries(opts *Options, tier Tier) error {
+	binDir := opts.BinDir
 	var missing []string
 	for _, b := range Binaries(tier) {
-		if st, err := os.Stat(filepath.Join(binDir, b)); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
-			missing = append(missing, b)
+		if st, err := os.Stat(opts.binPath(b)); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+			rel, _ := filepath.Rel(binDir, opts.binPath(b))
+			missing = append(missing, rel)
 		}
 	}
 	if tier == TierFull {
@@ -189,6 +223,19 @@ func (o *Options) defaults() error {
 	if o.RealNodes > 0 && o.Tier != TierFull {
 		return fmt.Errorf("real nodes need the %q tier", TierFull)
 	}
+	if o.Kubernetes == "" {
+		o.Kubernetes = os.Getenv("CHARTPILOT_KUBERNETES")
+	}
+	if o.Kubernetes == "" {
+		o.Kubernetes = Newest
+	}
+	if o.Kubernetes != Newest && !slices.Contains(OlderMinors, o.Kubernetes) {
+		return fmt.Errorf("kubernetes minor %q is not in the version matrix: use %s or one of %s", o.Kubernetes, Newest, strings.Join(OlderMinors, ", "))
+	}
+	if o.RealNodes > 0 && o.Kubernetes != Newest {
+		// A kubelet must not be newer than its API server.
+		return fmt.Errorf("real nodes run the newest kubelet, which needs the newest control plane (%s), not %s", Newest, o.Kubernetes)
+	}
 	if o.Nodes <= 0 {
 		o.Nodes = 3
 	}
@@ -227,7 +274,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, retErr error) {
 	if err := opts.defaults(); err != nil {
 		return nil, err
 	}
-	if err := CheckBinaries(opts.BinDir, opts.Tier); err != nil {
+	if err := checkBinaries(&opts, opts.Tier); err != nil {
 		return nil, err
 	}
 	if opts.RealNodes > 0 {
@@ -295,12 +342,15 @@ func (c *Cluster) startAPI(opts Options) error {
 		ControlPlaneStopTimeout:  time.Minute,
 	}
 	env.ControlPlane.Etcd = &envtest.Etcd{Out: etcdLog, Err: etcdLog, DataDir: filepath.Join(c.Dir, "etcd")}
-	api := &envtest.APIServer{Out: apiLog, Err: apiLog}
+	api := &envtest.APIServer{Out: apiLog, Err: apiLog, Path: opts.binPath("kube-apiserver")}
 	if opts.APIServerPort != 0 {
 		api.Address = "127.0.0.1"
 		api.Port = strconv.Itoa(opts.APIServerPort)
 	}
 	api.Configure().Set("service-cluster-ip-range", serviceRange(opts))
+	if opts.RuntimeConfig != "" {
+		api.Configure().Set("runtime-config", opts.RuntimeConfig)
+	}
 	if opts.RealNodes > 0 {
 		if err := c.realNodesAPIServer(api); err != nil {
 			return err
@@ -352,7 +402,7 @@ rules:
 }
 
 func (c *Cluster) startFull(ctx, bgCtx context.Context, opts Options) error {
-	bin := func(name string) string { return filepath.Join(opts.BinDir, name) }
+	bin := opts.binPath
 	// kube-controller-manager and kube-scheduler share their client,
 	// authentication and serving flags.
 	component := func(name string, extra ...string) error {

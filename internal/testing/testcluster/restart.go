@@ -21,6 +21,31 @@ import (
 // answers ready again. Clients see refused connections, then errors from
 // an API server without its storage, while it is down.
 func (c *Cluster) Restart(component string, down time.Duration) error {
+	return c.restart(component, down, nil)
+}
+
+// RestartAPIServer restarts the API server as Restart does, with
+// --runtime-config set to runtimeConfig (empty: the minor's defaults), as
+// an upgrade that stops or starts serving API versions would.
+func (c *Cluster) RestartAPIServer(runtimeConfig string) error {
+	return c.restart("kube-apiserver", 0, func(args []string) []string {
+		out := []string{}
+		for _, a := range args {
+			if !strings.HasPrefix(a, "--runtime-config=") {
+				out = append(out, a)
+			}
+		}
+		if runtimeConfig != "" {
+			out = append(out, "--runtime-config="+runtimeConfig)
+		}
+		return out
+	})
+}
+
+// Kubernetes is the minor of the cluster's control plane.
+func (c *Cluster) Kubernetes() string { return c.opts.Kubernetes }
+
+func (c *Cluster) restart(component string, down time.Duration, edit func([]string) []string) error {
 	if component != "kube-apiserver" && component != "etcd" {
 		return fmt.Errorf("restart: %q is not a restartable component (kube-apiserver, etcd)", component)
 	}
@@ -39,6 +64,9 @@ func (c *Cluster) Restart(component string, down time.Duration) error {
 		if err := stopPID(pid, 15*time.Second); err != nil {
 			return err
 		}
+	}
+	if edit != nil {
+		args = append(args[:1:1], edit(args[1:])...)
 	}
 	time.Sleep(down)
 	c.restarts++

@@ -8,8 +8,11 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 # Packages whose tests need the local control plane run with a generous timeout.
 TEST_TIMEOUT ?= 30m
 TEST_FLAGS ?=
+# The older Kubernetes minors of the version matrix (the newest is bin/'s);
+# their control planes are built into bin/kubernetes-<minor>/.
+OLDER_MINORS := 1.35 1.36
 
-.PHONY: image bundle all build test test-unit tools tools-demo tools-dev generate manifests monitoring-crds lint verify demo bench fuzz fmt vet clean
+.PHONY: image bundle all build test test-matrix test-unit tools tools-demo tools-dev generate manifests monitoring-crds lint verify demo bench fuzz fmt vet clean
 
 all: build
 
@@ -45,7 +48,7 @@ bundle:
 ## tools: Debian's PostgreSQL 15 and redis-server when missing, control-plane binaries (kube-apiserver, controller manager, scheduler, kubectl, etcd, kwok), real nodes' binaries (containerd, runc, kubelet, kube-proxy, CNI plugins, CoreDNS) and images (Debian's packages, mmdebstrap), the S3 server of the backup tests (versitygw), promtool, Azurite (npm), PostgreSQL 17 server binaries (npm)
 tools:
 	hack/debian-packages.sh
-	hack/tools/build.sh kubernetes etcd kwok versitygw prometheus containerd runc kubelet cni coredns
+	hack/tools/build.sh kubernetes etcd kwok versitygw prometheus containerd runc kubelet cni coredns $(addprefix kubernetes-,$(OLDER_MINORS))
 	hack/azurite.sh
 	hack/embedded-postgres.sh
 	hack/images.sh
@@ -58,11 +61,21 @@ tools-demo:
 tools-dev:
 	hack/tools/build.sh controller-gen golangci-lint
 
-## test: every test, integration tests on a real local control plane
+## test: every test, integration tests on a real local control plane of the newest Kubernetes minor, then the e2e tests on the older minors (test-matrix)
 test: tools build
 	$(GO) vet ./...
 	$(GO) vet -tags manager ./cmd/chartpilot
 	$(GO) test -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./...
+	$(E2E_MATRIX)
+
+## test-matrix: the e2e tests on the control planes of the older Kubernetes minors (OLDER_MINORS)
+test-matrix: tools build
+	$(E2E_MATRIX)
+
+E2E_MATRIX = @for v in $(OLDER_MINORS); do \
+		echo "e2e tests on Kubernetes $$v"; \
+		CHARTPILOT_KUBERNETES=$$v $(GO) test -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./test/e2e || exit 1; \
+	done
 
 ## fuzz: each fuzz target for FUZZTIME (make test runs their seed inputs only)
 FUZZTIME ?= 30s

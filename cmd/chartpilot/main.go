@@ -48,6 +48,7 @@ Usage:
   chartpilot get [KIND] [-n NS | -A] [-o wide|json]  list the resources chartpilot manages
   chartpilot describe KIND/NAME [-n NS]              conditions, history, last failure and events of one
   chartpilot rollout status KIND [--version V] [--watch]  the fleet by chart version and upgrade state
+  chartpilot preflight [--kubernetes-version 1.MINOR] releases that break on that Kubernetes minor (exit 1 if any)
   chartpilot tenants                                  tenants: namespaces, usage against limits, violations
   chartpilot identity create -n NS                    the ServiceAccount NS's resources are deployed as (lockdown)
   chartpilot instance        the instance manager of a PostgreSQL member (failover through a Lease)
@@ -94,6 +95,8 @@ func dispatch(args []string) int {
 		err = getCommand(context.Background(), rest, os.Stdout, os.Stderr, time.Now())
 	case "describe":
 		err = describeCommand(context.Background(), rest, terminalSafe(os.Stdout), os.Stderr, time.Now())
+	case "preflight":
+		err = preflightCommand(context.Background(), rest, os.Stdout, os.Stderr)
 	case "rollout":
 		err = rolloutCommand(signalContext(), rest, terminalSafe(os.Stdout), os.Stderr)
 	case "tenants":

@@ -34,7 +34,7 @@ var _ = registerStep(actRewriteAPIs, rewriteAPIsStep{})
 
 func (rewriteAPIsStep) full(ctx context.Context, r *Reconciler, f *fullPass) (ctrl.Result, bool, error) {
 	plan := f.c.apiRewrite
-	rel, err := r.Helm.Rewrite(f.p.key.Namespace, f.p.key.Name, f.o.Latest.Revision, plan.manifest, plan.description)
+	rel, err := r.Helm.As(f.d.identity).Rewrite(f.p.key.Namespace, f.p.key.Name, f.o.Latest.Revision, plan.manifest, plan.description)
 	if err != nil {
 		msg := "rewriting the stored manifest's API versions: " + oneLine(err.Error())
 		r.Recorder.Event(f.p.obj, corev1.EventTypeWarning, "StoredAPIsNotRewritten", msg)
@@ -46,6 +46,10 @@ func (rewriteAPIsStep) full(ctx context.Context, r *Reconciler, f *fullPass) (ct
 	f.p.log.Info("Rewrote the stored manifest's API versions", "revision", rel.Revision, "rewritten", plan.description)
 	reporter{r}.recordHistory(f.p, rel.Labels[v1alpha1.LabelDigest], actionRewriteAPIs, rel, true, plan.description)
 	reporter{r}.setReleaseInfo(f.p, rel)
+	// An action that failed on the unserved kinds is tried again at once,
+	// not after its back-off.
+	f.p.status.LastFailure = nil
+	r.mem.with(f.p.key, func(m *memo) { m.failure = nil })
 	// The next pass observes the new revision and acts on it.
 	return ctrl.Result{Requeue: true}, false, nil
 }

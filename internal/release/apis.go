@@ -23,14 +23,16 @@ const maxDeprecatedAPIs = 32
 // resource: API version, kind and the minor that removes it.
 type apiSeries [3]string
 
-// deprecatedAPIs checks the kinds of rel's manifest (the revision
+// deprecatedAPIs checks the kinds of rel's manifest (the deployed revision
 // status.release shows) against the minors that remove their API versions
 // and against what the cluster serves: status.deprecatedAPIs, the
 // DeprecatedAPIs condition (True while any is due: not served, deprecated
 // on this cluster's minor, or removed by the next), a Warning event when
 // what is due changes, and a metric series per kind.
 func (r reporter) deprecatedAPIs(p *pass, rel *helm.Release) {
-	if rel == nil || rel.Unread || r.Helm == nil {
+	if rel == nil || rel.Unread || r.Helm == nil || rel.Status != helm.StatusDeployed {
+		// Only a deployed revision's manifest is what Helm builds the
+		// objects of before its next action (a failed attempt's is not).
 		return
 	}
 	objs, err := parseManifest(rel.Manifest)

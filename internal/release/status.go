@@ -31,7 +31,7 @@ const historyLimit = 10
 
 // sharedStatusFields are the status fields this reconciler owns for every
 // kind; a typed kind's own fields live beside them.
-var sharedStatusFields = []string{"observedGeneration", "conditions", "release", "chart", "history", "lastFailure", "valuesLayers"}
+var sharedStatusFields = []string{"observedGeneration", "conditions", "release", "chart", "history", "lastFailure", "valuesLayers", "deprecatedAPIs"}
 
 // readStatus decodes the resource's status.
 // A status someone else wrote in another shape is replaced, not fatal.

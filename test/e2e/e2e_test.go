@@ -61,6 +61,8 @@ func TestMain(m *testing.M) {
 		// The webhook configuration of config/webhook, pointed by envtest at
 		// the test process, with certificates envtest makes.
 		WebhookInstallOptions: envtest.WebhookInstallOptions{Paths: []string{filepath.Join("..", "..", "config", "webhook", "manifests.yaml")}},
+		// An API version a later minor removes, served (TestRemovedAPIVersions).
+		RuntimeConfig: removableAPIs[testcluster.KubernetesMinor()].runtimeConfig,
 	}, &cluster))
 }
 
@@ -95,12 +97,37 @@ type env struct {
 	cs  kubernetes.Interface
 	// stop stops the test's operator (and its webhook server) before the test ends.
 	stop func()
+	// deployer is the namespace's deployer ServiceAccount (lockdown).
+	deployer string
 }
 
 // setup starts an operator with the repository's watches.yaml for the test.
 func setup(t *testing.T, opts ...func(*operator.Options)) *env {
 	t.Helper()
 	ns := cluster.Namespace(t)
+	dyn, err := dynamic.NewForConfig(cluster.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(cluster.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The manager's ServiceAccount and the deployers' ClusterRole first.
+	if _, err := managerConfig(); err != nil {
+		t.Fatalf("the manager's ServiceAccount: %v", err)
+	}
+	e := &env{t: t, ns: ns, dyn: dyn, cs: cs}
+	e.deployer = createIdentity(t, ns)
+	e.startOperator(opts...)
+	return e
+}
+
+// startOperator starts an operator for the test (after e.stop, another
+// one): the repository's watches.yaml unless opts say otherwise.
+func (e *env) startOperator(opts ...func(*operator.Options)) {
+	t := e.t
+	t.Helper()
 	ws, err := e2eWatches()
 	if err != nil {
 		t.Fatal(err)
@@ -109,10 +136,9 @@ func setup(t *testing.T, opts ...func(*operator.Options)) *env {
 	if err != nil {
 		t.Fatalf("the manager's ServiceAccount: %v", err)
 	}
-	deployer := createIdentity(t, ns)
 	wh := cluster.Env.WebhookInstallOptions
 	o := operator.Options{
-		Config: cfg, Watches: ws, MetricsAddr: "0", ProbeAddr: "0", SeveralInProcess: true, DefaultServiceAccount: deployer,
+		Config: cfg, Watches: ws, MetricsAddr: "0", ProbeAddr: "0", SeveralInProcess: true, DefaultServiceAccount: e.deployer,
 		LeaderElectionNamespace: managerNamespace,
 		Webhook:                 &operator.WebhookOptions{Host: wh.LocalServingHost, Port: wh.LocalServingPort, CertDir: wh.LocalServingCertDir},
 	}
@@ -136,16 +162,8 @@ func setup(t *testing.T, opts ...func(*operator.Options)) *env {
 		})
 	}
 	t.Cleanup(stop)
+	e.stop = stop
 	waitWebhook(t)
-	dyn, err := dynamic.NewForConfig(cluster.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cs, err := kubernetes.NewForConfig(cluster.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &env{t: t, ns: ns, dyn: dyn, cs: cs, stop: stop}
 }
 
 // createIdentity makes the test namespace's deployer as `chartpilot identity

@@ -92,10 +92,10 @@ func (e *env) waitEvent(name, reason, substr string) {
 			if ev.Reason == reason && strings.Contains(ev.Message, substr) {
 				return true, ""
 			}
-			seen = append(seen, ev.Reason)
+			seen = append(seen, ev.Reason+": "+ev.Message)
 		}
 		sort.Strings(seen)
-		return false, strings.Join(seen, ",")
+		return false, strings.Join(seen, "; ")
 	})
 }
 

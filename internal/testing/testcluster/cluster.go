@@ -148,6 +148,15 @@ const Newest = "1.37"
 // OlderMinors are the older minors the e2e tests also run against.
 var OlderMinors = []string{"1.35", "1.36"}
 
+// KubernetesMinor is the minor tests start by default: $CHARTPILOT_KUBERNETES,
+// else Newest.
+func KubernetesMinor() string {
+	if v := os.Getenv("CHARTPILOT_KUBERNETES"); v != "" {
+		return v
+	}
+	return Newest
+}
+
 // controlPlane are the binaries of the version matrix.
 var controlPlane = map[string]bool{"kube-apiserver": true, "kube-controller-manager": true, "kube-scheduler": true}
 
@@ -224,10 +233,7 @@ func (o *Options) defaults() error {
 		return fmt.Errorf("real nodes need the %q tier", TierFull)
 	}
 	if o.Kubernetes == "" {
-		o.Kubernetes = os.Getenv("CHARTPILOT_KUBERNETES")
-	}
-	if o.Kubernetes == "" {
-		o.Kubernetes = Newest
+		o.Kubernetes = KubernetesMinor()
 	}
 	if o.Kubernetes != Newest && !slices.Contains(OlderMinors, o.Kubernetes) {
 		return fmt.Errorf("kubernetes minor %q is not in the version matrix: use %s or one of %s", o.Kubernetes, Newest, strings.Join(OlderMinors, ", "))

@@ -168,7 +168,8 @@ func breakingAPIs(kind, namespace, name string, obj map[string]any, minor kubeap
 		} `json:"status"`
 	}
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj, &st); err != nil {
-		return nil
+		// Unreadable is not clean: the release is counted, and says why.
+		return []preflightRow{{Kind: kind, Namespace: namespace, Name: name, APIVersion: "?", APIKind: "status.deprecatedAPIs unreadable", RemovedIn: "?", Served: true}}
 	}
 	var rows []preflightRow
 	for _, a := range st.Status.DeprecatedAPIs {

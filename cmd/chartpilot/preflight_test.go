@@ -26,6 +26,9 @@ func TestBreakingAPIs(t *testing.T) {
 			t.Errorf("target 1.%d: rows %v, want %v", target, got, want)
 		}
 	}
+	if rows := breakingAPIs("Publicdb", "ns", "r2", map[string]any{"status": map[string]any{"deprecatedAPIs": "not a list"}}, 37); len(rows) != 1 || !strings.Contains(rows[0].APIKind, "unreadable") {
+		t.Errorf("an unreadable status.deprecatedAPIs must count as breaking, saying so: %+v", rows)
+	}
 	var b bytes.Buffer
 	rep := preflightReport{KubernetesVersion: "1.37", Releases: 3, Breaking: 1, Rows: breakingAPIs("Publicdb", "ns", "r1", obj, 37)}
 	if err := printPreflight(&b, rep, ""); err != nil {

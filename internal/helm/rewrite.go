@@ -16,7 +16,7 @@ import (
 // again: Helm builds the objects of the stored manifest before each of
 // those actions. The new record is created first: a crash between the two
 // writes leaves two deployed revisions, the newer of which Helm acts on.
-func (c *Client) Rewrite(namespace, name string, revision int, manifest, description string) (*Release, error) {
+func (c *Client) Rewrite(namespace, name string, revision int, from, manifest, description string) (*Release, error) {
 	cfg, err := c.actionConfig(Scope{Namespace: namespace})
 	if err != nil {
 		return nil, err
@@ -31,6 +31,9 @@ func (c *Client) Rewrite(namespace, name string, revision int, manifest, descrip
 	latest, err := cfg.Releases.Last(name)
 	if err != nil {
 		return nil, fmt.Errorf("reading release %s/%s: %w", namespace, name, err)
+	}
+	if old.Manifest != from {
+		return nil, fmt.Errorf("release %s/%s revision %d changed since the rewrite was planned", namespace, name, revision)
 	}
 	if latest.Version != revision {
 		return nil, fmt.Errorf("release %s/%s revision %d is not the newest (%d is)", namespace, name, revision, latest.Version)
@@ -50,4 +53,25 @@ func (c *Client) Rewrite(namespace, name string, revision int, manifest, descrip
 		return nil, fmt.Errorf("marking release %s/%s revision %d superseded: %w", namespace, name, revision, err)
 	}
 	return fromHelm(&next), nil
+}
+
+// MarkSuperseded sets a deployed revision's status to superseded: how a
+// rewrite cut between its two writes is finished.
+func (c *Client) MarkSuperseded(namespace, name string, revision int) error {
+	cfg, err := c.actionConfig(Scope{Namespace: namespace})
+	if err != nil {
+		return err
+	}
+	rel, err := cfg.Releases.Get(name, revision)
+	if err != nil {
+		return fmt.Errorf("reading release %s/%s revision %d: %w", namespace, name, revision, err)
+	}
+	if rel.Info == nil || rel.Info.Status != release.StatusDeployed {
+		return nil
+	}
+	rel.SetStatus(release.StatusSuperseded, rel.Info.Description)
+	if err := cfg.Releases.Update(rel); err != nil {
+		return fmt.Errorf("marking release %s/%s revision %d superseded: %w", namespace, name, revision, err)
+	}
+	return nil
 }

@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -34,7 +33,7 @@ var _ = registerStep(actRewriteAPIs, rewriteAPIsStep{})
 
 func (rewriteAPIsStep) full(ctx context.Context, r *Reconciler, f *fullPass) (ctrl.Result, bool, error) {
 	plan := f.c.apiRewrite
-	rel, err := r.Helm.As(f.d.identity).Rewrite(f.p.key.Namespace, f.p.key.Name, f.o.Latest.Revision, plan.manifest, plan.description)
+	rel, err := r.Helm.As(f.d.identity).Rewrite(f.p.key.Namespace, f.p.key.Name, f.o.Latest.Revision, plan.from, plan.manifest, plan.description)
 	if err != nil {
 		msg := "rewriting the stored manifest's API versions: " + oneLine(err.Error())
 		r.Recorder.Event(f.p.obj, corev1.EventTypeWarning, "StoredAPIsNotRewritten", msg)
@@ -57,9 +56,10 @@ func (rewriteAPIsStep) full(ctx context.Context, r *Reconciler, f *fullPass) (ct
 // actionRewriteAPIs names the action in status.history and its retries.
 const actionRewriteAPIs = "RewriteAPIs"
 
-// apiRewrite is a planned RewriteAPIs: the new manifest and what changed.
+// apiRewrite is a planned RewriteAPIs: the manifest it was planned from,
+// the new one and what changed.
 type apiRewrite struct {
-	manifest, description string
+	from, manifest, description string
 }
 
 // planAPIRewrite looks at the newest revision's stored manifest. For each
@@ -70,7 +70,7 @@ type apiRewrite struct {
 // document, with the new apiVersion, mean the same thing. nil and why not
 // when there is nothing to rewrite or it is not safe ("" when nothing to
 // rewrite).
-func (r *Reconciler) planAPIRewrite(ctx context.Context, p *pass, d *desired, latest *helm.Release) (*apiRewrite, string) {
+func (r *Reconciler) planAPIRewrite(ctx context.Context, p *pass, identity string, latest *helm.Release) (*apiRewrite, string) {
 	if r.KeepStoredAPIs || latest == nil || latest.Unread || latest.Status != helm.StatusDeployed {
 		return nil, ""
 	}
@@ -94,7 +94,7 @@ func (r *Reconciler) planAPIRewrite(ctx context.Context, p *pass, d *desired, la
 		case !r.Helm.Served(l.Replacement):
 			return nil, fmt.Sprintf("%s %s is not served, nor is its replacement %s", gvk.GroupVersion(), gvk.Kind, l.Replacement.GroupVersion())
 		}
-		if why := r.sameAtReplacement(ctx, p, d, o, l.Replacement); why != "" {
+		if why := r.sameAtReplacement(ctx, p, identity, o, l.Replacement); why != "" {
 			return nil, why
 		}
 		to[gvk] = l.Replacement
@@ -107,33 +107,26 @@ func (r *Reconciler) planAPIRewrite(ctx context.Context, p *pass, d *desired, la
 	if err != nil {
 		return nil, err.Error()
 	}
-	return &apiRewrite{manifest: manifest, description: describeRewrite(latest.Revision, to, rewritten)}, ""
+	return &apiRewrite{from: latest.Manifest, manifest: manifest, description: describeRewrite(latest.Revision, to, rewritten)}, ""
 }
 
-// sameAtReplacement reads o as the API server returns it at version to, as
-// the release's identity, and names the first field o sets that the
-// server's object does not hold ("" when none).
-func (r *Reconciler) sameAtReplacement(ctx context.Context, p *pass, d *desired, o *unstructured.Unstructured, to schema.GroupVersionKind) string {
+// sameAtReplacement names why o, rewritten to version to, would not mean
+// what it means now ("" when it would mean the same), from what the API
+// server itself says, as the release's identity and within its scope:
+//   - o read at version to (the server's conversion of what it stores)
+//     must hold every field o sets, with the same value;
+//   - a server-side apply of the rewritten o, dry run, must leave the
+//     object as it is (a field whose meaning changed between the versions,
+//     such as an empty selector, would change it).
+func (r *Reconciler) sameAtReplacement(ctx context.Context, p *pass, identity string, o *unstructured.Unstructured, to schema.GroupVersionKind) string {
 	what := fmt.Sprintf("%s %s %q", o.GetAPIVersion(), o.GetKind(), o.GetName())
-	mapping, err := r.Helm.RESTMapper().RESTMapping(to.GroupKind(), to.Version)
+	rewritten := o.DeepCopy()
+	rewritten.SetAPIVersion(to.GroupVersion().String())
+	res, err := r.resourceFor(identity, p.key.Namespace, rewritten)
 	if err != nil {
-		return fmt.Sprintf("%s: reading %s: %v", what, to.GroupVersion(), err)
+		return fmt.Sprintf("%s at %s: %v", what, to.GroupVersion(), err)
 	}
-	dyn, err := r.Helm.As(d.identity).Dynamic()
-	if err != nil {
-		return fmt.Sprintf("%s: %v", what, err)
-	}
-	res := dyn.Resource(mapping.Resource)
-	var live *unstructured.Unstructured
-	if mapping.Scope.Name() == apimeta.RESTScopeNameNamespace {
-		ns := o.GetNamespace()
-		if ns == "" {
-			ns = p.key.Namespace
-		}
-		live, err = res.Namespace(ns).Get(ctx, o.GetName(), metav1.GetOptions{})
-	} else {
-		live, err = res.Get(ctx, o.GetName(), metav1.GetOptions{})
-	}
+	live, err := res.Get(ctx, o.GetName(), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return fmt.Sprintf("%s does not exist: without the server's own conversion of it, its fields cannot be shown to mean the same at %s", what, to.GroupVersion())
 	}
@@ -153,6 +146,49 @@ func (r *Reconciler) sameAtReplacement(ctx context.Context, p *pass, d *desired,
 	}
 	if path, ok := holds(live.Object, stored); !ok {
 		return fmt.Sprintf("%s: at %s the API server holds %s differently from the stored manifest (a field that changed meaning, or was changed since): not rewritten", what, to.GroupVersion(), path)
+	}
+	rewritten.SetResourceVersion("")
+	applied, err := res.Apply(ctx, o.GetName(), rewritten, metav1.ApplyOptions{FieldManager: "chartpilot-dry-run", Force: true, DryRun: []string{metav1.DryRunAll}})
+	if err != nil {
+		return fmt.Sprintf("%s: the API server's dry run of it at %s: %v", what, to.GroupVersion(), err)
+	}
+	if field := changedBy(live.Object, applied.Object); field != "" {
+		return fmt.Sprintf("%s: applied at %s it would change %s (a field that changed meaning between the versions): not rewritten", what, to.GroupVersion(), field)
+	}
+	return ""
+}
+
+// changedBy names the first field of after, beside metadata other than
+// labels and annotations, that differs from before ("" when none).
+func changedBy(before, after map[string]any) string {
+	keys := map[string]bool{}
+	for k := range before {
+		keys[k] = true
+	}
+	for k := range after {
+		keys[k] = true
+	}
+	sorted := make([]string, 0, len(keys))
+	for k := range keys {
+		sorted = append(sorted, k)
+	}
+	sort.Strings(sorted)
+	for _, k := range sorted {
+		switch k {
+		case "metadata":
+			bm, _ := before[k].(map[string]any)
+			am, _ := after[k].(map[string]any)
+			for _, f := range []string{"labels", "annotations"} {
+				if !equality.Semantic.DeepEqual(bm[f], am[f]) {
+					return "metadata." + f
+				}
+			}
+		case "status", "apiVersion", "kind":
+		default:
+			if !equality.Semantic.DeepEqual(before[k], after[k]) {
+				return k
+			}
+		}
 	}
 	return ""
 }
@@ -226,13 +262,55 @@ func describeRewrite(revision int, to map[schema.GroupVersionKind]schema.GroupVe
 		parts = append(parts, fmt.Sprintf("%s %s (%d object(s)) as %s", from.GroupVersion(), from.Kind, n, to[from].GroupVersion()))
 	}
 	sort.Strings(parts)
-	return fmt.Sprintf("revision %d's stored manifest named API versions this cluster no longer serves; revision %d stores %s, as the API server holds them", revision, revision+1, strings.Join(parts, ", "))
+	return fmt.Sprintf("%srevision %d's stored manifest named API versions this cluster no longer serves; revision %d stores %s, as the API server holds them", rewritePrefix, revision, revision+1, strings.Join(parts, ", "))
+}
+
+// rewritePrefix starts the description of a rewritten revision.
+const rewritePrefix = "Rewritten API versions: "
+
+// rewriteForUninstall rewrites the newest revision before an uninstall,
+// which Helm cannot carry out on a manifest naming unserved kinds either;
+// an error says why it could not.
+func (r *Reconciler) rewriteForUninstall(ctx context.Context, p *pass, identity string, latest *helm.Release) error {
+	if latest == nil || latest.Status != helm.StatusDeployed {
+		return nil
+	}
+	if latest.Unread {
+		full, err := r.Helm.Revision(p.key.Namespace, p.key.Name, latest.Revision)
+		if err != nil {
+			return err
+		}
+		latest = full
+	}
+	plan, why := r.planAPIRewrite(ctx, p, identity, latest)
+	if why != "" {
+		return fmt.Errorf("the stored manifest names API versions this cluster does not serve, and cannot be rewritten: %s", why)
+	}
+	if plan == nil {
+		return nil
+	}
+	if _, err := r.Helm.As(identity).Rewrite(p.key.Namespace, p.key.Name, latest.Revision, plan.from, plan.manifest, plan.description); err != nil {
+		return err
+	}
+	r.Recorder.Event(p.obj, corev1.EventTypeNormal, "StoredAPIsRewritten", plan.description)
+	return nil
 }
 
 // apiRewriteGate plans a RewriteAPIs for the newest revision; when one is
-// needed but not safe, a Warning event says why, once per reason.
-func (r *Reconciler) apiRewriteGate(ctx context.Context, p *pass, d *desired, latest *helm.Release) *apiRewrite {
-	plan, why := r.planAPIRewrite(ctx, p, d, latest)
+// needed but not safe, a Warning event says why, once per reason. It also
+// finishes a rewrite a crash cut between its two writes: the revision
+// rewritten is marked superseded.
+func (r *Reconciler) apiRewriteGate(ctx context.Context, p *pass, d *desired, latest *helm.Release, history []*helm.Release) *apiRewrite {
+	if latest != nil && latest.Status == helm.StatusDeployed && strings.HasPrefix(latest.Description, rewritePrefix) {
+		for _, h := range history {
+			if h.Revision == latest.Revision-1 && h.Status == helm.StatusDeployed {
+				if err := r.Helm.As(d.identity).MarkSuperseded(p.key.Namespace, p.key.Name, h.Revision); err != nil {
+					p.log.Info("Rewritten revision not marked superseded", "revision", h.Revision, "error", err.Error())
+				}
+			}
+		}
+	}
+	plan, why := r.planAPIRewrite(ctx, p, d.identity, latest)
 	var told string
 	r.mem.with(p.key, func(m *memo) { told, m.apiRewriteNote = m.apiRewriteNote, why })
 	if why != "" && why != told {

@@ -66,3 +66,27 @@ data:
 		t.Error("a document without a top-level apiVersion line (JSON) must be refused, not guessed at")
 	}
 }
+
+func TestChangedByComparesAllButServerMetadata(t *testing.T) {
+	live := map[string]any{
+		"metadata": map[string]any{"name": "p", "resourceVersion": "1", "labels": map[string]any{"a": "1"}},
+		"spec":     map[string]any{"selector": map[string]any{"matchExpressions": []any{map[string]any{"key": "k", "operator": "Exists"}}}},
+		"status":   map[string]any{"x": int64(1)},
+	}
+	same := map[string]any{
+		"metadata": map[string]any{"name": "p", "resourceVersion": "2", "managedFields": []any{"m"}, "labels": map[string]any{"a": "1"}},
+		"spec":     map[string]any{"selector": map[string]any{"matchExpressions": []any{map[string]any{"key": "k", "operator": "Exists"}}}},
+		"status":   map[string]any{"x": int64(2)},
+	}
+	if f := changedBy(live, same); f != "" {
+		t.Errorf("resourceVersion, managedFields and status are the server's: got %q", f)
+	}
+	emptied := map[string]any{"metadata": live["metadata"], "spec": map[string]any{"selector": map[string]any{}}}
+	if f := changedBy(live, emptied); f != "spec" {
+		t.Errorf("an empty selector where the server held a match-nothing one: got %q, want spec", f)
+	}
+	relabelled := map[string]any{"metadata": map[string]any{"name": "p", "labels": map[string]any{"a": "2"}}, "spec": live["spec"]}
+	if f := changedBy(live, relabelled); f != "metadata.labels" {
+		t.Errorf("a label changed: got %q", f)
+	}
+}

@@ -68,6 +68,11 @@ func (r *Reconciler) uninstall(ctx context.Context, p *pass, o Observation, hist
 	if serr != nil {
 		return serr
 	}
+	if !r.KeepStoredAPIs {
+		if err := r.rewriteForUninstall(ctx, p, identity, o.Latest); err != nil {
+			return err
+		}
+	}
 	_, err := timed("uninstall", func() (struct{}, error) {
 		return struct{}{}, r.Helm.As(identity).Purge(r.scope(p.key.Namespace), p.key.Name, r.Watch.Timeout)
 	})

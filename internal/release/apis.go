@@ -58,6 +58,9 @@ func (r reporter) deprecatedAPIs(p *pass, rel *helm.Release) {
 	r.setAPISeries(p.key, uses)
 
 	minor := r.Helm.KubeMinor()
+	if minor == 0 {
+		return // the cluster's version unread for now: the condition stays as it was
+	}
 	var due []string
 	for _, u := range uses {
 		if u.Due(minor) {
@@ -75,18 +78,11 @@ func (r reporter) deprecatedAPIs(p *pass, rel *helm.Release) {
 			reason = "APINotServed"
 		}
 	}
-	msg := fmt.Sprintf("revision %d of the release uses API versions that Kubernetes removes (this cluster is %s): %s", rel.Revision, minorOrUnknown(minor), strings.Join(due, "; "))
+	msg := fmt.Sprintf("revision %d of the release uses API versions that Kubernetes removes (this cluster is Kubernetes %s): %s", rel.Revision, minor, strings.Join(due, "; "))
 	setCondition(p.status, p.obj, v1alpha1.ConditionDeprecatedAPIs, metav1.ConditionTrue, reason, msg)
 	if prev == nil || prev.Message != msg {
 		r.Recorder.Event(p.obj, corev1.EventTypeWarning, reason, msg)
 	}
-}
-
-func minorOrUnknown(m kubeapis.Minor) string {
-	if m == 0 {
-		return "of an unknown version"
-	}
-	return "Kubernetes " + m.String()
 }
 
 // apiStatus is how status.deprecatedAPIs shows u.

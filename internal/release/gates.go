@@ -61,7 +61,7 @@ func (r *Reconciler) gatesFor(ctx context.Context, p *pass, d *desired, o Observ
 		c.gates.healthy = o.Latest.Revision > 0 && m.healthyRev == o.Latest.Revision
 	}
 	if o.State == StateInSync || o.State == StateOutOfSync {
-		c.apiRewrite = r.apiRewriteGate(ctx, p, d, o.Latest)
+		c.apiRewrite = r.apiRewriteGate(ctx, p, d, o.Latest, history)
 		c.gates.unservedAPIs = c.apiRewrite != nil
 	}
 	return c

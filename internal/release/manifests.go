@@ -30,30 +30,40 @@ type parsedManifest struct {
 	// run of it returned it (serverForm), made only for objects whose live
 	// form lacks a field the chart sets.
 	mu     sync.Mutex
-	server map[int]map[string]any
+	server map[int]serverResult
+}
+
+// serverResult is the answer of one dry run: the object, or the error
+// (kept too, so that a refused dry run is not sent again).
+type serverResult struct {
+	obj map[string]any
+	err error
 }
 
 // serverForm is objs[i] as the API server would keep it: a server-side
 // apply of it, dry run (nothing is written), as the release's identity
 // (ri). It drops what the server drops, such as a field behind a feature
-// gate the server has off. One request per object and manifest, at most.
+// gate the server has off. One request per object and manifest, at most
+// (a refusal is remembered as well).
 func (m *parsedManifest) serverForm(ctx context.Context, i int, ri dynamic.ResourceInterface) (map[string]any, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if f, ok := m.server[i]; ok {
-		return f, nil
+		return f.obj, f.err
 	}
 	obj := m.objs[i].DeepCopy()
 	obj.SetResourceVersion("")
-	out, err := ri.Apply(ctx, obj.GetName(), obj, metav1.ApplyOptions{FieldManager: "chartpilot-dry-run", Force: true, DryRun: []string{metav1.DryRunAll}})
-	if err != nil {
-		return nil, err
+	var res serverResult
+	if out, err := ri.Apply(ctx, obj.GetName(), obj, metav1.ApplyOptions{FieldManager: "chartpilot-dry-run", Force: true, DryRun: []string{metav1.DryRunAll}}); err != nil {
+		res.err = err
+	} else {
+		res.obj = out.Object
 	}
 	if m.server == nil {
-		m.server = map[int]map[string]any{}
+		m.server = map[int]serverResult{}
 	}
-	m.server[i] = out.Object
-	return out.Object, nil
+	m.server[i] = res
+	return res.obj, res.err
 }
 
 // absentAt reports whether obj has no value at path (a path of

@@ -9,7 +9,7 @@ import (
 
 // everyAction is every action nextAction can choose.
 var everyAction = []action{actNone, actInstall, actUpgrade, actRollback, actUnlock, actCleanup, actDiscard,
-	actCheckHealth, actCorrectDrift, actBackOff, actQueue, actHoldRollout, actHoldUnhealthy, actStallForeign, actWaitLock}
+	actCheckHealth, actCorrectDrift, actBackOff, actQueue, actHoldRollout, actHoldUnhealthy, actStallForeign, actWaitLock, actRewriteAPIs}
 
 // Every action has a step of its own, and exactly these have a variant
 // the cache path may run: nothing, the health gate, the drift check, the

@@ -79,14 +79,19 @@ func TestRemovedAPIVersions(t *testing.T) {
 	e.grantClusterKind(api.old.Group, api.old.Resource)
 	cli := buildCLI(t)
 
-	r1 := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "test.chartpilot.dev/v1alpha1", "kind": "Publicdb", "metadata": map[string]any{"name": "r1"},
-		"spec": map[string]any{"class": map[string]any{"kind": api.kind, "apiVersion": oldAPIVersion}, "message": "one"},
-	}}
-	if _, err := e.dyn.Resource(publicdbGVR).Namespace(e.ns).Create(context.Background(), r1, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	// r1 is upgraded after the cluster upgrade, r2 deleted.
+	for _, name := range []string{"r1", "r2"} {
+		r := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "test.chartpilot.dev/v1alpha1", "kind": "Publicdb", "metadata": map[string]any{"name": name},
+			"spec": map[string]any{"class": map[string]any{"kind": api.kind, "apiVersion": oldAPIVersion}, "message": "one"},
+		}}
+		if _, err := e.dyn.Resource(publicdbGVR).Namespace(e.ns).Create(context.Background(), r, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	e.waitFor("r1 Ready", 3*time.Minute, func() (bool, string) { return ready(e.get(publicdbGVR, "r1")) })
+	for _, name := range []string{"r1", "r2"} {
+		e.waitFor(name+" Ready", 3*time.Minute, func() (bool, string) { return ready(e.get(publicdbGVR, name)) })
+	}
 	st := releaseStatus(e.get(publicdbGVR, "r1"))
 	want := v1alpha1.DeprecatedAPI{APIVersion: oldAPIVersion, Kind: api.kind, Objects: 1, RemovedIn: api.removedIn, Replacement: api.replacement, Served: true}
 	if len(st.DeprecatedAPIs) != 1 || st.DeprecatedAPIs[0].DeprecatedIn == "" || func() bool { d := st.DeprecatedAPIs[0]; d.DeprecatedIn = ""; return d != want }() {
@@ -102,7 +107,7 @@ func TestRemovedAPIVersions(t *testing.T) {
 	if exit := exitCode(err); exit != 1 || !strings.Contains(out, "r1") || !strings.Contains(out, oldAPIVersion) || !strings.Contains(out, api.kind) || !strings.Contains(out, api.replacement) {
 		t.Errorf("preflight for %s: exit %d, want 1 naming r1, %s %s and %s:\n%s", api.removedIn, exit, oldAPIVersion, api.kind, api.replacement, out)
 	}
-	if out, err := runCLI(cli, "preflight", "publicdbs", "-n", e.ns, "--kubernetes-version", api.before); exitCode(err) != 0 || !strings.Contains(out, "No release of 1") {
+	if out, err := runCLI(cli, "preflight", "publicdbs", "-n", e.ns, "--kubernetes-version", api.before); exitCode(err) != 0 || !strings.Contains(out, "No release of 2") {
 		t.Errorf("preflight for %s (which still serves it): exit %d, want 0:\n%s", api.before, exitCode(err), out)
 	}
 
@@ -140,8 +145,11 @@ func TestRemovedAPIVersions(t *testing.T) {
 	}
 	e.stop()
 
-	// The operator rewrites the stored manifest; the upgrade goes through.
+	// The operator rewrites the stored manifest; the upgrade goes through,
+	// and so does the uninstall of r2.
 	e.startOperator(only)
+	replacement := schema.GroupVersionResource{Group: api.old.Group, Version: strings.TrimPrefix(api.replacement, api.old.Group+"/"), Resource: api.old.Resource}
+	e.deleteAndWait(publicdbGVR, "r2", replacement, e.ns+"-r2")
 	e.waitEvent("r1", "StoredAPIsRewritten", api.replacement)
 	e.waitFor("r1 Ready after the upgrade", 3*time.Minute, func() (bool, string) {
 		cm, err := e.cs.CoreV1().ConfigMaps(e.ns).Get(context.Background(), "r1-message", metav1.GetOptions{})
@@ -167,16 +175,20 @@ func TestRemovedAPIVersions(t *testing.T) {
 	if out, err := runCLI(cli, "preflight", "publicdbs", "-n", e.ns, "--kubernetes-version", api.removedIn); exitCode(err) != 0 {
 		t.Errorf("preflight after the rewrite: exit %d, want 0:\n%s", exitCode(err), out)
 	}
+	e.deleteAndWait(publicdbGVR, "r1", replacement, e.ns+"-r1")
+}
 
-	// Uninstall works too: the object goes with the release.
-	if err := e.dyn.Resource(publicdbGVR).Namespace(e.ns).Delete(context.Background(), "r1", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
+// deleteAndWait deletes a resource and waits until it is gone, and with it
+// the cluster-scoped object of its release.
+func (e *env) deleteAndWait(gvr schema.GroupVersionResource, name string, object schema.GroupVersionResource, objectName string) {
+	e.t.Helper()
+	if err := e.dyn.Resource(gvr).Namespace(e.ns).Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
+		e.t.Fatal(err)
 	}
-	replacement := schema.GroupVersionResource{Group: api.old.Group, Version: strings.TrimPrefix(api.replacement, api.old.Group+"/"), Resource: api.old.Resource}
-	e.waitFor("r1 and its "+api.kind+" gone", 2*time.Minute, func() (bool, string) {
-		_, errR := e.dyn.Resource(publicdbGVR).Namespace(e.ns).Get(context.Background(), "r1", metav1.GetOptions{})
-		_, errC := e.dyn.Resource(replacement).Get(context.Background(), e.ns+"-r1", metav1.GetOptions{})
-		return apierrors.IsNotFound(errR) && apierrors.IsNotFound(errC), fmt.Sprintf("resource: %v; %s: %v", errR, api.kind, errC)
+	e.waitFor(name+" and "+objectName+" gone", 2*time.Minute, func() (bool, string) {
+		_, errR := e.dyn.Resource(gvr).Namespace(e.ns).Get(context.Background(), name, metav1.GetOptions{})
+		_, errC := e.dyn.Resource(object).Get(context.Background(), objectName, metav1.GetOptions{})
+		return apierrors.IsNotFound(errR) && apierrors.IsNotFound(errC), fmt.Sprintf("resource: %v; object: %v", errR, errC)
 	})
 }
 

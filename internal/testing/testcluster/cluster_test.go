@@ -343,3 +343,35 @@ func TestKubeletStatsThroughNodeProxy(t *testing.T) {
 		}
 	}
 }
+
+// TestKubernetesMinor: a minor outside the matrix, or real nodes on an
+// older control plane, are refused before anything starts; an older minor
+// runs the control plane of its own directory and the rest of bin/.
+func TestKubernetesMinor(t *testing.T) {
+	bin := t.TempDir()
+	for _, tc := range []struct {
+		opts Options
+		want string
+	}{
+		{Options{Kubernetes: "1.34", BinDir: bin}, "not in the version matrix"},
+		{Options{Kubernetes: "1.35", Tier: TierFull, RealNodes: 1, BinDir: bin}, "newest control plane"},
+	} {
+		err := tc.opts.defaults()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: got %v, want an error saying %q", tc.opts, err, tc.want)
+		}
+	}
+	o := Options{Kubernetes: "1.35", BinDir: bin}
+	if err := o.defaults(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := o.binPath("kube-apiserver"), filepath.Join(bin, "kubernetes-1.35", "kube-apiserver"); got != want {
+		t.Errorf("kube-apiserver of 1.35: %s, want %s", got, want)
+	}
+	if got, want := o.binPath("etcd"), filepath.Join(bin, "etcd"); got != want {
+		t.Errorf("etcd of 1.35: %s, want %s", got, want)
+	}
+	if err := checkBinaries(&o, TierAPI); err == nil || !strings.Contains(err.Error(), "kubernetes-1.35/kube-apiserver") {
+		t.Errorf("missing 1.35 control plane: got %v, want it named", err)
+	}
+}

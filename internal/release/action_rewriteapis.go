@@ -88,7 +88,9 @@ func (r *Reconciler) planAPIRewrite(ctx context.Context, p *pass, identity strin
 		l, ok := kubeapis.Lookup(gvk)
 		switch {
 		case !ok:
-			return nil, fmt.Sprintf("%s %s is not served, and Kubernetes names no replacement for it", gvk.GroupVersion(), gvk.Kind)
+			// Not a version Kubernetes removed (a CRD's kind not installed
+			// now): not a rewrite's to mend.
+			continue
 		case l.Replacement.Empty() || l.Replacement.Kind != gvk.Kind:
 			return nil, fmt.Sprintf("%s %s is not served, and has no replacement of the same kind", gvk.GroupVersion(), gvk.Kind)
 		case !r.Helm.Served(l.Replacement):

@@ -113,7 +113,8 @@ func TestPostgresMajorUpgradeCarriedOut(t *testing.T) {
 		}
 		backupJob, _, _ = unstructured.NestedString(u.Object, "status", "job")
 		phase, _, _ := unstructured.NestedString(u.Object, "status", "phase")
-		return backupJob != "", "phase " + phase
+		msg, _, _ := unstructured.NestedString(u.Object, "status", "message")
+		return backupJob != "", "phase " + phase + ": " + msg
 	})
 	if img, _ := sts(); !strings.HasSuffix(img, ":16") {
 		t.Fatalf("the image changed to %s before the backup", img)

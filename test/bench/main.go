@@ -83,6 +83,9 @@ var profileDir string
 // gcPercent, when set, is the operator's --gc-percent.
 var gcPercent int
 
+// directBaseline runs the direct baseline before each economy run.
+var directBaseline = true
+
 var gvr = schema.GroupVersionResource{Group: "test.chartpilot.dev", Version: "v1alpha1", Resource: "webapps"}
 
 func main() {
@@ -105,6 +108,7 @@ func main() {
 	realFailovers := flag.Int("real-failovers", 5, "failovers of a primary kept down past its Lease on real pods, with test/nodes' backup and major-upgrade tests (0: skip the real pods' tables; needs root)")
 	realMB := flag.Int("real-mb", 1024, "MiB added to the databases backed up and upgraded on real pods")
 	flag.IntVar(&gcPercent, "gc-percent", 0, "the operator's --gc-percent (0: its default)")
+	flag.BoolVar(&directBaseline, "direct", true, "before each economy run, write the chart's objects directly (no operator, no Helm) on the same cluster, and print each phase of the operator as a ratio to it")
 	flag.StringVar(&profileDir, "profile", "", "write the operator's heap profile after install and after upgrade, and its CPU profile of the upgrade wave's first 60 s, into this directory (go tool pprof reads them)")
 	flag.Parse()
 	root, err := testcluster.ModuleRoot()
@@ -188,6 +192,7 @@ func main() {
 	}
 	realPods := table(*realFailovers > 0, "real pods' tables", func() (*realPodsResult, error) { return runRealPodsBench(root, *realFailovers, *realMB) })
 	printTable(rows, *concurrency, *economyBound)
+	printDirect(rows)
 	printWave(waves)
 	printCrashes(crashRows)
 	printFaults(*faultN, faultRows)
@@ -248,6 +253,9 @@ type result struct {
 	series map[string]int
 	// get is how long `chartpilot get webapps -A` took over the fleet.
 	get time.Duration
+	// direct is the baseline without the operator, on the same cluster
+	// (nil when not run).
+	direct *directResult
 }
 
 func runOne(root string, n, concurrency, bound int, idle time.Duration) (result, error) {
@@ -265,6 +273,23 @@ func runOne(root string, n, concurrency, bound int, idle time.Duration) (result,
 		"- {group: test.chartpilot.dev, version: v1alpha1, kind: Webapp, chart: %s, maxConcurrentReconciles: %d, maxConcurrentUpgrades: %d}\n",
 		filepath.Join(root, "test", "charts", "webapp"), concurrency, bound)), 0o644); err != nil {
 		return res, err
+	}
+	// Spread over 10 namespaces, as a fleet would be.
+	namespaces := make([]string, 10)
+	for i := range namespaces {
+		namespaces[i] = fmt.Sprintf("bench-%d", i)
+		if _, err := cs.CoreV1().Namespaces().Create(ctx, nsObject(namespaces[i]), metav1.CreateOptions{}); err != nil {
+			return res, err
+		}
+	}
+	nsOf := func(i int) string { return namespaces[i%len(namespaces)] }
+	if directBaseline {
+		logf("N=%d: the direct baseline", n)
+		d, err := runDirect(ctx, c, root, audit, n, concurrency, nsOf)
+		if err != nil {
+			return res, err
+		}
+		res.direct = &d
 	}
 	if _, err := audit.Take(operatorUser); err != nil {
 		return res, err
@@ -308,15 +333,6 @@ func runOne(root string, n, concurrency, bound int, idle time.Duration) (result,
 		}
 	}()
 
-	// Install: spread over 10 namespaces, as a fleet would be.
-	namespaces := make([]string, 10)
-	for i := range namespaces {
-		namespaces[i] = fmt.Sprintf("bench-%d", i)
-		if _, err := cs.CoreV1().Namespaces().Create(ctx, nsObject(namespaces[i]), metav1.CreateOptions{}); err != nil {
-			return res, err
-		}
-	}
-	nsOf := func(i int) string { return namespaces[i%len(namespaces)] }
 	logf("N=%d: creating %d resources", n, n)
 	install, err := measure(audit, metricsAddr, op, "install (create → all Ready)", n, func() error {
 		start := time.Now()
@@ -490,7 +506,7 @@ func startKeptCluster(ctx context.Context, root, part string) (*testcluster.Clus
 
 // startCluster starts a full-tier local cluster with the test CRDs.
 func startCluster(ctx context.Context, root string) (*testcluster.Cluster, dynamic.Interface, kubernetes.Interface, error) {
-	c, err := testcluster.Start(ctx, testcluster.Options{Tier: testcluster.TierFull, CRDDirs: []string{filepath.Join(root, "test", "crds")}, AuditUsers: []string{operatorUser}})
+	c, err := testcluster.Start(ctx, testcluster.Options{Tier: testcluster.TierFull, CRDDirs: []string{filepath.Join(root, "test", "crds")}, AuditUsers: []string{operatorUser, directUser}})
 	if err != nil {
 		return nil, nil, nil, err
 	}

@@ -1,0 +1,309 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/chartpilot/chartpilot/internal/helm"
+	"github.com/chartpilot/chartpilot/internal/testing/testcluster"
+)
+
+// directUser writes the direct baseline: the chart's objects with no
+// operator and no Helm, its requests counted apart in the audit log.
+const directUser = "bench-direct"
+
+// directLabel marks the baseline's objects.
+const directLabel = "bench-direct"
+
+// directResult is the baseline's phases, as the operator's are measured:
+// wall time, the machine's CPU, requests.
+type directResult struct {
+	create, bump, del phase
+}
+
+// runDirect writes the webapp chart's objects (ConfigMap, Service,
+// Deployment) for n names with workers clients in parallel, directly, and
+// waits for the same convergence the operator's phases wait for: every
+// Deployment ready on its newest generation (the ConfigMap holds the
+// message once its write returns). Then it changes the message (the
+// ConfigMap, and the checksum annotation of the pod template, as the chart
+// does), and deletes the objects. The cluster is the operator's, before
+// the operator has any resource.
+func runDirect(ctx context.Context, c *testcluster.Cluster, root string, audit *testcluster.AuditLog, n, workers int, nsOf func(int) string) (directResult, error) {
+	var res directResult
+	kubeconfig, err := c.User(directUser, []string{"system:masters"})
+	if err != nil {
+		return res, err
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return res, err
+	}
+	cfg.QPS, cfg.Burst = 200, 400
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return res, err
+	}
+	objs, err := renderDirect(root, n, nsOf)
+	if err != nil {
+		return res, err
+	}
+	// Convergence is followed with the admin's client, as for the operator.
+	cs, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		return res, err
+	}
+	factory := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.LabelSelector = directLabel + "=true"
+	}))
+	deps := factory.Apps().V1().Deployments()
+	inf := deps.Informer()
+	stop := make(chan struct{})
+	defer close(stop)
+	factory.Start(stop)
+	if !cache.WaitForCacheSync(stop, inf.HasSynced) {
+		return res, fmt.Errorf("direct baseline: the Deployments' informer did not sync")
+	}
+	ready := func(sum string) func() (int, error) {
+		return func() (int, error) {
+			list, err := deps.Lister().List(labels.Everything())
+			count := 0
+			for _, d := range list {
+				if directReady(d, sum) {
+					count++
+				}
+			}
+			return count, err
+		}
+	}
+	phaseOf := func(name string, act func() error, converged func() (int, error), want int) (phase, error) {
+		if _, err := audit.Take(directUser); err != nil {
+			return phase{}, err
+		}
+		busy0, steal0, _ := machineBusySeconds()
+		start := time.Now()
+		if err := act(); err != nil {
+			return phase{}, err
+		}
+		if err := waitCount(ctx, converged, want, 20*time.Minute); err != nil {
+			return phase{}, fmt.Errorf("direct %s: %w", name, err)
+		}
+		p := phase{name: name, wall: time.Since(start)}
+		busy1, steal1, _ := machineBusySeconds()
+		p.machine, p.stolen = busy1-busy0, steal1-steal0
+		time.Sleep(time.Second) // the audit log is written as requests complete
+		var err error
+		p.req, err = audit.Take(directUser)
+		logf("direct %s: %d requests in %s", name, p.req.Total, p.wall.Round(time.Millisecond))
+		return p, err
+	}
+	if res.create, err = phaseOf("create", func() error {
+		return parallel(n, workers, func(i int) error {
+			for _, o := range objs[i] {
+				if _, err := dyn.Resource(directGVR(o)).Namespace(o.GetNamespace()).Create(ctx, o, metav1.CreateOptions{}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}, func() (int, error) {
+		// Each Deployment on its own first message's checksum.
+		list, err := deps.Lister().List(labels.Everything())
+		count := 0
+		for _, d := range list {
+			if directReady(d, d.Spec.Template.Annotations["checksum/config"]) {
+				count++
+			}
+		}
+		return count, err
+	}, n); err != nil {
+		return res, err
+	}
+	bumped := messageSum("hello again")
+	if res.bump, err = phaseOf("bump", func() error {
+		return parallel(n, workers, func(i int) error {
+			name, ns := fmt.Sprintf("direct-%04d", i), nsOf(i)
+			cm := fmt.Sprintf(`{"data":{"message":%q}}`, "hello again")
+			if _, err := dyn.Resource(schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}).Namespace(ns).Patch(ctx, name, types.MergePatchType, []byte(cm), metav1.PatchOptions{}); err != nil {
+				return err
+			}
+			tpl := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"checksum/config":%q}}}}}`, bumped)
+			_, err := dyn.Resource(schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}).Namespace(ns).Patch(ctx, name, types.MergePatchType, []byte(tpl), metav1.PatchOptions{})
+			return err
+		})
+	}, ready(bumped), n); err != nil {
+		return res, err
+	}
+	res.del, err = phaseOf("delete", func() error {
+		return parallel(n, workers, func(i int) error {
+			for _, o := range objs[i] {
+				if err := dyn.Resource(directGVR(o)).Namespace(o.GetNamespace()).Delete(ctx, o.GetName(), metav1.DeleteOptions{}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}, func() (int, error) {
+		list, err := deps.Lister().List(labels.Everything())
+		return n - len(list), err
+	}, n)
+	return res, err
+}
+
+// renderDirect renders the webapp chart for direct-0000 … direct-<n-1>,
+// each with its own message, as the operator's fleet is: the objects of
+// each name, labelled for the baseline.
+func renderDirect(root string, n int, nsOf func(int) string) ([][]*unstructured.Unstructured, error) {
+	ch, err := helm.LoadChart(filepath.Join(root, "test", "charts", "webapp"))
+	if err != nil {
+		return nil, err
+	}
+	out := make([][]*unstructured.Unstructured, n)
+	for i := range n {
+		name := fmt.Sprintf("direct-%04d", i)
+		manifest, err := helm.Template(ch, name, nsOf(i), map[string]any{"message": "hello " + fmt.Sprint(i)}, "")
+		if err != nil {
+			return nil, err
+		}
+		objs, err := helm.ParseManifest(manifest)
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range objs {
+			l := o.GetLabels()
+			if l == nil {
+				l = map[string]string{}
+			}
+			l[directLabel] = "true"
+			o.SetLabels(l)
+			o.SetNamespace(nsOf(i))
+		}
+		if len(objs) != 3 {
+			return nil, fmt.Errorf("the webapp chart rendered %d objects, want 3 (ConfigMap, Service, Deployment)", len(objs))
+		}
+		out[i] = objs
+	}
+	return out, nil
+}
+
+// directGVR is the resource of one of the chart's three kinds.
+func directGVR(o *unstructured.Unstructured) schema.GroupVersionResource {
+	switch o.GetKind() {
+	case "ConfigMap":
+		return schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+	case "Service":
+		return schema.GroupVersionResource{Version: "v1", Resource: "services"}
+	}
+	return schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
+}
+
+// directReady: the Deployment runs its newest generation, every replica
+// ready and updated, with the pod template's checksum sum.
+func directReady(d *appsv1.Deployment, sum string) bool {
+	replicas := int32(1)
+	if d.Spec.Replicas != nil {
+		replicas = *d.Spec.Replicas
+	}
+	return d.Spec.Template.Annotations["checksum/config"] == sum && d.Status.ObservedGeneration >= d.Generation &&
+		d.Status.UpdatedReplicas == replicas && d.Status.ReadyReplicas == replicas && d.Status.AvailableReplicas == replicas
+}
+
+// messageSum is the chart's checksum/config of a message.
+func messageSum(message string) string {
+	s := sha256.Sum256([]byte(message))
+	return hex.EncodeToString(s[:])
+}
+
+// waitCount waits until count says want.
+func waitCount(ctx context.Context, count func() (int, error), want int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	var have atomic.Int64
+	for time.Now().Before(deadline) {
+		n, err := count()
+		if err != nil {
+			return err
+		}
+		have.Store(int64(n))
+		if n >= want {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("%d of %d after %s", have.Load(), want, timeout)
+}
+
+// printDirect prints the baseline beside the operator's phases of the same
+// run, as ratios, with where the difference goes.
+func printDirect(rows []result) {
+	have := false
+	for _, r := range rows {
+		have = have || r.direct != nil
+	}
+	if !have {
+		return
+	}
+	fmt.Println("\nDirect baseline — the same chart's three objects written by the bench itself (no operator, no Helm), on the same cluster in the same run, as many clients as the operator has workers, converged by the same rule (every Deployment ready on its newest generation); chartpilot's phase over the direct one:")
+	fmt.Println()
+	fmt.Println("| N | phase | direct (s) | chartpilot (s) | ratio | direct requests per name | chartpilot requests per resource | direct machine CPU (s) | chartpilot machine CPU (s) | chartpilot's own CPU (s) |")
+	fmt.Println("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+	for _, r := range rows {
+		if r.direct == nil {
+			continue
+		}
+		for _, pair := range []struct {
+			name string
+			d    phase
+			c    *phase
+		}{
+			{"create → all ready", r.direct.create, r.phaseNamed("install")},
+			{"change → all ready", r.direct.bump, r.phaseNamed("upgrade")},
+			{"delete → all gone", r.direct.del, r.phaseNamed("delete")},
+		} {
+			if pair.c == nil {
+				continue
+			}
+			fmt.Printf("| %d | %s | %.1f | %.1f | %.2f× | %.1f | %.1f | %.1f | %.1f | %.1f |\n", r.n, pair.name, pair.d.wall.Seconds(), pair.c.wall.Seconds(),
+				pair.c.wall.Seconds()/pair.d.wall.Seconds(), perResource(pair.d.req, r.n), perResource(pair.c.req, r.n), pair.d.machine, pair.c.machine, pair.c.cpu)
+		}
+	}
+	fmt.Println("\nRequests by resource, direct:")
+	for _, r := range rows {
+		if r.direct == nil {
+			continue
+		}
+		for _, p := range []phase{r.direct.create, r.direct.bump, r.direct.del} {
+			fmt.Printf("- N=%d %s: %s\n", r.n, p.name, p.req.Top(8))
+		}
+	}
+}
+
+// phaseNamed is the first of r's phases whose name starts with prefix.
+func (r result) phaseNamed(prefix string) *phase {
+	for i := range r.phases {
+		if len(r.phases[i].name) >= len(prefix) && r.phases[i].name[:len(prefix)] == prefix {
+			return &r.phases[i]
+		}
+	}
+	return nil
+}

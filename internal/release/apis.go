@@ -127,3 +127,19 @@ func (r reporter) setAPISeries(key types.NamespacedName, uses []kubeapis.Use) {
 		deprecatedAPIObjects.WithLabelValues(kind, key.Namespace, key.Name, s[0], s[1], s[2]).Set(float64(n))
 	}
 }
+
+// namesRemovedAPIs reports whether manifest names a built-in API version
+// the cluster no longer serves.
+func (r *Reconciler) namesRemovedAPIs(manifest string) bool {
+	objs, err := parseManifest(manifest)
+	if err != nil {
+		return false
+	}
+	for _, o := range objs {
+		gvk := o.GroupVersionKind()
+		if _, ok := kubeapis.Lookup(gvk); ok && !r.Helm.Served(gvk) {
+			return true
+		}
+	}
+	return false
+}

@@ -130,6 +130,10 @@ func (r *Reconciler) cachedBody(ctx context.Context, p *pass, d *desired, v *cac
 	if r.checkScope(p.key.Namespace, rel.Manifest) != nil {
 		return false
 	}
+	if r.namesRemovedAPIs(rel.Manifest) {
+		return false // the full pass rewrites them (RewriteAPIs) or says why not
+	}
+	reporter{r}.deprecatedAPIs(p, rel)
 	r.watchObjects(ctx, p, rel)
 	v.body = rel
 	return true

@@ -129,51 +129,59 @@ func parseRunFlags(args []string) (*runOptions, error) {
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %v: chartpilot run takes flags only", fs.Args())
+	}
+	if err := o.check(); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// check refuses flag values the manager cannot run with, naming the flag.
+func (o *runOptions) check() error {
 	if o.webhookCerts != "self-signed" && o.webhookCerts != "files" {
-		return nil, fmt.Errorf("--webhook-certs %q: use self-signed or files", o.webhookCerts)
+		return fmt.Errorf("--webhook-certs %q: use self-signed or files", o.webhookCerts)
 	}
 	if ns, name, ok := strings.Cut(o.webhookService, "/"); !ok || ns == "" || name == "" {
-		return nil, fmt.Errorf("--webhook-service %q: write namespace/name", o.webhookService)
+		return fmt.Errorf("--webhook-service %q: write namespace/name", o.webhookService)
 	}
 	if sa := o.defaultServiceAccount; sa != "" && len(validation.IsDNS1123Subdomain(sa)) > 0 {
-		return nil, fmt.Errorf("--default-service-account %q: not a ServiceAccount name (lower case letters, digits, '-' and '.')", sa)
+		return fmt.Errorf("--default-service-account %q: not a ServiceAccount name (lower case letters, digits, '-' and '.')", sa)
 	}
 	if o.recordKeySecret != "" {
 		if ns, name, ok := strings.Cut(o.recordKeySecret, "/"); !ok || ns == "" || name == "" {
-			return nil, fmt.Errorf("--release-record-key-secret %q: write namespace/name", o.recordKeySecret)
+			return fmt.Errorf("--release-record-key-secret %q: write namespace/name", o.recordKeySecret)
 		}
 	}
 	if o.maxRecordSize < 1<<20 {
-		return nil, fmt.Errorf("--max-release-record-size %d: at least 1048576 (1 MiB, a Secret's own limit)", o.maxRecordSize)
+		return fmt.Errorf("--max-release-record-size %d: at least 1048576 (1 MiB, a Secret's own limit)", o.maxRecordSize)
 	}
 	if o.maxIndexSize < 64<<10 {
-		return nil, fmt.Errorf("--max-index-size %d: at least 65536 (64 KiB)", o.maxIndexSize)
+		return fmt.Errorf("--max-index-size %d: at least 65536 (64 KiB)", o.maxIndexSize)
 	}
 	if o.maxArchiveSize < 64<<10 {
-		return nil, fmt.Errorf("--max-chart-size %d: at least 65536 (64 KiB)", o.maxArchiveSize)
+		return fmt.Errorf("--max-chart-size %d: at least 65536 (64 KiB)", o.maxArchiveSize)
 	}
 	if o.volumeStatsInterval < time.Second {
-		return nil, fmt.Errorf("--volume-stats-interval %s: at least 1s", o.volumeStatsInterval)
+		return fmt.Errorf("--volume-stats-interval %s: at least 1s", o.volumeStatsInterval)
 	}
 	if o.maxResourceSize < 4<<10 {
-		return nil, fmt.Errorf("--max-resource-size %d: at least 4096", o.maxResourceSize)
+		return fmt.Errorf("--max-resource-size %d: at least 4096", o.maxResourceSize)
 	}
 	if o.pprofAddr != "" {
 		host, _, err := net.SplitHostPort(o.pprofAddr)
 		if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
-			return nil, fmt.Errorf("--pprof-bind-address %q: profiles may show secrets in memory; give a loopback address such as 127.0.0.1:6060", o.pprofAddr)
+			return fmt.Errorf("--pprof-bind-address %q: profiles may show secrets in memory; give a loopback address such as 127.0.0.1:6060", o.pprofAddr)
 		}
 	}
 	if o.gcPercent < 10 {
-		return nil, fmt.Errorf("--gc-percent %d: at least 10 (Go's default is 100)", o.gcPercent)
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected arguments %v: chartpilot run takes flags only", fs.Args())
+		return fmt.Errorf("--gc-percent %d: at least 10 (Go's default is 100)", o.gcPercent)
 	}
 	if o.leaderElect && o.leaderElectionNamespace == "" && !inCluster() {
-		return nil, errors.New("--leader-elect outside a cluster needs --leader-election-namespace")
+		return errors.New("--leader-elect outside a cluster needs --leader-election-namespace")
 	}
-	return o, nil
+	return nil
 }
 
 // recordKeySecret is the flag's namespace/name, or by default the Secret

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"flag"
 	"fmt"
 	"path/filepath"
 	"sync/atomic"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	appslisters "k8s.io/client-go/listers/apps/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -29,6 +31,9 @@ import (
 // operator and no Helm, its requests counted apart in the audit log.
 const directUser = "bench-direct"
 
+// directBaseline: -direct.
+var directBaseline = flag.Bool("direct", true, "before each economy run, write the chart's objects directly (no operator, no Helm) on the same cluster, and print each phase of the operator as a ratio to it")
+
 // directLabel marks the baseline's objects.
 const directLabel = "bench-direct"
 
@@ -36,6 +41,19 @@ const directLabel = "bench-direct"
 // wall time, the machine's CPU, requests.
 type directResult struct {
 	create, bump, del phase
+}
+
+// directRun is one run of the baseline: its client, objects and the
+// Deployments it follows.
+type directRun struct {
+	ctx     context.Context
+	dyn     dynamic.Interface
+	deps    appslisters.DeploymentLister
+	audit   *testcluster.AuditLog
+	n       int
+	workers int
+	nsOf    func(int) string
+	objs    [][]*unstructured.Unstructured
 }
 
 // runDirect writes the webapp chart's objects (ConfigMap, Service,
@@ -57,12 +75,11 @@ func runDirect(ctx context.Context, c *testcluster.Cluster, root string, audit *
 		return res, err
 	}
 	cfg.QPS, cfg.Burst = 200, 400
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
+	d := &directRun{ctx: ctx, audit: audit, n: n, workers: workers, nsOf: nsOf}
+	if d.dyn, err = dynamic.NewForConfig(cfg); err != nil {
 		return res, err
 	}
-	objs, err := renderDirect(root, n, nsOf)
-	if err != nil {
+	if d.objs, err = renderDirect(root, n, nsOf); err != nil {
 		return res, err
 	}
 	// Convergence is followed with the admin's client, as for the operator.
@@ -73,98 +90,115 @@ func runDirect(ctx context.Context, c *testcluster.Cluster, root string, audit *
 	factory := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.LabelSelector = directLabel + "=true"
 	}))
-	deps := factory.Apps().V1().Deployments()
-	inf := deps.Informer()
+	inf := factory.Apps().V1().Deployments()
+	d.deps = inf.Lister()
 	stop := make(chan struct{})
 	defer close(stop)
 	factory.Start(stop)
-	if !cache.WaitForCacheSync(stop, inf.HasSynced) {
+	if !cache.WaitForCacheSync(stop, inf.Informer().HasSynced) {
 		return res, fmt.Errorf("direct baseline: the Deployments' informer did not sync")
 	}
-	ready := func(sum string) func() (int, error) {
-		return func() (int, error) {
-			list, err := deps.Lister().List(labels.Everything())
-			count := 0
-			for _, d := range list {
-				if directReady(d, sum) {
-					count++
-				}
-			}
-			return count, err
-		}
+	if res.create, err = d.phase("create", d.create, d.ready(""), n); err != nil {
+		return res, err
 	}
-	phaseOf := func(name string, act func() error, converged func() (int, error), want int) (phase, error) {
-		if _, err := audit.Take(directUser); err != nil {
-			return phase{}, err
-		}
-		busy0, steal0, _ := machineBusySeconds()
-		start := time.Now()
-		if err := act(); err != nil {
-			return phase{}, err
-		}
-		if err := waitCount(ctx, converged, want, 20*time.Minute); err != nil {
-			return phase{}, fmt.Errorf("direct %s: %w", name, err)
-		}
-		p := phase{name: name, wall: time.Since(start)}
-		busy1, steal1, _ := machineBusySeconds()
-		p.machine, p.stolen = busy1-busy0, steal1-steal0
-		time.Sleep(time.Second) // the audit log is written as requests complete
-		var err error
-		p.req, err = audit.Take(directUser)
-		logf("direct %s: %d requests in %s", name, p.req.Total, p.wall.Round(time.Millisecond))
-		return p, err
+	bumped := messageSum("hello again")
+	if res.bump, err = d.phase("bump", func() error { return d.bump(bumped) }, d.ready(bumped), n); err != nil {
+		return res, err
 	}
-	if res.create, err = phaseOf("create", func() error {
-		return parallel(n, workers, func(i int) error {
-			for _, o := range objs[i] {
-				if _, err := dyn.Resource(directGVR(o)).Namespace(o.GetNamespace()).Create(ctx, o, metav1.CreateOptions{}); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-	}, func() (int, error) {
-		// Each Deployment on its own first message's checksum.
-		list, err := deps.Lister().List(labels.Everything())
+	res.del, err = d.phase("delete", d.delete, func() (int, error) {
+		list, err := d.deps.List(labels.Everything())
+		return n - len(list), err
+	}, n)
+	return res, err
+}
+
+// phase runs act and waits until converged counts want, measured as the
+// operator's phases are.
+func (d *directRun) phase(name string, act func() error, converged func() (int, error), want int) (phase, error) {
+	if _, err := d.audit.Take(directUser); err != nil {
+		return phase{}, err
+	}
+	busy0, steal0, _ := machineBusySeconds()
+	start := time.Now()
+	if err := act(); err != nil {
+		return phase{}, err
+	}
+	if err := waitCount(d.ctx, converged, want, 20*time.Minute); err != nil {
+		return phase{}, fmt.Errorf("direct %s: %w", name, err)
+	}
+	p := phase{name: name, wall: time.Since(start)}
+	busy1, steal1, _ := machineBusySeconds()
+	p.machine, p.stolen = busy1-busy0, steal1-steal0
+	time.Sleep(time.Second) // the audit log is written as requests complete
+	var err error
+	p.req, err = d.audit.Take(directUser)
+	logf("direct %s: %d requests in %s", name, p.req.Total, p.wall.Round(time.Millisecond))
+	return p, err
+}
+
+// ready counts the Deployments ready on their newest generation with the
+// pod template's checksum sum ("": each its own first one).
+func (d *directRun) ready(sum string) func() (int, error) {
+	return func() (int, error) {
+		list, err := d.deps.List(labels.Everything())
 		count := 0
-		for _, d := range list {
-			if directReady(d, d.Spec.Template.Annotations["checksum/config"]) {
+		for _, dep := range list {
+			want := sum
+			if want == "" {
+				want = dep.Spec.Template.Annotations["checksum/config"]
+			}
+			if directReady(dep, want) {
 				count++
 			}
 		}
 		return count, err
-	}, n); err != nil {
-		return res, err
 	}
-	bumped := messageSum("hello again")
-	if res.bump, err = phaseOf("bump", func() error {
-		return parallel(n, workers, func(i int) error {
-			name, ns := fmt.Sprintf("direct-%04d", i), nsOf(i)
-			cm := fmt.Sprintf(`{"data":{"message":%q}}`, "hello again")
-			if _, err := dyn.Resource(schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}).Namespace(ns).Patch(ctx, name, types.MergePatchType, []byte(cm), metav1.PatchOptions{}); err != nil {
+}
+
+func (d *directRun) create() error {
+	return parallel(d.n, d.workers, func(i int) error {
+		for _, o := range d.objs[i] {
+			if _, err := d.dyn.Resource(directGVR(o)).Namespace(o.GetNamespace()).Create(d.ctx, o, metav1.CreateOptions{}); err != nil {
 				return err
 			}
-			tpl := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"checksum/config":%q}}}}}`, bumped)
-			_, err := dyn.Resource(schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}).Namespace(ns).Patch(ctx, name, types.MergePatchType, []byte(tpl), metav1.PatchOptions{})
+		}
+		return nil
+	})
+}
+
+// bump changes the message: the ConfigMap, and the pod template's checksum.
+func (d *directRun) bump(sum string) error {
+	return parallel(d.n, d.workers, func(i int) error {
+		name, ns := fmt.Sprintf("direct-%04d", i), d.nsOf(i)
+		cm := fmt.Sprintf(`{"data":{"message":%q}}`, "hello again")
+		if _, err := d.dyn.Resource(schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}).Namespace(ns).Patch(d.ctx, name, types.MergePatchType, []byte(cm), metav1.PatchOptions{}); err != nil {
 			return err
-		})
-	}, ready(bumped), n); err != nil {
-		return res, err
-	}
-	res.del, err = phaseOf("delete", func() error {
-		return parallel(n, workers, func(i int) error {
-			for _, o := range objs[i] {
-				if err := dyn.Resource(directGVR(o)).Namespace(o.GetNamespace()).Delete(ctx, o.GetName(), metav1.DeleteOptions{}); err != nil {
-					return err
-				}
+		}
+		tpl := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"checksum/config":%q}}}}}`, sum)
+		_, err := d.dyn.Resource(schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}).Namespace(ns).Patch(d.ctx, name, types.MergePatchType, []byte(tpl), metav1.PatchOptions{})
+		return err
+	})
+}
+
+func (d *directRun) delete() error {
+	return parallel(d.n, d.workers, func(i int) error {
+		for _, o := range d.objs[i] {
+			if err := d.dyn.Resource(directGVR(o)).Namespace(o.GetNamespace()).Delete(d.ctx, o.GetName(), metav1.DeleteOptions{}); err != nil {
+				return err
 			}
-			return nil
-		})
-	}, func() (int, error) {
-		list, err := deps.Lister().List(labels.Everything())
-		return n - len(list), err
-	}, n)
-	return res, err
+		}
+		return nil
+	})
+}
+
+// directIf runs the baseline when -direct asks for it (nil when not).
+func directIf(ctx context.Context, c *testcluster.Cluster, root string, audit *testcluster.AuditLog, n, workers int, nsOf func(int) string) (*directResult, error) {
+	if !*directBaseline {
+		return nil, nil
+	}
+	logf("N=%d: the direct baseline", n)
+	d, err := runDirect(ctx, c, root, audit, n, workers, nsOf)
+	return &d, err
 }
 
 // renderDirect renders the webapp chart for direct-0000 … direct-<n-1>,

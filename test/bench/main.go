@@ -83,9 +83,6 @@ var profileDir string
 // gcPercent, when set, is the operator's --gc-percent.
 var gcPercent int
 
-// directBaseline runs the direct baseline before each economy run.
-var directBaseline = true
-
 var gvr = schema.GroupVersionResource{Group: "test.chartpilot.dev", Version: "v1alpha1", Resource: "webapps"}
 
 func main() {
@@ -108,7 +105,6 @@ func main() {
 	realFailovers := flag.Int("real-failovers", 5, "failovers of a primary kept down past its Lease on real pods, with test/nodes' backup and major-upgrade tests (0: skip the real pods' tables; needs root)")
 	realMB := flag.Int("real-mb", 1024, "MiB added to the databases backed up and upgraded on real pods")
 	flag.IntVar(&gcPercent, "gc-percent", 0, "the operator's --gc-percent (0: its default)")
-	flag.BoolVar(&directBaseline, "direct", true, "before each economy run, write the chart's objects directly (no operator, no Helm) on the same cluster, and print each phase of the operator as a ratio to it")
 	flag.StringVar(&profileDir, "profile", "", "write the operator's heap profile after install and after upgrade, and its CPU profile of the upgrade wave's first 60 s, into this directory (go tool pprof reads them)")
 	flag.Parse()
 	root, err := testcluster.ModuleRoot()
@@ -192,7 +188,6 @@ func main() {
 	}
 	realPods := table(*realFailovers > 0, "real pods' tables", func() (*realPodsResult, error) { return runRealPodsBench(root, *realFailovers, *realMB) })
 	printTable(rows, *concurrency, *economyBound)
-	printDirect(rows)
 	printWave(waves)
 	printCrashes(crashRows)
 	printFaults(*faultN, faultRows)
@@ -274,22 +269,12 @@ func runOne(root string, n, concurrency, bound int, idle time.Duration) (result,
 		filepath.Join(root, "test", "charts", "webapp"), concurrency, bound)), 0o644); err != nil {
 		return res, err
 	}
-	// Spread over 10 namespaces, as a fleet would be.
-	namespaces := make([]string, 10)
-	for i := range namespaces {
-		namespaces[i] = fmt.Sprintf("bench-%d", i)
-		if _, err := cs.CoreV1().Namespaces().Create(ctx, nsObject(namespaces[i]), metav1.CreateOptions{}); err != nil {
-			return res, err
-		}
+	nsOf, err := benchNamespaces(ctx, cs)
+	if err != nil {
+		return res, err
 	}
-	nsOf := func(i int) string { return namespaces[i%len(namespaces)] }
-	if directBaseline {
-		logf("N=%d: the direct baseline", n)
-		d, err := runDirect(ctx, c, root, audit, n, concurrency, nsOf)
-		if err != nil {
-			return res, err
-		}
-		res.direct = &d
+	if res.direct, err = directIf(ctx, c, root, audit, n, concurrency, nsOf); err != nil {
+		return res, err
 	}
 	if _, err := audit.Take(operatorUser); err != nil {
 		return res, err
@@ -466,6 +451,19 @@ func runOne(root string, n, concurrency, bound int, idle time.Duration) (result,
 	}
 	res.phases = append(res.phases, del)
 	return res, nil
+}
+
+// benchNamespaces makes the 10 namespaces a fleet is spread over, and
+// says which one the i-th resource is in.
+func benchNamespaces(ctx context.Context, cs kubernetes.Interface) (func(int) string, error) {
+	namespaces := make([]string, 10)
+	for i := range namespaces {
+		namespaces[i] = fmt.Sprintf("bench-%d", i)
+		if _, err := cs.CoreV1().Namespaces().Create(ctx, nsObject(namespaces[i]), metav1.CreateOptions{}); err != nil {
+			return nil, err
+		}
+	}
+	return func(i int) string { return namespaces[i%len(namespaces)] }, nil
 }
 
 // waitGone waits until no resource of the kind is left (following them
@@ -751,6 +749,7 @@ func printTable(rows []result, concurrency, bound int) {
 			fmt.Printf("- N=%d %s: %s\n", r.n, p.name, p.req.Top(8))
 		}
 	}
+	printDirect(rows)
 }
 
 func numCPU() int {

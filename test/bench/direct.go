@@ -168,15 +168,19 @@ func (d *directRun) create() error {
 
 // bump changes the message: the ConfigMap, and the pod template's checksum.
 func (d *directRun) bump(sum string) error {
+	cm := fmt.Sprintf(`{"data":{"message":%q}}`, "hello again")
+	tpl := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"checksum/config":%q}}}}}`, sum)
 	return parallel(d.n, d.workers, func(i int) error {
-		name, ns := fmt.Sprintf("direct-%04d", i), d.nsOf(i)
-		cm := fmt.Sprintf(`{"data":{"message":%q}}`, "hello again")
-		if _, err := d.dyn.Resource(schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}).Namespace(ns).Patch(d.ctx, name, types.MergePatchType, []byte(cm), metav1.PatchOptions{}); err != nil {
-			return err
+		for _, o := range d.objs[i] {
+			patch := map[string]string{"ConfigMap": cm, "Deployment": tpl}[o.GetKind()]
+			if patch == "" {
+				continue
+			}
+			if _, err := d.dyn.Resource(directGVR(o)).Namespace(o.GetNamespace()).Patch(d.ctx, o.GetName(), types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+				return err
+			}
 		}
-		tpl := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"checksum/config":%q}}}}}`, sum)
-		_, err := d.dyn.Resource(schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}).Namespace(ns).Patch(d.ctx, name, types.MergePatchType, []byte(tpl), metav1.PatchOptions{})
-		return err
+		return nil
 	})
 }
 

@@ -184,20 +184,10 @@ func listReleases(ctx context.Context, cfg *rest.Config, kind, namespace string)
 		return nil, err
 	}
 	var rows []getRow
-	for _, t := range targets {
-		opts := metav1.ListOptions{Limit: 500}
-		for {
-			list, err := dyn.Resource(t.gvr).Namespace(namespace).List(ctx, opts)
-			if err != nil {
-				return nil, fmt.Errorf("listing %s: %w", t.gvr.Resource, err)
-			}
-			for i := range list.Items {
-				rows = append(rows, rowOf(t.kind, &list.Items[i]))
-			}
-			if opts.Continue = list.GetContinue(); opts.Continue == "" {
-				break
-			}
-		}
+	if err := eachResource(ctx, dyn, targets, namespace, func(kind string, u *unstructured.Unstructured) {
+		rows = append(rows, rowOf(kind, u))
+	}); err != nil {
+		return nil, err
 	}
 	if len(rows) > 0 {
 		tenants := tenantsByNamespace(ctx, dyn)
@@ -216,6 +206,27 @@ func listReleases(ctx context.Context, cfg *rest.Config, kind, namespace string)
 		return a.Name < b.Name
 	})
 	return rows, nil
+}
+
+// eachResource lists the resources of targets in namespace ("" for all),
+// in pages of 500, and calls f with each.
+func eachResource(ctx context.Context, dyn dynamic.Interface, targets []kindTarget, namespace string, f func(kind string, u *unstructured.Unstructured)) error {
+	for _, t := range targets {
+		opts := metav1.ListOptions{Limit: 500}
+		for {
+			list, err := dyn.Resource(t.gvr).Namespace(namespace).List(ctx, opts)
+			if err != nil {
+				return fmt.Errorf("listing %s: %w", t.gvr.Resource, err)
+			}
+			for i := range list.Items {
+				f(t.kind, &list.Items[i])
+			}
+			if opts.Continue = list.GetContinue(); opts.Continue == "" {
+				break
+			}
+		}
+	}
+	return nil
 }
 
 // tenantsByNamespace maps each namespace a Tenant claims (its

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
@@ -101,25 +101,15 @@ func preflightCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 	}
 	rep := preflightReport{KubernetesVersion: minor.String(), Rows: []preflightRow{}}
 	breaking := map[string]bool{}
-	for _, t := range targets {
-		opts := metav1.ListOptions{Limit: 500}
-		for {
-			list, err := dyn.Resource(t.gvr).Namespace(ns).List(ctx, opts)
-			if err != nil {
-				return fmt.Errorf("listing %s: %w", t.gvr.Resource, err)
-			}
-			for i := range list.Items {
-				rep.Releases++
-				rows := breakingAPIs(t.kind, list.Items[i].GetNamespace(), list.Items[i].GetName(), list.Items[i].Object, minor)
-				if len(rows) > 0 {
-					breaking[t.kind+"/"+list.Items[i].GetNamespace()+"/"+list.Items[i].GetName()] = true
-				}
-				rep.Rows = append(rep.Rows, rows...)
-			}
-			if opts.Continue = list.GetContinue(); opts.Continue == "" {
-				break
-			}
+	if err := eachResource(ctx, dyn, targets, ns, func(kind string, u *unstructured.Unstructured) {
+		rep.Releases++
+		rows := breakingAPIs(kind, u.GetNamespace(), u.GetName(), u.Object, minor)
+		if len(rows) > 0 {
+			breaking[kind+"/"+u.GetNamespace()+"/"+u.GetName()] = true
 		}
+		rep.Rows = append(rep.Rows, rows...)
+	}); err != nil {
+		return err
 	}
 	rep.Breaking = len(breaking)
 	sort.SliceStable(rep.Rows, func(i, j int) bool {

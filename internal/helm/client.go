@@ -642,6 +642,18 @@ func (c *Client) uninstall(scope Scope, name string, timeout time.Duration, purg
 // process that died mid-action is unlocked, and how a deployed revision
 // whose workloads never became ready is condemned before its rollback.
 func (c *Client) MarkFailed(namespace, name string, revision int, reason string) error {
+	return c.setRevisionStatus(namespace, name, revision, release.StatusFailed, func(rel *release.Release) (string, error) {
+		if !rel.Info.Status.IsPending() && rel.Info.Status != release.StatusDeployed {
+			return "", fmt.Errorf("release %s/%s revision %d is %s, neither pending nor deployed", namespace, name, revision, rel.Info.Status)
+		}
+		return reason, nil
+	})
+}
+
+// setRevisionStatus reads a revision and stores it with status to and the
+// description check returns; check's error stops it, as does an empty
+// description with no error (nothing to do).
+func (c *Client) setRevisionStatus(namespace, name string, revision int, to release.Status, check func(*release.Release) (string, error)) error {
 	cfg, err := c.actionConfig(Scope{Namespace: namespace})
 	if err != nil {
 		return err
@@ -650,12 +662,16 @@ func (c *Client) MarkFailed(namespace, name string, revision int, reason string)
 	if err != nil {
 		return fmt.Errorf("reading release %s/%s revision %d: %w", namespace, name, revision, err)
 	}
-	if !rel.Info.Status.IsPending() && rel.Info.Status != release.StatusDeployed {
-		return fmt.Errorf("release %s/%s revision %d is %s, neither pending nor deployed", namespace, name, revision, rel.Info.Status)
+	if rel.Info == nil {
+		return fmt.Errorf("release %s/%s revision %d has no status", namespace, name, revision)
 	}
-	rel.SetStatus(release.StatusFailed, reason)
+	description, err := check(rel)
+	if err != nil || description == "" {
+		return err
+	}
+	rel.SetStatus(to, description)
 	if err := cfg.Releases.Update(rel); err != nil {
-		return fmt.Errorf("unlocking release %s/%s revision %d: %w", namespace, name, revision, err)
+		return fmt.Errorf("marking release %s/%s revision %d %s: %w", namespace, name, revision, to, err)
 	}
 	return nil
 }

@@ -58,20 +58,13 @@ func (c *Client) Rewrite(namespace, name string, revision int, from, manifest, d
 // MarkSuperseded sets a deployed revision's status to superseded: how a
 // rewrite cut between its two writes is finished.
 func (c *Client) MarkSuperseded(namespace, name string, revision int) error {
-	cfg, err := c.actionConfig(Scope{Namespace: namespace})
-	if err != nil {
-		return err
-	}
-	rel, err := cfg.Releases.Get(name, revision)
-	if err != nil {
-		return fmt.Errorf("reading release %s/%s revision %d: %w", namespace, name, revision, err)
-	}
-	if rel.Info == nil || rel.Info.Status != release.StatusDeployed {
-		return nil
-	}
-	rel.SetStatus(release.StatusSuperseded, rel.Info.Description)
-	if err := cfg.Releases.Update(rel); err != nil {
-		return fmt.Errorf("marking release %s/%s revision %d superseded: %w", namespace, name, revision, err)
-	}
-	return nil
+	return c.setRevisionStatus(namespace, name, revision, release.StatusSuperseded, func(rel *release.Release) (string, error) {
+		if rel.Info.Status != release.StatusDeployed {
+			return "", nil
+		}
+		if rel.Info.Description == "" {
+			return "Superseded", nil
+		}
+		return rel.Info.Description, nil
+	})
 }

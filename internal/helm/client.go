@@ -35,6 +35,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/kubeapis"
 )
 
@@ -443,6 +444,7 @@ func (c *Client) DeleteRecords(namespace, name string) error {
 	if err != nil {
 		return fmt.Errorf("listing the release records of %s/%s: %w", namespace, name, err)
 	}
+	chunked := false
 	for _, s := range items {
 		if err := d.secrets.Delete(context.Background(), s.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("deleting release record %s/%s: %w", namespace, s.Name, err)
@@ -450,8 +452,9 @@ func (c *Client) DeleteRecords(namespace, name string) error {
 		if d.store != nil {
 			d.store.forget(namespace, s.Name)
 		}
+		chunked = chunked || s.Labels[v1alpha1.LabelRecordChunks] != ""
 	}
-	return nil
+	return d.sweepChunks(name, chunked)
 }
 
 // DeleteRevision deletes the record of one revision of a release and
@@ -471,7 +474,7 @@ func (c *Client) DeleteRevision(namespace, name string, revision int) error {
 	if d.store != nil {
 		d.store.forget(namespace, key)
 	}
-	return nil
+	return d.sweepChunks(name, true)
 }
 
 func sortByRevision(rs []*Release) {

@@ -50,6 +50,8 @@ type recordStore struct {
 	// it every time (base64, gzip, JSON of chart and manifest) was a tenth
 	// of all the operator allocated in an upgrade wave.
 	revisions *lru.Cache
+	// bodies are the bodies of chunked records (chunks.go).
+	bodies bodies
 }
 
 // maxRememberedManifest bounds the manifest of a revision kept in

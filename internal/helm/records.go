@@ -57,11 +57,14 @@ type RecordError struct {
 	// Record is the Secret's name.
 	Record string
 	// TooLarge: the record decompresses beyond the limit; Invalid: it does
-	// not decode (err says why); else its MAC is missing or wrong (not
-	// written by chartpilot, or changed since).
-	TooLarge, Invalid bool
-	limit             int64
-	err               error
+	// not decode (err says why); Missing: Record is a chunk of record of
+	// that is not there; else its MAC is missing or wrong (not written by
+	// chartpilot, or changed since).
+	TooLarge, Invalid, Missing bool
+	// of is the record whose chunk Record is ("" for a record itself).
+	of    string
+	limit int64
+	err   error
 }
 
 func (e *RecordError) Unwrap() error { return e.err }
@@ -73,23 +76,32 @@ func (e *RecordError) Error() string {
 	if e.Invalid {
 		return fmt.Sprintf("release record %s cannot be read: %v", e.Record, e.err)
 	}
+	if e.Missing {
+		return fmt.Sprintf("release record %s is stored in chunks and its chunk %s is missing", e.of, e.Record)
+	}
+	if e.of != "" {
+		return fmt.Sprintf("chunk %s of release record %s was not written by chartpilot or was changed since (no valid MAC)", e.Record, e.of)
+	}
 	return fmt.Sprintf("release record %s was not written by chartpilot or was changed since (no valid MAC)", e.Record)
 }
 
-// MaxStoredRecord is the most a release record may hold, encoded: the data
-// of a Secret is limited to 1 MiB by the API server.
+// MaxStoredRecord is the most a release record may hold in one Secret,
+// encoded: the data of a Secret is limited to 1 MiB by the API server. A
+// larger record is stored in chunks (chunks.go).
 const MaxStoredRecord = 1 << 20
 
-// RecordTooLargeError is a release whose record would not fit in a
-// Secret: nothing is stored, nothing applied.
+// RecordTooLargeError is a release whose record would be larger than the
+// size limit on reading records: nothing is stored, nothing applied.
 type RecordTooLargeError struct {
 	Release string
-	Size    int
+	// Size is the record's decompressed size, Limit the limit.
+	Size  int
+	Limit int64
 }
 
 func (e *RecordTooLargeError) Error() string {
-	return fmt.Sprintf("the record of release %s would hold %d KiB (chart, values and rendered manifest, compressed and base64-encoded) and a Secret holds at most %d KiB: "+
-		"nothing was stored or applied; make the resource's spec (or the chart) smaller", e.Release, (e.Size+1023)/1024, MaxStoredRecord/1024)
+	return fmt.Sprintf("the record of release %s would hold %d KiB (chart, values and rendered manifest, decompressed) and records are limited to %d KiB (--max-release-record-size): "+
+		"nothing was stored or applied; make the resource's spec (or the chart) smaller", e.Release, (e.Size+1023)/1024, (e.Limit+1023)/1024)
 }
 
 // recordDriver stores releases in Secrets as Helm's own Secrets driver
@@ -108,6 +120,9 @@ type recordDriver struct {
 	// (Client.Purge): only the newest record is read, the "uninstalling"
 	// mark is not stored, and records are deleted unread.
 	purge bool
+	// chunkedSeen: a record listed by this driver is chunked (a purge
+	// then looks for chunks to delete; see sweepChunks).
+	chunkedSeen bool
 }
 
 // listNewest is list, and with onlyNewest the name of the newest record,
@@ -277,6 +292,7 @@ func (d *recordDriver) query(set labels.Set) ([]*release.Release, error) {
 	}
 	out := make([]*release.Release, 0, len(items))
 	for _, s := range items {
+		d.chunkedSeen = d.chunkedSeen || s.Labels[v1alpha1.LabelRecordChunks] != ""
 		if newest != "" && s.Name != newest {
 			out = append(out, d.unread(s))
 			continue
@@ -294,13 +310,16 @@ func (d *recordDriver) query(set labels.Set) ([]*release.Release, error) {
 	return out, nil
 }
 
-// Create stores a new record.
+// Create stores a new record (a chunked one: its chunks first).
 func (d *recordDriver) Create(key string, rel *release.Release) error {
-	s, err := d.encode(key, rel, "createdAt")
+	e, err := d.encode(key, rel, "createdAt")
 	if err != nil {
 		return err
 	}
-	made, err := d.secrets.Create(context.Background(), s, metav1.CreateOptions{})
+	if err := d.writeChunks(e); err != nil {
+		return err
+	}
+	made, err := d.secrets.Create(context.Background(), e.head, metav1.CreateOptions{})
 	if err != nil {
 		if apierrors.IsAlreadyExists(err) {
 			return driver.ErrReleaseExists
@@ -308,7 +327,7 @@ func (d *recordDriver) Create(key string, rel *release.Release) error {
 		return fmt.Errorf("creating release record %s: %w", key, err)
 	}
 	d.wrote(made)
-	return nil
+	return d.sweepChunks(rel.Name, e.chunked())
 }
 
 // Update replaces a record.
@@ -321,27 +340,36 @@ func (d *recordDriver) Update(key string, rel *release.Release) error {
 		// stays pending until deleted, so that nothing ever uninstalls it.
 		return fmt.Errorf("release record %s not marked failed: the install is undone", key)
 	}
-	s, err := d.encode(key, rel, "modifiedAt")
+	e, err := d.encode(key, rel, "modifiedAt")
 	if err != nil {
 		return err
 	}
-	updated, err := d.secrets.Update(context.Background(), s, metav1.UpdateOptions{})
+	if err := d.writeChunks(e); err != nil {
+		return err
+	}
+	updated, err := d.secrets.Update(context.Background(), e.head, metav1.UpdateOptions{})
 	if err != nil {
 		return fmt.Errorf("updating release record %s: %w", key, err)
 	}
 	d.wrote(updated)
-	return nil
+	// The chunks of the body it held before, if another, are no one's now.
+	return d.sweepChunks(rel.Name, e.chunked())
 }
 
 // Delete removes a record, after reading it as Helm expects (a purge
 // deletes it unread and returns no release: Helm's purge does not use it).
 func (d *recordDriver) Delete(key string) (*release.Release, error) {
 	var rel *release.Release
+	chunked := d.chunkedSeen
 	if !d.purge {
-		var err error
-		if rel, err = d.Get(key); err != nil {
+		s, err := d.read(key)
+		if err != nil {
 			return nil, err
 		}
+		if rel, err = d.checked(s); err != nil {
+			return nil, err
+		}
+		chunked = s.Labels[v1alpha1.LabelRecordChunks] != ""
 	}
 	// Already gone (another writer, or a read of a cache that had not seen
 	// it go) is what the delete wanted: deletes are idempotent.
@@ -350,6 +378,11 @@ func (d *recordDriver) Delete(key string) (*release.Release, error) {
 	}
 	if d.store != nil {
 		d.store.forget(d.namespace, key)
+	}
+	if name, _, ok := parseRecordKey(key); ok {
+		if err := d.sweepChunks(name, chunked); err != nil {
+			return nil, err
+		}
 	}
 	return rel, nil
 }
@@ -362,24 +395,16 @@ var gzipWriters = sync.Pool{New: func() any {
 	return zw
 }}
 
-// encode builds the Secret of a record, signed when there is a key.
-func (d *recordDriver) encode(key string, rel *release.Release, stamp string) (*corev1.Secret, error) {
+// encode builds the Secret of a record (and, for a record too large for
+// one Secret, its chunks), signed when there is a key. A record larger
+// than the size limit on reading is refused: it could not be read back.
+func (d *recordDriver) encode(key string, rel *release.Release, stamp string) (*encoded, error) {
 	raw, err := json.Marshal(rel)
 	if err != nil {
 		return nil, fmt.Errorf("encoding release %s: %w", rel.Name, err)
 	}
-	var buf bytes.Buffer
-	zw := gzipWriters.Get().(*gzip.Writer)
-	zw.Reset(&buf)
-	_, werr := zw.Write(raw)
-	cerr := zw.Close()
-	gzipWriters.Put(zw)
-	if err := errors.Join(werr, cerr); err != nil {
-		return nil, err
-	}
-	data := base64.StdEncoding.EncodeToString(buf.Bytes())
-	if len(data) > MaxStoredRecord {
-		return nil, &RecordTooLargeError{Release: rel.Name, Size: len(data)}
+	if max := d.opts.maxSize(); int64(len(raw)) > max {
+		return nil, &RecordTooLargeError{Release: rel.Name, Size: len(raw), Limit: max}
 	}
 	l := map[string]string{}
 	for k, v := range rel.Labels {
@@ -389,20 +414,50 @@ func (d *recordDriver) encode(key string, rel *release.Release, stamp string) (*
 	l[StorageLabelStatus], l[StorageLabelVersion] = rel.Info.Status.String(), strconv.Itoa(rel.Version)
 	l[stamp] = strconv.FormatInt(time.Now().Unix(), 10)
 	delete(l, v1alpha1.LabelRecordMAC)
+	delete(l, v1alpha1.LabelRecordChunks)
+	delete(l, v1alpha1.LabelRecordDigest)
+	gz, err := gzipped(raw)
+	if err != nil {
+		return nil, err
+	}
+	data := base64.StdEncoding.EncodeToString(gz)
+	if len(data) > MaxStoredRecord {
+		return d.encodeChunked(key, rel, l)
+	}
 	if d.opts.Key != nil {
 		l[v1alpha1.LabelRecordMAC] = d.mac(rel, l)
 	}
-	return &corev1.Secret{
+	return &encoded{head: &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: key, Labels: l},
 		Type:       "helm.sh/release.v1",
 		Data:       map[string][]byte{"release": []byte(data)},
-	}, nil
+	}}, nil
+}
+
+// gzipped compresses b at the best compression.
+func gzipped(b []byte) ([]byte, error) {
+	var buf bytes.Buffer
+	zw := gzipWriters.Get().(*gzip.Writer)
+	zw.Reset(&buf)
+	_, werr := zw.Write(b)
+	cerr := zw.Close()
+	gzipWriters.Put(zw)
+	if err := errors.Join(werr, cerr); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
 }
 
 // decode reads a record within the size limit, and whether its MAC holds
 // (always true without a key).
 func (d *recordDriver) decode(s *corev1.Secret) (*release.Release, bool, error) {
-	rel, err := decodeRecord(s.Name, s.Data["release"], d.opts.maxSize())
+	var rel *release.Release
+	var err error
+	if _, chunked := s.Labels[v1alpha1.LabelRecordChunks]; chunked {
+		rel, err = d.decodeChunked(s)
+	} else {
+		rel, err = decodeRecord(s.Name, s.Data["release"], d.opts.maxSize())
+	}
 	if err != nil {
 		return nil, false, err
 	}
@@ -420,6 +475,13 @@ func decodeRecord(name string, data []byte, max int64) (*release.Release, error)
 	if err != nil {
 		return nil, invalid(err)
 	}
+	return decodeBody(name, gz, max)
+}
+
+// decodeBody decodes gzip(json) (or json) without decompressing more than
+// max bytes.
+func decodeBody(name string, gz []byte, max int64) (*release.Release, error) {
+	invalid := func(err error) error { return &RecordError{Record: name, Invalid: true, err: err} }
 	var r io.Reader = bytes.NewReader(gz)
 	if len(gz) > 3 && bytes.Equal(gz[:3], []byte{0x1f, 0x8b, 0x08}) {
 		zr, err := gzip.NewReader(r)
@@ -476,7 +538,8 @@ func userLabels(l map[string]string) map[string]string {
 	out := map[string]string{}
 	for k, v := range l {
 		switch k {
-		case StorageLabelName, StorageLabelOwner, StorageLabelStatus, StorageLabelVersion, "createdAt", "modifiedAt":
+		case StorageLabelName, StorageLabelOwner, StorageLabelStatus, StorageLabelVersion, "createdAt", "modifiedAt",
+			v1alpha1.LabelRecordChunks, v1alpha1.LabelRecordDigest:
 		default:
 			out[k] = v
 		}

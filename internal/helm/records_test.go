@@ -20,10 +20,11 @@ func TestRecordMACAndSizeLimit(t *testing.T) {
 	for i := range 200 {
 		rel := &release.Release{Name: "web", Version: i + 1, Manifest: fmt.Sprintf("kind: ConfigMap # %d", i), Info: &release.Info{Status: release.StatusDeployed},
 			Labels: map[string]string{"chartpilot.dev/started-at": fmt.Sprint(1700000000 + i)}}
-		s, err := d.encode("sh.helm.release.v1.web.v1", rel, "createdAt")
+		e, err := d.encode("sh.helm.release.v1.web.v1", rel, "createdAt")
 		if err != nil {
 			t.Fatal(err)
 		}
+		s := e.head
 		for k, v := range s.Labels {
 			if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
 				t.Fatalf("label %s=%q is not a valid label value: %v", k, v, errs)
@@ -89,7 +90,7 @@ func TestPurgeReadsOnlyTheNewestRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	old.Labels, old.Data = forged.Labels, forged.Data
+	old.Labels, old.Data = forged.head.Labels, forged.head.Data
 	if _, err := cs.CoreV1().Secrets("ns").Update(ctx, old, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}

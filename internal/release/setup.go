@@ -107,8 +107,13 @@ func NewShared(mgr manager.Manager) (*Shared, error) {
 			DefaultTransform:     transform,
 		})
 	}
-	// Only the records' metadata is ever read.
-	releases, err := newCache(labels.SelectorFromSet(labels.Set{helm.StorageLabelOwner: helm.StorageOwnerHelm}), cache.TransformStripManagedFields())
+	// Only the records' metadata is ever read: Helm's records and the
+	// chunks of records too large for one Secret.
+	owners, err := labels.NewRequirement(helm.StorageLabelOwner, selection.In, []string{helm.StorageOwnerHelm, helm.StorageOwnerChunk})
+	if err != nil {
+		return nil, err
+	}
+	releases, err := newCache(labels.NewSelector().Add(*owners), cache.TransformStripManagedFields())
 	if err != nil {
 		return nil, err
 	}
@@ -346,13 +351,21 @@ func (r wiring) mapReleaseRecord(_ context.Context, o client.Object) []reconcile
 // releaseRecordPredicate passes a record's deletion, and its creation or
 // change unless this process wrote that version: chartpilot's own actions
 // need no echo, but a record made, changed or deleted by someone else must
-// be looked at now, not at the next periodic pass.
+// be looked at now, not at the next periodic pass. Of the chunks of a
+// record, a change or deletion passes (chartpilot only creates chunks,
+// and deletes those no record names); a new chunk means nothing until a
+// record names it.
 func (r wiring) releaseRecordPredicate() predicate.Predicate {
 	foreign := func(o client.Object) bool {
+		if o.GetLabels()[helm.StorageLabelOwner] == helm.StorageOwnerChunk {
+			return true
+		}
 		return r.Helm == nil || !r.Helm.WroteRecord(o.GetNamespace(), o.GetName(), o.GetResourceVersion())
 	}
 	return predicate.Funcs{
-		CreateFunc:  func(e event.CreateEvent) bool { return foreign(e.Object) },
+		CreateFunc: func(e event.CreateEvent) bool {
+			return e.Object.GetLabels()[helm.StorageLabelOwner] != helm.StorageOwnerChunk && foreign(e.Object)
+		},
 		UpdateFunc:  func(e event.UpdateEvent) bool { return foreign(e.ObjectNew) },
 		DeleteFunc:  func(event.DeleteEvent) bool { return true },
 		GenericFunc: func(event.GenericEvent) bool { return false },

@@ -513,20 +513,19 @@ func TestRejectedValuesStayOutOfStatusEventsAndLogs(t *testing.T) {
 }
 
 // TestReleaseTooLargeForItsRecord: a spec that would make the release
-// record larger than a Secret may hold stalls the resource with
-// ReleaseTooLarge before anything is stored or applied, and a spec that
-// fits after installs (Helm's own create would fail later with the API
-// server's "Too long" and leave a failed install to clean up).
+// record larger than the operator reads (--max-release-record-size) stalls
+// the resource with ReleaseTooLarge before anything is stored or applied,
+// and a spec that fits after installs.
 func TestReleaseTooLargeForItsRecord(t *testing.T) {
 	e := newEnv(t)
-	startOperator(t, cluster.Config, []watches.Watch{webappWatch(t)})
+	startOperator(t, cluster.Config, []watches.Watch{webappWatch(t)}, func(o *operator.Options) { o.MaxRecordSize = 1 << 20 })
 	// Random text hardly compresses: values and manifest each hold it once.
 	buf := make([]byte, 600<<10)
 	_, _ = rand.Read(buf)
 	big := base64.StdEncoding.EncodeToString(buf)
 	e.create("huge", map[string]any{"message": big}, nil, nil)
 	u := e.waitCondition("huge", v1alpha1.ConditionStalled, metav1.ConditionTrue, "ReleaseTooLarge")
-	if c := condition(u, v1alpha1.ConditionStalled); !strings.Contains(c.Message, "a Secret holds at most 1024 KiB") || strings.Contains(c.Message, big[:64]) {
+	if c := condition(u, v1alpha1.ConditionStalled); !strings.Contains(c.Message, "records are limited to 1024 KiB (--max-release-record-size)") || strings.Contains(c.Message, big[:64]) {
 		t.Errorf("Stalled message %.300q: want the sizes and no value", c.Message)
 	}
 	if h, err := e.hc.History(e.ns, "huge"); err == nil && len(h) > 0 {

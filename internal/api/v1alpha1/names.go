@@ -77,6 +77,13 @@ const (
 	// LabelRecordMAC is the record's MAC (HMAC-SHA256 over what the
 	// record says, with the operator's key).
 	LabelRecordMAC = "chartpilot.dev/mac"
+	// LabelRecordChunks and LabelRecordDigest are on the record of a
+	// release too large for one Secret: how many chunk Secrets hold its
+	// body, and the SHA-256 of the whole body (base32, lower case). Each
+	// chunk carries the digest and its index (LabelRecordChunk).
+	LabelRecordChunks = "chartpilot.dev/record-chunks"
+	LabelRecordDigest = "chartpilot.dev/record-digest"
+	LabelRecordChunk  = "chartpilot.dev/record-chunk"
 )
 
 // Labels and annotations chartpilot puts on every object of a release.

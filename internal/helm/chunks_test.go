@@ -1,0 +1,153 @@
+package helm
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"strings"
+	"testing"
+
+	"helm.sh/helm/v3/pkg/release"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
+)
+
+// bigRelease is a release whose record takes about mib MiB compressed
+// (random text hardly compresses).
+func bigRelease(t *testing.T, version int, mib int) *release.Release {
+	t.Helper()
+	buf := make([]byte, mib<<20)
+	if _, err := rand.Read(buf); err != nil {
+		t.Fatal(err)
+	}
+	return &release.Release{Name: "big", Namespace: "ns", Version: version,
+		Manifest: "kind: ConfigMap\ndata:\n  blob: " + base64.StdEncoding.EncodeToString(buf) + "\n",
+		Info:     &release.Info{Status: release.StatusDeployed, Description: "Install complete", Notes: "see the docs"},
+		Labels:   map[string]string{v1alpha1.LabelOwnerKind: "Webapp", v1alpha1.LabelOwnerUID: "u1"}}
+}
+
+// chunksOf lists the chunk Secrets in the fake clientset.
+func chunksOf(t *testing.T, cs *fake.Clientset) []corev1.Secret {
+	t.Helper()
+	list, err := cs.CoreV1().Secrets("ns").List(context.Background(), metav1.ListOptions{LabelSelector: StorageLabelOwner + "=" + StorageOwnerChunk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return list.Items
+}
+
+func TestChunkedRecord(t *testing.T) {
+	cs := fake.NewSimpleClientset()
+	key := []byte("0123456789abcdef0123456789abcdef")
+	secrets := cs.CoreV1().Secrets("ns")
+	d := &recordDriver{secrets: secrets, namespace: "ns", opts: Records{Key: key}}
+	const head = "sh.helm.release.v1.big.v1"
+	rel := bigRelease(t, 1, 3)
+	if err := d.Create(head, rel); err != nil {
+		t.Fatal(err)
+	}
+	chunks := chunksOf(t, cs)
+	if len(chunks) != 4 {
+		t.Fatalf("%d chunks for about 4 MiB of body, want 4", len(chunks))
+	}
+	for _, c := range chunks {
+		if n := len(c.Data[chunkDataKey]); n > chunkSize {
+			t.Errorf("chunk %s holds %d bytes", c.Name, n)
+		}
+	}
+	got, err := d.Get(head)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Manifest != rel.Manifest || got.Info.Status != release.StatusDeployed || got.Info.Notes != "see the docs" || got.Info.Description != "Install complete" {
+		t.Fatalf("read back: status %s, notes %q, description %q, manifest equal %v", got.Info.Status, got.Info.Notes, got.Info.Description, got.Manifest == rel.Manifest)
+	}
+	for k := range got.Labels {
+		if k == v1alpha1.LabelRecordChunks || k == v1alpha1.LabelRecordDigest {
+			t.Errorf("label %s reaches the release's labels", k)
+		}
+	}
+
+	// A reader that does not know chunks refuses the record.
+	s, err := secrets.Get(context.Background(), head, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var re *RecordError
+	if _, err := decodeRecord(head, s.Data["release"], DefaultMaxRecordSize); !errors.As(err, &re) || !re.Invalid {
+		t.Errorf("a chunked record read as one Secret: %v, want it refused", err)
+	}
+
+	// A status change rewrites the record, not its chunks.
+	cs.ClearActions()
+	got.Info.Status = release.StatusSuperseded
+	got.Labels = s.Labels
+	if err := d.Update(head, got); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range cs.Actions() {
+		if a.GetVerb() == "delete" {
+			t.Errorf("a status change deleted %v", a)
+		}
+	}
+	if again, err := d.Get(head); err != nil || again.Info.Status != release.StatusSuperseded || again.Manifest != rel.Manifest {
+		t.Fatalf("after a status change: %v", err)
+	}
+
+	// A chunk changed, or gone, is refused naming it.
+	c := chunks[1]
+	c.Data[chunkDataKey][10] ^= 1
+	if _, err := secrets.Update(context.Background(), &c, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Get(head); !errors.As(err, &re) || re.Record != c.Name || re.Invalid || re.Missing || !strings.Contains(err.Error(), "no valid MAC") {
+		t.Errorf("a forged chunk: %v, want a RecordError naming %s", err, c.Name)
+	}
+	if err := secrets.Delete(context.Background(), c.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Get(head); !errors.As(err, &re) || re.Record != c.Name || !re.Missing || !strings.Contains(err.Error(), "missing") {
+		t.Errorf("a missing chunk: %v, want a RecordError naming %s", err, c.Name)
+	}
+
+	// Chunks no record names (a crash between the writes) go with the
+	// next chunked write; a deleted record takes its chunks along.
+	orphan := bigRelease(t, 2, 2)
+	e, err := d.encode("sh.helm.release.v1.big.v2", orphan, "createdAt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.writeChunks(e); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Create("sh.helm.release.v1.big.v2", bigRelease(t, 2, 2)); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range chunksOf(t, cs) {
+		if c.Labels[v1alpha1.LabelRecordDigest] == e.digest {
+			t.Errorf("orphaned chunk %s left after the next write", c.Name)
+		}
+	}
+	purge := &recordDriver{secrets: secrets, namespace: "ns", opts: Records{Key: key}, purge: true, chunkedSeen: true}
+	for _, k := range []string{head, "sh.helm.release.v1.big.v2"} {
+		if _, err := purge.Delete(k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if left := chunksOf(t, cs); len(left) != 0 {
+		t.Errorf("%d chunks left after every record was deleted", len(left))
+	}
+}
+
+func TestChunkedRecordOverTheLimit(t *testing.T) {
+	d := &recordDriver{namespace: "ns", opts: Records{MaxSize: 2 << 20}}
+	_, err := d.encode("sh.helm.release.v1.big.v1", bigRelease(t, 1, 2), "createdAt")
+	var tl *RecordTooLargeError
+	if !errors.As(err, &tl) || !strings.Contains(err.Error(), "--max-release-record-size") {
+		t.Fatalf("a record over the limit: %v", err)
+	}
+}

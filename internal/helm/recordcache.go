@@ -62,6 +62,7 @@ type storedRecord struct {
 	rv      string
 	labels  map[string]string
 	data    []byte
+	info    []byte // a chunked record's Info (chunks.go)
 	deleted bool
 	written bool // this process wrote this version (not only read it)
 	at      time.Time
@@ -70,7 +71,7 @@ type storedRecord struct {
 func (s *recordStore) remember(namespace string, sec *corev1.Secret, written bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.putLocked(namespace, sec.Name, &storedRecord{rv: sec.ResourceVersion, labels: sec.Labels, data: sec.Data["release"], written: written, at: time.Now()})
+	s.putLocked(namespace, sec.Name, &storedRecord{rv: sec.ResourceVersion, labels: sec.Labels, data: sec.Data["release"], info: sec.Data[headInfoKey], written: written, at: time.Now()})
 }
 
 // bucketOf is the key of recordStore.m for record name of namespace: the
@@ -307,6 +308,9 @@ func (d *recordDriver) body(ctx context.Context, name, rv string) (*corev1.Secre
 	if e != nil && !e.deleted && e.data != nil && !olderThan(e.rv, rv) {
 		sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: d.namespace, ResourceVersion: e.rv, Labels: e.labels},
 			Data: map[string][]byte{"release": e.data}}
+		if e.info != nil {
+			sec.Data[headInfoKey] = e.info
+		}
 		st.mu.Unlock()
 		return sec, nil
 	}

@@ -351,10 +351,10 @@ func (r wiring) mapReleaseRecord(_ context.Context, o client.Object) []reconcile
 // releaseRecordPredicate passes a record's deletion, and its creation or
 // change unless this process wrote that version: chartpilot's own actions
 // need no echo, but a record made, changed or deleted by someone else must
-// be looked at now, not at the next periodic pass. Of the chunks of a
-// record, a change or deletion passes (chartpilot only creates chunks,
-// and deletes those no record names); a new chunk means nothing until a
-// record names it.
+// be looked at now, not at the next periodic pass. Every event of a chunk
+// of a record passes: a chunk missing, changed or put back changes whether
+// the record can be read (only releases too large for one Secret have
+// chunks).
 func (r wiring) releaseRecordPredicate() predicate.Predicate {
 	foreign := func(o client.Object) bool {
 		if o.GetLabels()[helm.StorageLabelOwner] == helm.StorageOwnerChunk {
@@ -363,9 +363,7 @@ func (r wiring) releaseRecordPredicate() predicate.Predicate {
 		return r.Helm == nil || !r.Helm.WroteRecord(o.GetNamespace(), o.GetName(), o.GetResourceVersion())
 	}
 	return predicate.Funcs{
-		CreateFunc: func(e event.CreateEvent) bool {
-			return e.Object.GetLabels()[helm.StorageLabelOwner] != helm.StorageOwnerChunk && foreign(e.Object)
-		},
+		CreateFunc:  func(e event.CreateEvent) bool { return foreign(e.Object) },
 		UpdateFunc:  func(e event.UpdateEvent) bool { return foreign(e.ObjectNew) },
 		DeleteFunc:  func(event.DeleteEvent) bool { return true },
 		GenericFunc: func(event.GenericEvent) bool { return false },

@@ -32,6 +32,9 @@ const (
 	// operatorNamespaceEnv is the namespace the operator runs in (where its
 	// ServiceAccount may write Secrets: the release records' key).
 	operatorNamespaceEnv = "CHARTPILOT_E2E_OPERATOR_NAMESPACE"
+	// operatorWatchesEnv, when set, is the watches.yaml (its text) the
+	// operator runs with instead of the repository's.
+	operatorWatchesEnv = "CHARTPILOT_E2E_OPERATOR_WATCHES"
 )
 
 // runOperatorProcess is the operator of a test that kills it.
@@ -44,6 +47,9 @@ func runOperatorProcess(kubeconfig string) int {
 	// The repository's watches.yaml only: the operator chart's RBAC (which
 	// some of these processes run under) knows nothing of the test kinds.
 	ws, err := watches.Load(filepath.Join("..", "..", "watches.yaml"))
+	if text := os.Getenv(operatorWatchesEnv); text != "" {
+		ws, err = watches.Parse([]byte(text), ".", os.LookupEnv)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -90,18 +96,19 @@ func writeKubeconfig(cfg *rest.Config, path string) error {
 
 // startOperatorProcess runs an operator with the manager's identity in a
 // child process (killed with the test) and waits for its webhook.
-func (e *env) startOperatorProcess() *exec.Cmd {
+func (e *env) startOperatorProcess(env ...string) *exec.Cmd {
 	e.t.Helper()
 	cfg, err := managerConfig()
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	return e.startOperatorProcessAs(cfg, managerNamespace)
+	return e.startOperatorProcessAs(cfg, managerNamespace, env...)
 }
 
 // startOperatorProcessAs runs an operator with cfg's credentials in a child
-// process (killed with the test) and waits for its webhook.
-func (e *env) startOperatorProcessAs(cfg *rest.Config, namespace string) *exec.Cmd {
+// process (killed with the test) and waits for its webhook; env is added
+// to its environment.
+func (e *env) startOperatorProcessAs(cfg *rest.Config, namespace string, env ...string) *exec.Cmd {
 	e.t.Helper()
 	kubeconfig := filepath.Join(e.t.TempDir(), "kubeconfig")
 	if err := writeKubeconfig(cfg, kubeconfig); err != nil {
@@ -111,6 +118,7 @@ func (e *env) startOperatorProcessAs(cfg *rest.Config, namespace string) *exec.C
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), operatorProcessEnv+"="+kubeconfig, operatorNamespaceEnv+"="+namespace,
 		fmt.Sprintf("%s=%s:%d:%s", operatorWebhookEnv, wh.LocalServingHost, wh.LocalServingPort, wh.LocalServingCertDir))
+	cmd.Env = append(cmd.Env, env...)
 	logf, err := os.CreateTemp("", "chartpilot-e2e-operator-*.log")
 	if err != nil {
 		e.t.Fatal(err)

@@ -279,6 +279,13 @@ func (d *recordDriver) sweepChunks(name string, maybe bool) error {
 		if named[version] == digest {
 			continue
 		}
+		// Only a Secret made as a chunk (its name, which no update
+		// changes, is a chunk's name) is deleted: labels alone could be
+		// put on any Secret.
+		index, err := strconv.Atoi(c.Labels[v1alpha1.LabelRecordChunk])
+		if err != nil || digest == "" || c.Name != chunkName(fmt.Sprintf("sh.helm.release.v1.%s.v%s", name, version), digest, index) {
+			continue
+		}
 		// What the cache shows may lag: the record itself decides.
 		head, seen := confirmed[version]
 		if !seen {

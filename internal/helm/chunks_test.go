@@ -151,3 +151,24 @@ func TestChunkedRecordOverTheLimit(t *testing.T) {
 		t.Fatalf("a record over the limit: %v", err)
 	}
 }
+
+// A Secret labelled as a chunk but not named as one is never deleted.
+func TestSweepDeletesOnlyChunks(t *testing.T) {
+	cs := fake.NewSimpleClientset()
+	secrets := cs.CoreV1().Secrets("ns")
+	labels := map[string]string{StorageLabelOwner: StorageOwnerChunk, StorageLabelName: "big", StorageLabelVersion: "1",
+		v1alpha1.LabelRecordDigest: "abcdefghijklmnop", v1alpha1.LabelRecordChunk: "0"}
+	for _, name := range []string{"app-credentials", chunkName("sh.helm.release.v1.big.v1", "abcdefghijklmnop", 0)} {
+		if _, err := secrets.Create(context.Background(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := &recordDriver{secrets: secrets, namespace: "ns"}
+	if err := d.sweepChunks("big", true); err != nil {
+		t.Fatal(err)
+	}
+	left := chunksOf(t, cs)
+	if len(left) != 1 || left[0].Name != "app-credentials" {
+		t.Errorf("after the sweep: %v, want only the Secret not named as a chunk", left)
+	}
+}

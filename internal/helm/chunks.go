@@ -1,6 +1,7 @@
 package helm
 
 import (
+	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -9,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"sync"
@@ -158,20 +160,64 @@ func maxChunks(max int64) int {
 	return int((max+max/64+64<<10)/chunkSize) + 1
 }
 
-// writeChunks creates the chunks of e that are not known to exist (a
-// chunk already there under its name is this body's: names follow the
-// digest, and every read checks them).
+// writeChunks creates the chunks of e, unless the record it replaces names
+// the same body (a status change: its chunks are there, and the sweep
+// keeps what a record names). A chunk already there under its name (left
+// by an attempt broken off) is kept if it holds what e's does and carries
+// its MAC, else overwritten.
 func (d *recordDriver) writeChunks(e *encoded) error {
-	if !e.chunked() || d.store.hasBody(d.namespace, e.head.Name, e.digest) {
+	if !e.chunked() || d.namesBody(e.head.Name, e.digest) {
 		return nil
 	}
+	ctx := context.Background()
 	for _, c := range e.chunks {
-		if _, err := d.secrets.Create(context.Background(), c, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		_, err := d.secrets.Create(ctx, c, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			err = d.replaceChunk(ctx, c)
+		}
+		if err != nil {
 			return fmt.Errorf("creating release record chunk %s: %w", c.Name, err)
 		}
 	}
 	d.store.rememberBody(d.namespace, e.head.Name, e.digest, e.body)
 	return nil
+}
+
+// namesBody reports whether record key, as the records' cache (merged with
+// this process's writes) shows it, names the body with this digest; false
+// without a cache.
+func (d *recordDriver) namesBody(key, digest string) bool {
+	name, _, ok := parseRecordKey(key)
+	if !ok || d.index == nil {
+		return false
+	}
+	metas, err := d.current(context.Background(), labels.Set{StorageLabelOwner: StorageOwnerHelm, StorageLabelName: name})
+	if err != nil {
+		return false
+	}
+	for _, m := range metas {
+		if m.name == key {
+			return m.labels[v1alpha1.LabelRecordDigest] == digest
+		}
+	}
+	return false
+}
+
+// replaceChunk makes the chunk Secret named like c hold c.
+func (d *recordDriver) replaceChunk(ctx context.Context, c *corev1.Secret) error {
+	got, err := d.secrets.Get(ctx, c.Name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if got.DeletionTimestamp == nil && got.Type == c.Type && bytes.Equal(got.Data[chunkDataKey], c.Data[chunkDataKey]) && maps.Equal(got.Labels, c.Labels) {
+		return nil
+	}
+	if got.DeletionTimestamp != nil {
+		return fmt.Errorf("a Secret of that name is being deleted")
+	}
+	got.Labels, got.Data = c.Labels, c.Data
+	_, err = d.secrets.Update(ctx, got, metav1.UpdateOptions{})
+	return err
 }
 
 // decodeChunked reads the body of chunked head s from its chunks (or from
@@ -213,8 +259,8 @@ func (d *recordDriver) readBody(key, digest string, n int, max int64) ([]byte, e
 	if b := d.store.body(d.namespace, key, digest); b != nil {
 		return b, nil
 	}
-	limit := int64(n) * chunkSize
-	body := make([]byte, 0, min(limit, max))
+	// Grown as chunks check out: the count is the record's claim.
+	var body []byte
 	for i := range n {
 		name := chunkName(key, digest, i)
 		c, err := d.secrets.Get(context.Background(), name, metav1.GetOptions{})
@@ -240,11 +286,17 @@ func (d *recordDriver) readBody(key, digest string, n int, max int64) ([]byte, e
 	return body, nil
 }
 
+// maxSweep bounds the requests of one sweep: more chunks to delete wait
+// for the next write of the release.
+const maxSweep = 64
+
 // sweepChunks deletes the chunks of release name that no record names:
 // left by a crash between a chunked record's writes, or by a record that
 // was deleted or rewritten. With the records' cache it costs nothing when
 // there are none; without one it lists the chunks, so it runs only when
-// asked (maybe: a chunked record was written or deleted).
+// asked (maybe: a chunked record was written or deleted). It is garbage
+// collection: an error leaves the chunks for the next write of the release
+// (callers do not fail on it).
 func (d *recordDriver) sweepChunks(name string, maybe bool) error {
 	ctx := context.Background()
 	chunkSet := labels.Set{StorageLabelOwner: StorageOwnerChunk, StorageLabelName: name}
@@ -274,23 +326,23 @@ func (d *recordDriver) sweepChunks(name string, maybe bool) error {
 		return err
 	}
 	confirmed := map[string]string{}
+	requests := 0
 	for _, c := range chunks {
-		version, digest := c.Labels[StorageLabelVersion], c.Labels[v1alpha1.LabelRecordDigest]
-		if named[version] == digest {
+		// The revision and body a chunk is of come from its name, which
+		// no update changes: labels could be put on any Secret.
+		version, prefix, ok := parseChunkName(name, c.Name)
+		if !ok || c.DeletionTimestamp != nil || strings.HasPrefix(named[version], prefix) {
 			continue
 		}
-		// Only a Secret made as a chunk (its name, which no update
-		// changes, is a chunk's name) is deleted: labels alone could be
-		// put on any Secret.
-		index, err := strconv.Atoi(c.Labels[v1alpha1.LabelRecordChunk])
-		if err != nil || digest == "" || c.Name != chunkName(fmt.Sprintf("sh.helm.release.v1.%s.v%s", name, version), digest, index) {
-			continue
+		if requests >= maxSweep {
+			break
 		}
 		// What the cache shows may lag: the record itself decides.
 		head, seen := confirmed[version]
 		if !seen {
 			key := fmt.Sprintf("sh.helm.release.v1.%s.v%s", name, version)
 			s, err := d.secrets.Get(ctx, key, metav1.GetOptions{})
+			requests++
 			switch {
 			case apierrors.IsNotFound(err):
 			case err != nil:
@@ -300,14 +352,34 @@ func (d *recordDriver) sweepChunks(name string, maybe bool) error {
 			}
 			confirmed[version] = head
 		}
-		if head == digest {
+		if strings.HasPrefix(head, prefix) {
 			continue
 		}
+		requests++
 		if err := d.secrets.Delete(ctx, c.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("deleting release record chunk %s: %w", c.Name, err)
 		}
 	}
 	return nil
+}
+
+// parseChunkName reads the revision and the digest's prefix from the name
+// of a chunk of release name (chunkName); false for any other name.
+func parseChunkName(name, chunk string) (version, prefix string, ok bool) {
+	rest, ok := strings.CutPrefix(chunk, "sh.helm.release.v1."+name+".v")
+	if !ok {
+		return "", "", false
+	}
+	parts := strings.Split(rest, ".")
+	if len(parts) != 3 || len(parts[1]) != 12 {
+		return "", "", false
+	}
+	for _, p := range []string{parts[0], parts[2]} {
+		if _, err := strconv.ParseUint(p, 10, 32); err != nil {
+			return "", "", false
+		}
+	}
+	return parts[0], parts[1], true
 }
 
 // namedBodies maps each revision of release name to the digest of the
@@ -385,12 +457,8 @@ func (s *recordStore) body(namespace, key, digest string) []byte {
 	return s.bodies.get(bodyKey(namespace, key, digest))
 }
 
-func (s *recordStore) hasBody(namespace, key, digest string) bool {
-	return s.body(namespace, key, digest) != nil
-}
-
 func (s *recordStore) rememberBody(namespace, key, digest string, body []byte) {
 	if s != nil {
-		s.bodies.put(bodyKey(namespace, key, digest), body)
+		s.bodies.put(bodyKey(namespace, key, digest), bytes.Clone(body))
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"helm.sh/helm/v3/pkg/release"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
@@ -170,5 +171,64 @@ func TestSweepDeletesOnlyChunks(t *testing.T) {
 	left := chunksOf(t, cs)
 	if len(left) != 1 || left[0].Name != "app-credentials" {
 		t.Errorf("after the sweep: %v, want only the Secret not named as a chunk", left)
+	}
+}
+
+// With the records' cache: a status change writes no chunk; a revision
+// whose record was deleted (and its chunks swept) is stored again whole,
+// though this process remembers its body.
+func TestChunksWrittenAgainAfterTheirRecordWent(t *testing.T) {
+	cs := fake.NewSimpleClientset()
+	secrets := cs.CoreV1().Secrets("ns")
+	index := func(ctx context.Context, namespace string, match map[string]string) ([]metav1.ObjectMeta, error) {
+		list, err := cs.CoreV1().Secrets(namespace).List(ctx, metav1.ListOptions{LabelSelector: labels.Set(match).AsSelector().String()})
+		if err != nil {
+			return nil, err
+		}
+		out := make([]metav1.ObjectMeta, len(list.Items))
+		for i := range list.Items {
+			out[i] = list.Items[i].ObjectMeta
+		}
+		return out, nil
+	}
+	c := &Client{}
+	c.UseRecordIndex(index)
+	d := &recordDriver{secrets: secrets, namespace: "ns", opts: Records{Key: []byte("0123456789abcdef0123456789abcdef")}, index: c.recordIndex, store: c.recordStore}
+	const key = "sh.helm.release.v1.big.v1"
+	rel := bigRelease(t, 1, 2)
+	if err := d.Create(key, rel); err != nil {
+		t.Fatal(err)
+	}
+	n := len(chunksOf(t, cs))
+	cs.ClearActions()
+	rel.Info.Status = release.StatusSuperseded
+	if err := d.Update(key, rel); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range cs.Actions() {
+		if a.GetVerb() == "create" || a.GetVerb() == "delete" {
+			t.Errorf("a status change: %s %s", a.GetVerb(), a.GetResource().Resource)
+		}
+	}
+	// As DeleteRevision does.
+	if err := secrets.Delete(context.Background(), key, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	d.store.forget("ns", key)
+	if err := d.sweepChunks("big", true); err != nil {
+		t.Fatal(err)
+	}
+	if left := chunksOf(t, cs); len(left) != 0 {
+		t.Fatalf("%d chunks left after their record was deleted", len(left))
+	}
+	if err := d.Create(key, rel); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(chunksOf(t, cs)); got != n {
+		t.Fatalf("%d chunks after the revision was stored again, want %d", got, n)
+	}
+	fresh := &recordDriver{secrets: secrets, namespace: "ns", opts: d.opts}
+	if got, err := fresh.Get(key); err != nil || got.Manifest != rel.Manifest {
+		t.Fatalf("read by a process that remembers nothing: %v", err)
 	}
 }

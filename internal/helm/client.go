@@ -322,6 +322,10 @@ type Release struct {
 	// has no key). Record is the storage Secret's name.
 	Trusted bool
 	Record  string
+	// Distrust says why a record is not trusted when it is not for its
+	// MAC: a chunk of it missing or changed (chunks.go). Such a revision
+	// carries its labels only.
+	Distrust string
 	// Unread: only the record's labels were read (NewestOfHistory): the
 	// revision, status and labels are set, nothing else, and Trusted
 	// says nothing.
@@ -420,6 +424,14 @@ func (c *Client) history(namespace, name string, newestOnly bool) ([]*Release, e
 			continue
 		}
 		rel, trusted, err := d.decode(s)
+		if re := (*RecordError)(nil); errors.As(err, &re) && re.ofChunk() {
+			// Like a record without a valid MAC: never acted on, and
+			// chartpilot.dev/adopt installs afresh.
+			r := fromHelm(d.unread(s))
+			r.Record, r.Distrust = s.Name, re.Error()
+			out = append(out, r)
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -454,7 +466,8 @@ func (c *Client) DeleteRecords(namespace, name string) error {
 		}
 		chunked = chunked || s.Labels[v1alpha1.LabelRecordChunks] != ""
 	}
-	return d.sweepChunks(name, chunked)
+	d.sweepChunks(name, chunked)
+	return nil
 }
 
 // DeleteRevision deletes the record of one revision of a release and
@@ -474,7 +487,8 @@ func (c *Client) DeleteRevision(namespace, name string, revision int) error {
 	if d.store != nil {
 		d.store.forget(namespace, key)
 	}
-	return d.sweepChunks(name, true)
+	d.sweepChunks(name, true)
+	return nil
 }
 
 func sortByRevision(rs []*Release) {

@@ -69,6 +69,10 @@ type RecordError struct {
 
 func (e *RecordError) Unwrap() error { return e.err }
 
+// ofChunk reports whether the error is of a chunk of the record: missing,
+// or without a valid MAC.
+func (e *RecordError) ofChunk() bool { return e.Missing || e.of != "" }
+
 func (e *RecordError) Error() string {
 	if e.TooLarge {
 		return fmt.Sprintf("release record %s decompresses to more than %d bytes: it was not decoded", e.Record, e.limit)
@@ -327,7 +331,8 @@ func (d *recordDriver) Create(key string, rel *release.Release) error {
 		return fmt.Errorf("creating release record %s: %w", key, err)
 	}
 	d.wrote(made)
-	return d.sweepChunks(rel.Name, e.chunked())
+	d.sweepChunks(rel.Name, e.chunked())
+	return nil
 }
 
 // Update replaces a record.
@@ -353,7 +358,8 @@ func (d *recordDriver) Update(key string, rel *release.Release) error {
 	}
 	d.wrote(updated)
 	// The chunks of the body it held before, if another, are no one's now.
-	return d.sweepChunks(rel.Name, e.chunked())
+	d.sweepChunks(rel.Name, e.chunked())
+	return nil
 }
 
 // Delete removes a record, after reading it as Helm expects (a purge
@@ -380,9 +386,7 @@ func (d *recordDriver) Delete(key string) (*release.Release, error) {
 		d.store.forget(d.namespace, key)
 	}
 	if name, _, ok := parseRecordKey(key); ok {
-		if err := d.sweepChunks(name, chunked); err != nil {
-			return nil, err
-		}
+		d.sweepChunks(name, chunked)
 	}
 	return rel, nil
 }

@@ -13,15 +13,24 @@ import (
 	"github.com/chartpilot/chartpilot/internal/helm"
 )
 
-// firstUntrusted names the first release record read without a valid MAC
-// ("" if every one read has one).
-func firstUntrusted(history []*helm.Release) string {
+// firstUntrusted is the first revision whose record was read without a
+// valid MAC or with a chunk missing or changed (nil if every one read is
+// trusted).
+func firstUntrusted(history []*helm.Release) *helm.Release {
 	for _, h := range history {
 		if !h.Trusted && !h.Unread {
-			return h.Record
+			return h
 		}
 	}
-	return ""
+	return nil
+}
+
+// distrust says why a revision's record is not trusted.
+func distrust(rec *helm.Release) string {
+	if rec.Distrust != "" {
+		return rec.Distrust
+	}
+	return fmt.Sprintf("release record %s was not written by chartpilot or was changed since (no valid MAC)", rec.Record)
 }
 
 // untrustedRecords handles a release with records chartpilot did not write
@@ -30,13 +39,14 @@ func firstUntrusted(history []*helm.Release) string {
 // resource stalls; with chartpilot.dev/adopt it is re-installed from the
 // chart and values: the records are deleted (the objects stay, and the
 // install takes them over), then the next pass installs.
-func (r *Reconciler) untrustedRecords(ctx context.Context, p *pass, d *desired, o Observation, record string) (ctrl.Result, error) {
+func (r *Reconciler) untrustedRecords(ctx context.Context, p *pass, d *desired, o Observation, untrusted *helm.Release) (ctrl.Result, error) {
+	record, why := untrusted.Record, distrust(untrusted)
 	if o.State == StateUnmanaged || o.State == StateConflict {
 		r.stallForeign(p, o)
 		return ctrl.Result{}, nil
 	}
 	if !r.mayAdopt(ctx, p, nil) {
-		reporter{r}.stall(p, "UntrustedReleaseRecord", fmt.Sprintf("release record %s was not written by chartpilot or was changed since (no valid MAC): nothing was done from it; set annotation %s: \"true\" to re-install from the chart and values (the objects are kept)", record, v1alpha1.AnnotationAdopt))
+		reporter{r}.stall(p, "UntrustedReleaseRecord", fmt.Sprintf("%s: nothing was done from it; set annotation %s: \"true\" to re-install from the chart and values (the objects are kept)", why, v1alpha1.AnnotationAdopt))
 		return ctrl.Result{}, nil
 	}
 	if err := r.Helm.As(d.identity).DeleteRecords(p.key.Namespace, p.key.Name); err != nil {

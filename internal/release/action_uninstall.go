@@ -61,8 +61,8 @@ func (r *Reconciler) uninstall(ctx context.Context, p *pass, o Observation, hist
 	if err := r.checkScope(p.key.Namespace, manifestsOf(o)...); err != nil {
 		return fmt.Errorf("refused, nothing was deleted: %w", err)
 	}
-	if rec := firstUntrusted(history); rec != "" {
-		return fmt.Errorf("refused, nothing was deleted: release record %s was not written by chartpilot or was changed since; remove the finalizer %s by hand to let the resource go and leave its objects", rec, v1alpha1.Finalizer)
+	if rec := firstUntrusted(history); rec != nil {
+		return fmt.Errorf("refused, nothing was deleted: %s; remove the finalizer %s by hand to let the resource go and leave its objects", distrust(rec), v1alpha1.Finalizer)
 	}
 	identity, serr := r.identityForDeletion(ctx, p)
 	if serr != nil {

@@ -386,7 +386,7 @@ func TestAdoptAction(t *testing.T) {
 		e := signed(t)
 		p, d := e.pass(), e.desired("blue")
 		h := e.history()
-		if rec := firstUntrusted(h); rec == "" {
+		if rec := firstUntrusted(h); rec == nil {
 			t.Fatal("the seeded record is trusted")
 		}
 		if _, err := e.r.untrustedRecords(ctx, p, d, e.observe(d), firstUntrusted(h)); err != nil {

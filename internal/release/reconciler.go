@@ -220,7 +220,7 @@ func (r *Reconciler) reconcileRelease(ctx context.Context, p *pass) (ctrl.Result
 			return ctrl.Result{}, nil
 		}
 	}
-	if rec := firstUntrusted(history); rec != "" {
+	if rec := firstUntrusted(history); rec != nil {
 		return r.untrustedRecords(ctx, p, d, o, rec)
 	}
 	c := r.gatesFor(ctx, p, d, o, history, driftDue)

@@ -54,6 +54,8 @@ type directRun struct {
 	workers int
 	nsOf    func(int) string
 	objs    [][]*unstructured.Unstructured
+	// extra, when set, adds chartpilot's own writes (directwrites.go).
+	extra *chartpilotWrites
 }
 
 // runDirect writes the webapp chart's objects (ConfigMap, Service,
@@ -65,6 +67,12 @@ type directRun struct {
 // does), and deletes the objects. The cluster is the operator's, before
 // the operator has any resource.
 func runDirect(ctx context.Context, c *testcluster.Cluster, root string, audit *testcluster.AuditLog, n, workers int, nsOf func(int) string) (directResult, error) {
+	return runDirectWith(ctx, c, root, audit, n, workers, nsOf, nil)
+}
+
+// runDirectWith is runDirect, with chartpilot's own writes added when
+// extra is set.
+func runDirectWith(ctx context.Context, c *testcluster.Cluster, root string, audit *testcluster.AuditLog, n, workers int, nsOf func(int) string, extra *chartpilotWrites) (directResult, error) {
 	var res directResult
 	kubeconfig, err := c.User(directUser, []string{"system:masters"})
 	if err != nil {
@@ -75,7 +83,7 @@ func runDirect(ctx context.Context, c *testcluster.Cluster, root string, audit *
 		return res, err
 	}
 	cfg.QPS, cfg.Burst = 200, 400
-	d := &directRun{ctx: ctx, audit: audit, n: n, workers: workers, nsOf: nsOf}
+	d := &directRun{ctx: ctx, audit: audit, n: n, workers: workers, nsOf: nsOf, extra: extra}
 	if d.dyn, err = dynamic.NewForConfig(cfg); err != nil {
 		return res, err
 	}
@@ -157,13 +165,32 @@ func (d *directRun) ready(sum string) func() (int, error) {
 
 func (d *directRun) create() error {
 	return parallel(d.n, d.workers, func(i int) error {
-		for _, o := range d.objs[i] {
-			if _, err := d.dyn.Resource(directGVR(o)).Namespace(o.GetNamespace()).Create(d.ctx, o, metav1.CreateOptions{}); err != nil {
-				return err
+		return d.around(i, d.extra.beforeCreate, d.extra.afterCreate, func() error {
+			for _, o := range d.objs[i] {
+				if _, err := d.dyn.Resource(directGVR(o)).Namespace(o.GetNamespace()).Create(d.ctx, o, metav1.CreateOptions{}); err != nil {
+					return err
+				}
 			}
-		}
-		return nil
+			return nil
+		})
 	})
+}
+
+// around runs write for the i-th name, between before and after when
+// chartpilot's writes are added.
+func (d *directRun) around(i int, before, after func(context.Context, []*unstructured.Unstructured) error, write func() error) error {
+	if d.extra != nil {
+		if err := before(d.ctx, d.objs[i]); err != nil {
+			return err
+		}
+	}
+	if err := write(); err != nil {
+		return err
+	}
+	if d.extra != nil {
+		return after(d.ctx, d.objs[i])
+	}
+	return nil
 }
 
 // bump changes the message: the ConfigMap, and the pod template's checksum.
@@ -171,27 +198,31 @@ func (d *directRun) bump(sum string) error {
 	cm := fmt.Sprintf(`{"data":{"message":%q}}`, "hello again")
 	tpl := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"checksum/config":%q}}}}}`, sum)
 	return parallel(d.n, d.workers, func(i int) error {
-		for _, o := range d.objs[i] {
-			patch := map[string]string{"ConfigMap": cm, "Deployment": tpl}[o.GetKind()]
-			if patch == "" {
-				continue
+		return d.around(i, d.extra.beforeBump, d.extra.afterBump, func() error {
+			for _, o := range d.objs[i] {
+				patch := map[string]string{"ConfigMap": cm, "Deployment": tpl}[o.GetKind()]
+				if patch == "" {
+					continue
+				}
+				if _, err := d.dyn.Resource(directGVR(o)).Namespace(o.GetNamespace()).Patch(d.ctx, o.GetName(), types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+					return err
+				}
 			}
-			if _, err := d.dyn.Resource(directGVR(o)).Namespace(o.GetNamespace()).Patch(d.ctx, o.GetName(), types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-				return err
-			}
-		}
-		return nil
+			return nil
+		})
 	})
 }
 
 func (d *directRun) delete() error {
 	return parallel(d.n, d.workers, func(i int) error {
-		for _, o := range d.objs[i] {
-			if err := d.dyn.Resource(directGVR(o)).Namespace(o.GetNamespace()).Delete(d.ctx, o.GetName(), metav1.DeleteOptions{}); err != nil {
-				return err
+		return d.around(i, d.extra.beforeDelete, d.extra.afterDelete, func() error {
+			for _, o := range d.objs[i] {
+				if err := d.dyn.Resource(directGVR(o)).Namespace(o.GetNamespace()).Delete(d.ctx, o.GetName(), metav1.DeleteOptions{}); err != nil {
+					return err
+				}
 			}
-		}
-		return nil
+			return nil
+		})
 	})
 }
 
@@ -306,21 +337,7 @@ func printDirect(rows []result) {
 	fmt.Println("| N | phase | direct (s) | chartpilot (s) | ratio | direct requests per name | chartpilot requests per resource | direct machine CPU (s) | chartpilot machine CPU (s) | chartpilot's own CPU (s) |")
 	fmt.Println("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range rows {
-		if r.direct == nil {
-			continue
-		}
-		for _, pair := range []struct {
-			name string
-			d    phase
-			c    *phase
-		}{
-			{"create → all ready", r.direct.create, r.phaseNamed("install")},
-			{"change → all ready", r.direct.bump, r.phaseNamed("upgrade")},
-			{"delete → all gone", r.direct.del, r.phaseNamed("delete")},
-		} {
-			if pair.c == nil {
-				continue
-			}
+		for _, pair := range r.directPairs(r.direct) {
 			fmt.Printf("| %d | %s | %.1f | %.1f | %.2f× | %.1f | %.1f | %.1f | %.1f | %.1f |\n", r.n, pair.name, pair.d.wall.Seconds(), pair.c.wall.Seconds(),
 				pair.c.wall.Seconds()/pair.d.wall.Seconds(), perResource(pair.d.req, r.n), perResource(pair.c.req, r.n), pair.d.machine, pair.c.machine, pair.c.cpu)
 		}
@@ -332,6 +349,71 @@ func printDirect(rows []result) {
 		}
 		for _, p := range []phase{r.direct.create, r.direct.bump, r.direct.del} {
 			fmt.Printf("- N=%d %s: %s\n", r.n, p.name, p.req.Top(8))
+		}
+	}
+	printDirectWrites(rows)
+}
+
+// directPair is a phase of a direct baseline and the operator's phase it
+// compares with.
+type directPair struct {
+	name string
+	d    phase
+	c    *phase
+}
+
+// directPairs pairs the phases of d (a baseline of r's run) with the
+// operator's (none when d is nil).
+func (r result) directPairs(d *directResult) []directPair {
+	if d == nil {
+		return nil
+	}
+	var out []directPair
+	for _, p := range []directPair{
+		{"create → all ready", d.create, r.phaseNamed("install")},
+		{"change → all ready", d.bump, r.phaseNamed("upgrade")},
+		{"delete → all gone", d.del, r.phaseNamed("delete")},
+	} {
+		if p.c != nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// printDirectWrites prints the baseline with chartpilot's own writes added
+// beside the plain one and the operator's phases: how much of the
+// difference the writes explain.
+func printDirectWrites(rows []result) {
+	have := false
+	for _, r := range rows {
+		have = have || r.directWrites != nil
+	}
+	if !have {
+		return
+	}
+	fmt.Println("\nThe direct baseline with chartpilot's writes — the same clients also write what chartpilot writes for each resource, in its order (the resource itself by its user, its finalizer, the release record pending then deployed, the older record superseded, an event, the status: once on create, twice on change, as an upgrade queued for a slot writes it; on delete the records, an event and the finalizer), with a record and a status copied from the operator's run; run after the operator's phases on the same cluster. What is left to chartpilot is the operator itself:")
+	fmt.Println()
+	fmt.Println("| N | phase | direct (s) | direct + writes (s) | chartpilot (s) | chartpilot / direct | chartpilot / (direct + writes) | requests per name, direct + writes | machine CPU, direct + writes (s) |")
+	fmt.Println("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+	for _, r := range rows {
+		plain := r.directPairs(r.direct)
+		for i, pair := range r.directPairs(r.directWrites) {
+			base := pair.d.wall.Seconds()
+			if i < len(plain) {
+				base = plain[i].d.wall.Seconds()
+			}
+			fmt.Printf("| %d | %s | %.1f | %.1f | %.1f | %.2f× | %.2f× | %.1f | %.1f |\n", r.n, pair.name, base, pair.d.wall.Seconds(), pair.c.wall.Seconds(),
+				pair.c.wall.Seconds()/base, pair.c.wall.Seconds()/pair.d.wall.Seconds(), perResource(pair.d.req, r.n), pair.d.machine)
+		}
+	}
+	fmt.Println("\nRequests by resource, direct + writes:")
+	for _, r := range rows {
+		if r.directWrites == nil {
+			continue
+		}
+		for _, p := range []phase{r.directWrites.create, r.directWrites.bump, r.directWrites.del} {
+			fmt.Printf("- N=%d %s: %s\n", r.n, p.name, p.req.Top(10))
 		}
 	}
 }

@@ -249,8 +249,9 @@ type result struct {
 	// get is how long `chartpilot get webapps -A` took over the fleet.
 	get time.Duration
 	// direct is the baseline without the operator, on the same cluster
-	// (nil when not run).
-	direct *directResult
+	// (nil when not run); directWrites the same with chartpilot's own
+	// writes added, run after the operator's phases.
+	direct, directWrites *directResult
 }
 
 func runOne(root string, n, concurrency, bound int, idle time.Duration) (result, error) {
@@ -286,38 +287,7 @@ func runOne(root string, n, concurrency, bound int, idle time.Duration) (result,
 	defer func() { stopOp() }()
 
 	// Sample peak heap and resident memory while the operator works.
-	var heapMu sync.Mutex
-	peakHeap, peakAnon, peakFile := 0.0, 0.0, 0.0
-	pid := op.Process.Pid
-	stopSampling := make(chan struct{})
-	go func() {
-		for tick := 0; ; tick++ {
-			select {
-			case <-stopSampling:
-				return
-			case <-time.After(500 * time.Millisecond):
-			}
-			heapMu.Lock()
-			addr := metricsAddr
-			heapMu.Unlock()
-			// The heap gauge is scraped every 2 s: a scrape of the
-			// operator's metrics costs it CPU (at every 0.5 s, a twentieth
-			// of its CPU in the upgrade wave), where /proc costs it nothing.
-			if tick%4 == 3 {
-				if m, err := scrape("http://" + addr + "/metrics"); err == nil {
-					heapMu.Lock()
-					peakHeap = math.Max(peakHeap, m.sum("go_memstats_heap_inuse_bytes", nil))
-					heapMu.Unlock()
-				}
-			}
-			if anon, file, err := rssParts(pid); err == nil {
-				heapMu.Lock()
-				peakAnon, peakFile = math.Max(peakAnon, anon), math.Max(peakFile, file)
-				heapMu.Unlock()
-			}
-		}
-	}()
-
+	sampling := sampleMemory(op.Process.Pid, metricsAddr)
 	logf("N=%d: creating %d resources", n, n)
 	install, err := measure(audit, metricsAddr, op, "install (create → all Ready)", n, func() error {
 		start := time.Now()
@@ -360,6 +330,10 @@ func runOne(root string, n, concurrency, bound int, idle time.Duration) (result,
 		return res, err
 	}
 	res.phases = append(res.phases, upgrade)
+	writes, err := captureWritesIf(ctx, res.direct != nil, cs, dyn, nsOf(0))
+	if err != nil {
+		return res, err
+	}
 	cpuDone()
 	heapProfile(metricsAddr, fmt.Sprintf("heap-%d-upgrade.pb.gz", n))
 	getStart := time.Now()
@@ -392,7 +366,7 @@ func runOne(root string, n, concurrency, bound int, idle time.Duration) (result,
 		}
 		res.phases = append(res.phases, p)
 	}
-	close(stopSampling)
+	res.peakHeap, res.peakAnon, res.peakFile = sampling()
 	// Idle: nothing scrapes the operator meanwhile, so its CPU time is its own.
 	if _, err := audit.Take(operatorUser); err != nil {
 		return res, err
@@ -412,10 +386,6 @@ func runOne(root string, n, concurrency, bound int, idle time.Duration) (result,
 	p.name = fmt.Sprintf("idle %s (%.2f CPU-s per minute)", idle, p.cpu/idle.Minutes())
 	logf("%s: %d requests", p.name, p.req.Total)
 	res.phases = append(res.phases, p)
-	heapMu.Lock()
-	res.peakHeap = peakHeap / (1 << 20)
-	res.peakAnon, res.peakFile = peakAnon, peakFile
-	heapMu.Unlock()
 	if res.peakRSS, err = peakRSS(op.Process.Pid); err != nil {
 		return res, err
 	}
@@ -450,7 +420,46 @@ func runOne(root string, n, concurrency, bound int, idle time.Duration) (result,
 		return res, err
 	}
 	res.phases = append(res.phases, del)
-	return res, nil
+	res.directWrites, err = directWritesIf(ctx, c, root, audit, n, concurrency, nsOf, writes, stopOp)
+	return res, err
+}
+
+// sampleMemory samples the operator's peak heap (its gauge, every 2 s: a
+// scrape of its metrics costs it CPU, at every 0.5 s a twentieth of its
+// CPU in the upgrade wave) and its peak resident memory (from /proc, which
+// costs it nothing, every 0.5 s) until the returned function is called,
+// which returns them: heap in MiB, anonymous and file pages as rssParts.
+func sampleMemory(pid int, metricsAddr string) func() (heap, anon, file float64) {
+	var mu sync.Mutex
+	peakHeap, peakAnon, peakFile := 0.0, 0.0, 0.0
+	stop := make(chan struct{})
+	go func() {
+		for tick := 0; ; tick++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(500 * time.Millisecond):
+			}
+			if tick%4 == 3 {
+				if m, err := scrape("http://" + metricsAddr + "/metrics"); err == nil {
+					mu.Lock()
+					peakHeap = math.Max(peakHeap, m.sum("go_memstats_heap_inuse_bytes", nil))
+					mu.Unlock()
+				}
+			}
+			if anon, file, err := rssParts(pid); err == nil {
+				mu.Lock()
+				peakAnon, peakFile = math.Max(peakAnon, anon), math.Max(peakFile, file)
+				mu.Unlock()
+			}
+		}
+	}()
+	return func() (float64, float64, float64) {
+		close(stop)
+		mu.Lock()
+		defer mu.Unlock()
+		return peakHeap / (1 << 20), peakAnon, peakFile
+	}
 }
 
 // benchNamespaces makes the 10 namespaces a fleet is spread over, and

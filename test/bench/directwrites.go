@@ -161,7 +161,9 @@ func (w *chartpilotWrites) afterDelete(ctx context.Context, objs []*unstructured
 	return w.patchCR(ctx, ns, name, `{"metadata":{"finalizers":null}}`)
 }
 
-func recordName(name string, rev int) string { return fmt.Sprintf("sh.helm.release.v1.%s.v%d", name, rev) }
+func recordName(name string, rev int) string {
+	return fmt.Sprintf("sh.helm.release.v1.%s.v%d", name, rev)
+}
 
 func (w *chartpilotWrites) createRecord(ctx context.Context, ns, name string, rev int, status string) error {
 	_, err := w.cs.CoreV1().Secrets(ns).Create(ctx, w.recordSecret(name, rev, status), metav1.CreateOptions{})

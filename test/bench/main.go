@@ -315,6 +315,7 @@ func runOne(root string, n, concurrency, bound int, idle time.Duration) (result,
 		})
 	}
 	cpuDone := cpuProfile(metricsAddr, fmt.Sprintf("cpu-%d-upgrade.pb.gz", n))
+	apiDone := apiServerProfile(ctx, cs, fmt.Sprintf("cpu-%d-upgrade-apiserver.pb.gz", n))
 	upgrade, err := measure(audit, metricsAddr, op, "upgrade (values change → all Ready)", n, func() error {
 		start := time.Now()
 		if err := patchAll(func(i int) string { return fmt.Sprintf(`{"spec":{"message":"hello again %d"}}`, i) }); err != nil {
@@ -335,6 +336,7 @@ func runOne(root string, n, concurrency, bound int, idle time.Duration) (result,
 		return res, err
 	}
 	cpuDone()
+	apiDone()
 	heapProfile(metricsAddr, fmt.Sprintf("heap-%d-upgrade.pb.gz", n))
 	getStart := time.Now()
 	if out, err := exec.Command(filepath.Join(root, "bin", "chartpilot"), "get", "webapps", "-A", "--kubeconfig", c.KubeconfigPath).Output(); err != nil {
@@ -795,6 +797,27 @@ func cpuProfile(metricsAddr, name string) func() {
 	go func() {
 		defer close(got)
 		saveProfile(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", pprofAddrs[metricsAddr], cpuProfileSeconds), name)
+	}()
+	return func() { <-got }
+}
+
+// apiServerProfile records the API server's CPU profile over the next
+// cpuProfileSeconds, when -profile is set, the same way as cpuProfile.
+func apiServerProfile(ctx context.Context, cs kubernetes.Interface, name string) func() {
+	if profileDir == "" {
+		return func() {}
+	}
+	got := make(chan struct{})
+	go func() {
+		defer close(got)
+		b, err := cs.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").
+			Param("seconds", fmt.Sprint(cpuProfileSeconds)).Timeout(2 * cpuProfileSeconds * time.Second).DoRaw(ctx)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(profileDir, name), b, 0o644)
+		}
+		if err != nil {
+			logf("%s: %v", name, err)
+		}
 	}()
 	return func() { <-got }
 }

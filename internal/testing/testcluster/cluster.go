@@ -308,6 +308,9 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, retErr error) {
 		return nil, err
 	}
 	c.watchdog = wd
+	if c.tempDir {
+		wd.trimOnExit(c.Dir)
+	}
 	defer func() {
 		if retErr != nil {
 			retErr = fmt.Errorf("%w (component logs in %s)", retErr, c.LogDir)
@@ -632,5 +635,6 @@ func (c *Cluster) Stop() error {
 	return c.stopError
 }
 
-// KeepDir keeps the working directory (logs) after Stop, e.g. for a failed test.
+// KeepDir keeps the working directory's logs after Stop, e.g. for a failed
+// test (the rest of it, etcd's data, images and volumes, is removed).
 func (c *Cluster) KeepDir() { c.tempDir = false }

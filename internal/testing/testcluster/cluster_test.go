@@ -375,3 +375,39 @@ func TestKubernetesMinor(t *testing.T) {
 		t.Errorf("missing 1.35 control plane: got %v, want it named", err)
 	}
 }
+
+// TestWatchdogTrimsItsDirectoryToLogs: when the watchdog's stdin closes
+// (the test binary died, or Stop kept the directory), the working
+// directory keeps its logs and nothing else.
+func TestWatchdogTrimsItsDirectoryToLogs(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "cluster")
+	for _, f := range []string{"logs/etcd.log", "etcd/member/db", "volumes/pv-1/data", "kubeconfig", ".hidden"} {
+		p := filepath.Join(dir, f)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wd, err := startWatchdog()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wd.trimOnExit(dir)
+	wd.close()
+	waitFor(t, "the directory trimmed to its logs", time.Minute, func(context.Context) (bool, string, error) {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			return false, "", err
+		}
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		return len(names) == 1 && names[0] == "logs", fmt.Sprintf("left: %v", names), nil
+	})
+	if b, err := os.ReadFile(filepath.Join(dir, "logs", "etcd.log")); err != nil || string(b) != "x" {
+		t.Fatalf("the log is gone or changed: %q, %v", b, err)
+	}
+}

@@ -120,16 +120,32 @@ type watchdog struct {
 	known map[int]bool
 }
 
+// After the kills and clean-ups it trims each working directory it was
+// told of to its logs: a test binary killed from outside (or a failed run,
+// whose directory Stop keeps) leaves its logs, not gigabytes of etcd data,
+// images and volumes. A directory with anything still mounted under it is
+// left whole, and rm never crosses into another file system.
 const watchdogScript = `pids=""
 cleanups=""
+dirs=""
 while read -r line; do
 	case "$line" in
 	"cleanup "*) cleanups="$cleanups ${line#cleanup }" ;;
+	"dir "*) dirs="$dirs ${line#dir }" ;;
 	*) pids="$pids $line" ;;
 	esac
 done
 for p in $pids; do kill -KILL -- "-$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null; done
 for s in $cleanups; do /bin/sh "$s" >/dev/null 2>&1; done
+for d in $dirs; do
+	[ -d "$d" ] || continue
+	grep -q " $d/" /proc/self/mountinfo && continue
+	for e in "$d"/* "$d"/.[!.]*; do
+		[ -e "$e" ] || continue
+		[ "$e" = "$d/logs" ] && continue
+		rm -rf --one-file-system "$e" 2>/dev/null
+	done
+done
 exit 0`
 
 func startWatchdog() (*watchdog, error) {
@@ -165,6 +181,19 @@ func (w *watchdog) cleanup(script string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	_, _ = fmt.Fprintf(w.stdin, "cleanup %s\n", script)
+}
+
+// trimOnExit tells the watchdog about a temporary working directory to
+// trim to its logs when it exits (see watchdogScript). The path must hold
+// no white space; os.MkdirTemp's under the default temporary directory
+// does not.
+func (w *watchdog) trimOnExit(dir string) {
+	if strings.ContainsAny(dir, " \t\n") {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_, _ = fmt.Fprintf(w.stdin, "dir %s\n", dir)
 }
 
 // registerChildren registers every direct child of this process, which is

@@ -226,10 +226,38 @@ type phase struct {
 	skipped float64              // passes that rendered nothing (fast path)
 	drift   float64              // drift checks
 	wall    time.Duration
+	// converged is how long the phase's action took: its writes and the
+	// wait for its convergence rule, without the quiet period measure
+	// waits for after it (zero: the same as wall).
+	converged time.Duration
+	// procs is the CPU seconds of each process of the bench's from the
+	// phase's start to its convergence, and convMachine the machine's busy
+	// CPU seconds over the same time.
+	procs       procCPU
+	convMachine float64
+	// api is what the API server served every client until convergence.
+	api     apiCounts
 	cpu     float64 // the operator's CPU seconds
 	machine float64 // the whole machine's busy CPU seconds (every core)
 	self    float64 // the bench's own CPU seconds
 	stolen  float64 // CPU seconds the hypervisor gave to others (steal)
+}
+
+// toConverge is how long p took to converge: its action's time when
+// measured, else its wall time.
+func (p phase) toConverge() float64 {
+	if p.converged > 0 {
+		return p.converged.Seconds()
+	}
+	return p.wall.Seconds()
+}
+
+// machineToConverge is the machine's busy CPU seconds until p converged.
+func (p phase) machineToConverge() float64 {
+	if p.converged > 0 {
+		return p.convMachine
+	}
+	return p.machine
 }
 
 type result struct {
@@ -263,6 +291,8 @@ func runOne(root string, n, concurrency, bound int, idle time.Duration) (result,
 		return res, err
 	}
 	defer func() { _ = c.Stop() }()
+	apiServer = cs
+	defer func() { apiServer = nil }()
 	audit := &testcluster.AuditLog{Path: c.AuditLogPath}
 	watchesFile := filepath.Join(c.Dir, "watches.yaml")
 	if err := os.WriteFile(watchesFile, []byte(fmt.Sprintf(
@@ -610,10 +640,14 @@ func measure(audit *testcluster.AuditLog, metricsAddr string, op *exec.Cmd, name
 	cpu0, _ := cpuSeconds(op.Process.Pid)
 	busy0, steal0, _ := machineBusySeconds()
 	self0, _ := cpuSeconds(os.Getpid())
+	procs0, api0 := snapProcCPU(), snapAPI()
 	start := time.Now()
 	if err := action(); err != nil {
 		return phase{}, err
 	}
+	converged := time.Since(start)
+	convBusy, _, _ := machineBusySeconds()
+	procs, api := snapProcCPU().since(procs0), snapAPI().since(api0)
 	// Wait until the operator has run the passes and then been quiet for 3s.
 	deadline := time.Now().Add(10 * time.Minute)
 	var after metrics
@@ -633,7 +667,7 @@ func measure(audit *testcluster.AuditLog, metricsAddr string, op *exec.Cmd, name
 			break
 		}
 	}
-	p := phase{name: name, wall: time.Since(start)}
+	p := phase{name: name, wall: time.Since(start), converged: converged, procs: procs, convMachine: convBusy - busy0, api: api}
 	cpu1, _ := cpuSeconds(op.Process.Pid)
 	busy1, steal1, _ := machineBusySeconds()
 	self1, _ := cpuSeconds(os.Getpid())

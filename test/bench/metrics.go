@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"strconv"
@@ -39,8 +40,13 @@ func scrape(url string) (metrics, error) {
 		return nil, err
 	}
 	defer resp.Body.Close()
+	return parseMetrics(resp.Body)
+}
+
+// parseMetrics parses a Prometheus text exposition.
+func parseMetrics(r io.Reader) (metrics, error) {
 	out := metrics{}
-	sc := bufio.NewScanner(resp.Body)
+	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()

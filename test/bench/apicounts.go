@@ -15,7 +15,8 @@ import (
 // verb and resource, watch events by resource and their bytes.
 type apiCounts map[string]float64
 
-// apiServer, when set (runOne sets it), reads the API server's metrics.
+// apiServer, when set (startCluster sets it), reads the newest cluster's
+// API server's metrics and profiles.
 var apiServer kubernetes.Interface
 
 // snapAPI reads apiCounts now (empty when the API server is not known or

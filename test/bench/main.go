@@ -291,8 +291,6 @@ func runOne(root string, n, concurrency, bound int, idle time.Duration) (result,
 		return res, err
 	}
 	defer func() { _ = c.Stop() }()
-	apiServer = cs
-	defer func() { apiServer = nil }()
 	audit := &testcluster.AuditLog{Path: c.AuditLogPath}
 	watchesFile := filepath.Join(c.Dir, "watches.yaml")
 	if err := os.WriteFile(watchesFile, []byte(fmt.Sprintf(
@@ -345,7 +343,6 @@ func runOne(root string, n, concurrency, bound int, idle time.Duration) (result,
 		})
 	}
 	cpuDone := cpuProfile(metricsAddr, fmt.Sprintf("cpu-%d-upgrade.pb.gz", n))
-	apiDone := apiServerProfile(ctx, cs, fmt.Sprintf("cpu-%d-upgrade-apiserver.pb.gz", n))
 	upgrade, err := measure(audit, metricsAddr, op, "upgrade (values change → all Ready)", n, func() error {
 		start := time.Now()
 		if err := patchAll(func(i int) string { return fmt.Sprintf(`{"spec":{"message":"hello again %d"}}`, i) }); err != nil {
@@ -366,7 +363,6 @@ func runOne(root string, n, concurrency, bound int, idle time.Duration) (result,
 		return res, err
 	}
 	cpuDone()
-	apiDone()
 	heapProfile(metricsAddr, fmt.Sprintf("heap-%d-upgrade.pb.gz", n))
 	getStart := time.Now()
 	if out, err := exec.Command(filepath.Join(root, "bin", "chartpilot"), "get", "webapps", "-A", "--kubeconfig", c.KubeconfigPath).Output(); err != nil {
@@ -553,6 +549,7 @@ func startCluster(ctx context.Context, root string) (*testcluster.Cluster, dynam
 	if err == nil {
 		var cs kubernetes.Interface
 		if cs, err = kubernetes.NewForConfig(c.Config); err == nil {
+			apiServer = cs // the newest cluster's, for snapAPI and profiles
 			return c, dyn, cs, nil
 		}
 	}
@@ -820,9 +817,9 @@ func heapProfile(metricsAddr, name string) {
 	saveProfile("http://"+pprofAddrs[metricsAddr]+"/debug/pprof/heap?gc=1", name)
 }
 
-// cpuProfile records the operator's CPU profile over the next
-// cpuProfileSeconds, when -profile is set; the returned function waits
-// for it to be written.
+// cpuProfile records the operator's and the API server's CPU profiles
+// over the next cpuProfileSeconds, when -profile is set; the returned
+// function waits for them to be written.
 func cpuProfile(metricsAddr, name string) func() {
 	if profileDir == "" {
 		return func() {}
@@ -832,13 +829,15 @@ func cpuProfile(metricsAddr, name string) func() {
 		defer close(got)
 		saveProfile(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", pprofAddrs[metricsAddr], cpuProfileSeconds), name)
 	}()
-	return func() { <-got }
+	apiDone := apiServerProfile(context.Background(), strings.TrimSuffix(name, ".pb.gz")+"-apiserver.pb.gz")
+	return func() { <-got; apiDone() }
 }
 
 // apiServerProfile records the API server's CPU profile over the next
 // cpuProfileSeconds, when -profile is set, the same way as cpuProfile.
-func apiServerProfile(ctx context.Context, cs kubernetes.Interface, name string) func() {
-	if profileDir == "" {
+func apiServerProfile(ctx context.Context, name string) func() {
+	cs := apiServer
+	if profileDir == "" || cs == nil {
 		return func() {}
 	}
 	got := make(chan struct{})

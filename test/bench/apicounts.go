@@ -68,11 +68,7 @@ func (c apiCounts) since(before apiCounts) apiCounts {
 // every client in the direct baseline with chartpilot's writes and in
 // chartpilot's phase, the largest differences first.
 func printAPICounts(rows []result) {
-	have := false
-	for _, r := range rows {
-		have = have || r.directWrites != nil
-	}
-	if !have {
+	if !anyRow(rows, func(r result) bool { return r.directWrites != nil }) {
 		return
 	}
 	fmt.Println("\nWhat the API server served to every client (the cluster's components, the operator, the bench) until convergence, from its own metrics (apiserver_request_total, apiserver_watch_events_total and _sizes): direct + writes / chartpilot, the largest differences:")

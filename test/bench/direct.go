@@ -326,11 +326,7 @@ func waitCount(ctx context.Context, count func() (int, error), want int, timeout
 // printDirect prints the baseline beside the operator's phases of the same
 // run, as ratios, with where the difference goes.
 func printDirect(rows []result) {
-	have := false
-	for _, r := range rows {
-		have = have || r.direct != nil
-	}
-	if !have {
+	if !anyRow(rows, func(r result) bool { return r.direct != nil }) {
 		return
 	}
 	fmt.Println("\nDirect baseline — the same chart's three objects written by the bench itself (no operator, no Helm), on the same cluster in the same run, as many clients as the operator has workers, converged by the same rule (every Deployment ready on its newest generation); chartpilot's phase over the direct one. Both are timed to convergence (chartpilot's: every resource Ready, or gone), without the 3 s of quiet the main table's phases also wait for; machine CPU likewise:")
@@ -355,6 +351,16 @@ func printDirect(rows []result) {
 	printDirectWrites(rows)
 	printProcCPU(rows)
 	printAPICounts(rows)
+}
+
+// anyRow reports whether any of rows has what has looks for.
+func anyRow(rows []result, has func(result) bool) bool {
+	for _, r := range rows {
+		if has(r) {
+			return true
+		}
+	}
+	return false
 }
 
 // directPair is a phase of a direct baseline and the operator's phase it
@@ -388,11 +394,7 @@ func (r result) directPairs(d *directResult) []directPair {
 // beside the plain one and the operator's phases: how much of the
 // difference the writes explain.
 func printDirectWrites(rows []result) {
-	have := false
-	for _, r := range rows {
-		have = have || r.directWrites != nil
-	}
-	if !have {
+	if !anyRow(rows, func(r result) bool { return r.directWrites != nil }) {
 		return
 	}
 	fmt.Println("\nThe direct baseline with chartpilot's writes — the same clients also write what chartpilot writes for each resource, in its order (the resource itself by its user, its finalizer, the release record pending then deployed, the older record superseded, an event, the status: once on create, twice on change, as an upgrade queued for a slot writes it; on delete the records, an event and the finalizer), with a record and a status copied from the operator's run; run after the operator's phases on the same cluster. What is left to chartpilot is the operator itself:")

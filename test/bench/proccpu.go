@@ -96,11 +96,7 @@ const operatorComm = "chartpilot-mana"
 // until convergence in the direct baseline, the baseline with chartpilot's
 // writes, and chartpilot: where the difference goes.
 func printProcCPU(rows []result) {
-	have := false
-	for _, r := range rows {
-		have = have || r.direct != nil
-	}
-	if !have {
+	if !anyRow(rows, func(r result) bool { return r.direct != nil }) {
 		return
 	}
 	fmt.Println("\nCPU seconds by process from each phase's start to its convergence (the cluster's components, the operator, the bench): direct / direct + writes / chartpilot:")

@@ -36,6 +36,11 @@ var gzipWriters = sync.Pool{New: func() any {
 	return zw
 }}
 
+// gzipReaders are reused: a new reader allocates its decompressor's
+// tables (about 40 KiB), and the health gate and drift check read the
+// newest record on every pass that looks at a settling release.
+var gzipReaders sync.Pool
+
 // encode builds the Secret of a record (and, for a record too large for
 // one Secret, its chunks), signed when there is a key. A record larger
 // than the size limit on reading is refused: it could not be read back.
@@ -125,11 +130,17 @@ func decodeBody(name string, gz []byte, max int64) (*release.Release, error) {
 	invalid := func(err error) error { return &RecordError{Record: name, Invalid: true, err: err} }
 	var r io.Reader = bytes.NewReader(gz)
 	if len(gz) > 3 && bytes.Equal(gz[:3], []byte{0x1f, 0x8b, 0x08}) {
-		zr, err := gzip.NewReader(r)
-		if err != nil {
+		zr, _ := gzipReaders.Get().(*gzip.Reader)
+		if zr == nil {
+			zr = new(gzip.Reader)
+		}
+		defer func() {
+			_ = zr.Reset(bytes.NewReader(nil)) // hold on to no record
+			gzipReaders.Put(zr)
+		}()
+		if err := zr.Reset(r); err != nil {
 			return nil, invalid(err)
 		}
-		defer zr.Close()
 		r = zr
 	}
 	raw, err := io.ReadAll(io.LimitReader(r, max+1))

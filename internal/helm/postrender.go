@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"io"
 
+	goyaml "go.yaml.in/yaml/v2"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	goyaml "go.yaml.in/yaml/v2"
 )
 
 // Decorator changes a rendered object before Helm applies it: chartpilot's

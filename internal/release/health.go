@@ -310,16 +310,29 @@ func (r healthGate) setUnavailable(key types.NamespacedName, on bool) {
 // (kstatus Current) to not, or back.
 func availabilityChanged(o, n client.Object) bool {
 	current := func(obj client.Object) bool {
-		u, ok := obj.(*unstructured.Unstructured)
-		if !ok {
-			return true
-		}
-		u, err := expanded(u)
-		if err != nil {
-			return true
-		}
-		res, err := status.Compute(u)
-		return err != nil || res.Status == status.CurrentStatus
+		s := kstatusOf(obj)
+		return s == "" || s == status.CurrentStatus
 	}
 	return current(o) != current(n)
+}
+
+// kstatusChanged reports whether kstatus reads o and n differently.
+func kstatusChanged(o, n client.Object) bool { return kstatusOf(o) != kstatusOf(n) }
+
+// kstatusOf is kstatus's reading of obj ("" when it has none: not
+// unstructured, or a kind kstatus cannot read).
+func kstatusOf(obj client.Object) status.Status {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return ""
+	}
+	u, err := expanded(u)
+	if err != nil {
+		return ""
+	}
+	res, err := status.Compute(u)
+	if err != nil {
+		return ""
+	}
+	return res.Status
 }

@@ -3,6 +3,7 @@ package release
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"strings"
 	"sync"
@@ -426,7 +427,8 @@ func (r wiring) ownerOf(o client.Object) (types.NamespacedName, bool) {
 // dependentHandler turns events of a release's objects into reconciles:
 // changes that may be drift (deletions, spec/generation changes, label
 // changes, any change of objects without a generation) flag a drift check;
-// status-only updates wake an owner whose health gate is waiting, or one
+// status-only updates wake an owner whose health gate is waiting when the
+// object's kstatus changed (InProgress to Current or Failed, say), or one
 // whose workload became available or stopped being so (kstatus Current or
 // not), so that a settled fleet ignores the rest. Creations (the initial list and
 // chartpilot's own creates) are ignored.
@@ -445,7 +447,12 @@ func (r wiring) dependentHandler() handler.TypedEventHandler[client.Object, reco
 				return
 			}
 			if r.mem.get(key).awaiting {
-				q.Add(reconcile.Request{NamespacedName: key})
+				// The gate names what it waits for by kind and name only,
+				// so an update that leaves the object's kstatus as it was
+				// (a replica count on the way) changes nothing it decides.
+				if kstatusChanged(o, n) || !maps.Equal(o.GetAnnotations(), n.GetAnnotations()) {
+					q.Add(reconcile.Request{NamespacedName: key})
+				}
 				return
 			}
 			if availabilityChanged(o, n) || r.mem.get(key).unavailable {

@@ -64,6 +64,7 @@ spec:
       tolerations: null
       terminationGracePeriodSeconds: 30
       priority: -7
+      securityContext: {runAsUser: 1000680000}
       x-big: 9007199254740993
       x-float: 2.5
       x-bool: true
@@ -106,10 +107,51 @@ func TestPostRenderedObjectsAreTheDecoratedOnes(t *testing.T) {
 			t.Errorf("object %d read back as\n%#v\nwant\n%#v\nfrom:\n%s", i, got[i].Object, want[i].Object, out)
 		}
 	}
+	// Whole numbers are written as digits, as JSON writes them.
+	if !strings.Contains(out.String(), "runAsUser: 1000680000\n") || !strings.Contains(out.String(), "progressDeadlineSeconds: 600\n") {
+		t.Errorf("whole numbers not written as digits:\n%s", out)
+	}
 	// Each object is its own document, apiVersion on a line of its own
 	// (the stored manifest is read and rewritten line by line).
 	if n := strings.Count(out.String(), "---\n"); n != 2 || !strings.Contains(out.String(), "\napiVersion: apps/v1\n") {
 		t.Errorf("documents or apiVersion lines not as expected:\n%s", out)
+	}
+}
+
+// TestPostRendererRefusesWhatYAMLReadsOtherwise: a "<<" key (a merge key
+// to YAML, so Helm would apply other fields than were decorated) and
+// nesting deep enough to write out hundreds of megabytes are refused,
+// naming the object and the field.
+func TestPostRendererRefusesWhatYAMLReadsOtherwise(t *testing.T) {
+	deep := func(n int) string {
+		return `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"deep"},"x":` + strings.Repeat(`{"a":`, n) + `1` + strings.Repeat(`}`, n) + `}`
+	}
+	p := &postRenderer{decorate: func(*unstructured.Unstructured) error { return nil }}
+	for name, c := range map[string]struct {
+		manifest string
+		want     []string
+	}{
+		"merge key":           {`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x","<<":{"namespace":"kube-system"}}}`, []string{"ConfigMap x", "field .metadata.<<", "merge"}},
+		"merge key in a list": {`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"},"spec":{"containers":[{"name":"a"},{"<<":{"image":"x"}}]}}`, []string{"Pod p", "field .spec.containers[1].<<"}},
+		"too deep":            {deep(300), []string{"ConfigMap deep", "field .x.a.a.a", "deeper than 256 levels"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := p.Run(bytes.NewBufferString(c.manifest))
+			if err == nil {
+				t.Fatal("refused nothing")
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
+			}
+			if len(err.Error()) > 400 {
+				t.Errorf("error of %d characters", len(err.Error()))
+			}
+		})
+	}
+	if _, err := p.Run(bytes.NewBufferString(deep(200))); err != nil {
+		t.Errorf("200 levels refused: %v", err)
 	}
 }
 

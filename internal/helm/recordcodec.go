@@ -134,10 +134,10 @@ func decodeBody(name string, gz []byte, max int64) (*release.Release, error) {
 		if zr == nil {
 			zr = new(gzip.Reader)
 		}
-		defer func() {
-			_ = zr.Reset(bytes.NewReader(nil)) // hold on to no record
-			gzipReaders.Put(zr)
-		}()
+		// A pooled reader keeps what it last read (in this process's
+		// memory, which holds decoded records anyway) until it is reset
+		// for the next record; nothing of it reaches that record.
+		defer gzipReaders.Put(zr)
 		if err := zr.Reset(r); err != nil {
 			return nil, invalid(err)
 		}

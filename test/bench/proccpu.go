@@ -76,18 +76,6 @@ func (p procCPU) since(before procCPU) procCPU {
 	return out
 }
 
-// String lists the processes, the busiest first.
-func (p procCPU) String() string {
-	var parts []string
-	for _, k := range strings.Split(p.order(), "\x00") {
-		if k == "" {
-			continue
-		}
-		parts = append(parts, fmt.Sprintf("%s %.1f", k, p[k]))
-	}
-	return strings.Join(parts, ", ")
-}
-
 // operatorComm is the operator's command name in /proc (15 characters at
 // most).
 const operatorComm = "chartpilot-mana"

@@ -53,7 +53,7 @@ func (r *Reconciler) untrustedRecords(ctx context.Context, p *pass, d *desired, 
 		return ctrl.Result{}, err
 	}
 	msg := fmt.Sprintf("deleted the release records of %s that chartpilot did not write (%s, ...); installing afresh from the chart and values", p.key.Name, record)
-	r.Recorder.Event(p.obj, corev1.EventTypeNormal, "Adopted", msg)
+	r.event(p, corev1.EventTypeNormal, "Adopted", msg)
 	reporter{r}.recordHistory(p, d.digest, "Adopt", nil, true, msg)
 	setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionTrue, "Adopting", msg)
 	return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil

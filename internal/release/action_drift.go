@@ -57,13 +57,13 @@ func (correctDriftStep) run(ctx context.Context, r *Reconciler, p *pass, d *desi
 			failures = append(failures, fmt.Sprintf("%s: %s", obj, oneLine(err.Error())))
 			continue
 		}
-		r.Recorder.Event(p.obj, corev1.EventTypeNormal, "DriftCorrected", "restored "+obj.String())
+		r.event(p, corev1.EventTypeNormal, "DriftCorrected", "restored "+obj.String())
 		p.log.Info("Corrected drift", "object", obj.String())
 	}
 	if len(failures) > 0 {
 		driftChecks.WithLabelValues(r.Watch.GVK.Kind, "failed").Inc()
 		msg := "could not restore " + strings.Join(failures, "; ")
-		r.Recorder.Event(p.obj, corev1.EventTypeWarning, "DriftCorrectionFailed", msg)
+		r.event(p, corev1.EventTypeWarning, "DriftCorrectionFailed", msg)
 		setCondition(p.status, p.obj, v1alpha1.ConditionDrifted, metav1.ConditionTrue, "DriftCorrectionFailed", msg)
 		reporter{r}.recordHistory(p, d.digest, "CorrectDrift", o.Latest, false, msg)
 		r.mem.with(p.key, func(m *memo) { m.driftDue = true })

@@ -2,6 +2,7 @@ package release
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -33,10 +34,13 @@ func (installStep) run(ctx context.Context, r *Reconciler, p *pass, d *desired) 
 		return res, err
 	}
 	setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionTrue, "Installing", "installing chart "+d.chart.Name+" "+d.chart.Version)
-	rel, err := timed("install", func() (*helm.Release, error) {
+	rel, err := timed(ctx, "install", func() (*helm.Release, error) {
 		return r.Helm.As(d.identity).Install(ctx, d.chart, r.actionOptions(p, d, "Install by chartpilot"))
 	})
 	if err != nil {
+		if errors.Is(err, errStopping) {
+			return ctrl.Result{}, err // nothing begun: the next pass acts
+		}
 		if helm.IsRecordConflict(err) {
 			return ctrl.Result{}, fmt.Errorf("install: %w", err) // retried soon, not a failure of these inputs
 		}
@@ -124,7 +128,7 @@ func (r *Reconciler) preInstall(ctx context.Context, p *pass, d *desired) (ctrl.
 		apimeta.RemoveStatusCondition(&p.status.Conditions, v1alpha1.ConditionStalled)
 		prev := apimeta.FindStatusCondition(p.status.Conditions, v1alpha1.ConditionReconciling)
 		if prev == nil || prev.Reason != "InstallBlocked" || prev.Message != msg {
-			r.Recorder.Event(p.obj, corev1.EventTypeNormal, rej.Reason, oneLine(rej.Message))
+			r.event(p, corev1.EventTypeNormal, rej.Reason, oneLine(rej.Message))
 		}
 		setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionTrue, "InstallBlocked", msg)
 		return ctrl.Result{RequeueAfter: 15 * time.Second}, true, nil

@@ -36,12 +36,12 @@ func (rewriteAPIsStep) full(ctx context.Context, r *Reconciler, f *fullPass) (ct
 	rel, err := r.Helm.As(f.d.identity).Rewrite(f.p.key.Namespace, f.p.key.Name, f.o.Latest.Revision, plan.from, plan.manifest, plan.description)
 	if err != nil {
 		msg := "rewriting the stored manifest's API versions: " + oneLine(err.Error())
-		r.Recorder.Event(f.p.obj, corev1.EventTypeWarning, "StoredAPIsNotRewritten", msg)
+		r.event(f.p, corev1.EventTypeWarning, "StoredAPIsNotRewritten", msg)
 		reporter{r}.recordHistory(f.p, f.o.Latest.Labels[v1alpha1.LabelDigest], actionRewriteAPIs, f.o.Latest, false, msg)
 		return ctrl.Result{RequeueAfter: r.mem.retryAfter(f.p.key, actionRewriteAPIs)}, false, nil
 	}
 	r.mem.retried(f.p.key, actionRewriteAPIs)
-	r.Recorder.Event(f.p.obj, corev1.EventTypeNormal, "StoredAPIsRewritten", plan.description)
+	r.event(f.p, corev1.EventTypeNormal, "StoredAPIsRewritten", plan.description)
 	f.p.log.Info("Rewrote the stored manifest's API versions", "revision", rel.Revision, "rewritten", plan.description)
 	reporter{r}.recordHistory(f.p, rel.Labels[v1alpha1.LabelDigest], actionRewriteAPIs, rel, true, plan.description)
 	reporter{r}.setReleaseInfo(f.p, rel)
@@ -294,7 +294,7 @@ func (r *Reconciler) rewriteForUninstall(ctx context.Context, p *pass, identity 
 	if _, err := r.Helm.As(identity).Rewrite(p.key.Namespace, p.key.Name, latest.Revision, plan.from, plan.manifest, plan.description); err != nil {
 		return err
 	}
-	r.Recorder.Event(p.obj, corev1.EventTypeNormal, "StoredAPIsRewritten", plan.description)
+	r.event(p, corev1.EventTypeNormal, "StoredAPIsRewritten", plan.description)
 	return nil
 }
 
@@ -317,7 +317,7 @@ func (r *Reconciler) apiRewriteGate(ctx context.Context, p *pass, d *desired, la
 	r.mem.with(p.key, func(m *memo) { told, m.apiRewriteNote = m.apiRewriteNote, why })
 	if why != "" && why != told {
 		msg := "the stored manifest cannot be rewritten to served API versions, so upgrades, rollbacks and uninstalls of this release fail until it is: " + why
-		r.Recorder.Event(p.obj, corev1.EventTypeWarning, "StoredAPIsNotRewritten", msg)
+		r.event(p, corev1.EventTypeWarning, "StoredAPIsNotRewritten", msg)
 		p.log.Info("Stored manifest not rewritten", "why", why)
 	}
 	return plan

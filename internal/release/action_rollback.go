@@ -2,6 +2,7 @@ package release
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -18,19 +19,22 @@ type rollbackStep struct{}
 var _ = registerStep(actRollback, rollbackStep{})
 
 func (s rollbackStep) full(ctx context.Context, r *Reconciler, f *fullPass) (ctrl.Result, bool, error) {
-	res, err := s.run(r, f.p, f.d, f.o)
+	res, err := s.run(ctx, r, f.p, f.d, f.o)
 	return res, false, err
 }
 
 // run is the Rollback action after a failed upgrade.
-func (rollbackStep) run(r *Reconciler, p *pass, d *desired, o Observation) (ctrl.Result, error) {
+func (rollbackStep) run(ctx context.Context, r *Reconciler, p *pass, d *desired, o Observation) (ctrl.Result, error) {
 	target := o.LastGood
-	_, err := timed("rollback", func() (struct{}, error) {
+	_, err := timed(ctx, "rollback", func() (struct{}, error) {
 		return struct{}{}, r.Helm.As(d.identity).Rollback(r.scope(p.key.Namespace), p.key.Name, target.Revision, r.Watch.Timeout, r.Watch.MaxHistory)
 	})
 	if err != nil {
+		if errors.Is(err, errStopping) {
+			return ctrl.Result{}, err // nothing begun: the next pass acts
+		}
 		msg := fmt.Sprintf("Rollback to revision %d failed: %s", target.Revision, oneLine(err.Error()))
-		r.Recorder.Event(p.obj, corev1.EventTypeWarning, "RollbackFailed", msg)
+		r.event(p, corev1.EventTypeWarning, "RollbackFailed", msg)
 		setCondition(p.status, p.obj, v1alpha1.ConditionReleased, metav1.ConditionFalse, "RollbackFailed", msg)
 		reporter{r}.recordHistory(p, d.digest, "Rollback", target, false, msg)
 		return ctrl.Result{RequeueAfter: r.mem.retryAfter(p.key, "Rollback")}, nil
@@ -50,7 +54,7 @@ func (rollbackStep) run(r *Reconciler, p *pass, d *desired, o Observation) (ctrl
 		p.status.Chart.FailedVersion = failedVersion
 		rolloutUpgrades.WithLabelValues(r.Watch.GVK.Kind, failedVersion, rolloutResultRollback).Inc()
 	}
-	r.Recorder.Event(p.obj, corev1.EventTypeNormal, "RolledBack", msg)
+	r.event(p, corev1.EventTypeNormal, "RolledBack", msg)
 	p.log.Info("Rolled back", "revision", target.Revision)
 	if hist, err := r.Helm.History(p.key.Namespace, p.key.Name); err == nil && len(hist) > 0 {
 		reporter{r}.setReleaseInfo(p, hist[len(hist)-1])

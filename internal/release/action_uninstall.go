@@ -39,11 +39,11 @@ func (r *Reconciler) finalize(ctx context.Context, p *pass) (ctrl.Result, error)
 		}
 		if err != nil {
 			msg := "Uninstall failed: " + oneLine(err.Error())
-			r.Recorder.Event(p.obj, corev1.EventTypeWarning, "UninstallFailed", msg)
+			r.event(p, corev1.EventTypeWarning, "UninstallFailed", msg)
 			setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionTrue, "UninstallFailed", msg)
 			return ctrl.Result{RequeueAfter: r.mem.retryAfter(p.key, "Uninstall")}, nil
 		}
-		r.Recorder.Event(p.obj, corev1.EventTypeNormal, "Uninstalled", fmt.Sprintf("uninstalled release %s", p.key.Name))
+		r.event(p, corev1.EventTypeNormal, "Uninstalled", fmt.Sprintf("uninstalled release %s", p.key.Name))
 	}
 	patch := client.MergeFromWithOptions(p.obj.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	controllerutil.RemoveFinalizer(p.obj, v1alpha1.Finalizer)
@@ -73,7 +73,7 @@ func (r *Reconciler) uninstall(ctx context.Context, p *pass, o Observation, hist
 			return err
 		}
 	}
-	_, err := timed("uninstall", func() (struct{}, error) {
+	_, err := timed(ctx, "uninstall", func() (struct{}, error) {
 		return struct{}{}, r.Helm.As(identity).Purge(r.scope(p.key.Namespace), p.key.Name, r.Watch.Timeout)
 	})
 	return err

@@ -35,7 +35,7 @@ func (unlockStep) run(r *Reconciler, p *pass, d *desired, o Observation) (ctrl.R
 		return ctrl.Result{}, fmt.Errorf("unlocking release: %w", err)
 	}
 	msg := fmt.Sprintf("revision %d was left %s by an interrupted %s; dropped it to do the %s again", o.Latest.Revision, o.Latest.Status, action, action)
-	r.Recorder.Event(p.obj, corev1.EventTypeNormal, "Unlocked", msg)
+	r.event(p, corev1.EventTypeNormal, "Unlocked", msg)
 	reporter{r}.recordHistory(p, d.digest, "Unlock", o.Latest, true, msg)
 	setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionTrue, "Unlocked", msg)
 	return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil

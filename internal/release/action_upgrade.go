@@ -2,6 +2,7 @@ package release
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -58,9 +59,12 @@ func (upgradeStep) run(ctx context.Context, r *Reconciler, p *pass, d *desired, 
 		return res, err
 	}
 	setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionTrue, "Upgrading", "upgrading to chart "+d.chart.Name+" "+d.chart.Version)
-	rel, err := timed("upgrade", func() (*helm.Release, error) { return r.Helm.As(d.identity).Upgrade(ctx, d.chart, opts) })
+	rel, err := timed(ctx, "upgrade", func() (*helm.Release, error) { return r.Helm.As(d.identity).Upgrade(ctx, d.chart, opts) })
 	if err != nil {
 		r.slots.end(p.key)
+		if errors.Is(err, errStopping) {
+			return ctrl.Result{}, err // nothing begun: the next pass acts
+		}
 		if helm.IsRecordConflict(err) {
 			return ctrl.Result{}, fmt.Errorf("upgrade: %w", err) // retried soon, not a failure of these inputs
 		}

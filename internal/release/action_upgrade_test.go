@@ -3,6 +3,8 @@ package release_test
 import (
 	"context"
 	"fmt"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +14,8 @@ import (
 
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
 	"github.com/chartpilot/chartpilot/internal/helm"
+	"github.com/chartpilot/chartpilot/internal/hooks"
+	"github.com/chartpilot/chartpilot/internal/operator"
 	"github.com/chartpilot/chartpilot/internal/watches"
 )
 
@@ -104,5 +108,75 @@ func TestShutdownLetsAnUpgradeFinish(t *testing.T) {
 	}
 	if cm, err := e.configMap("term-config"); err != nil || cm.Data["message"] != "v2" {
 		t.Errorf("configmap after the shutdown: %v %v", cm.Data, err)
+	}
+}
+
+// TestShutdownEndsAPassThatHasNotActed: a manager told to stop while one
+// of its passes waits on a read that cannot complete (here a hook's values
+// that never come; in a stopping manager, an informer that never syncs)
+// stops at once, not after the pass timeout, and that pass leaves nothing
+// behind: no revision, no event. The next manager installs the release.
+func TestShutdownEndsAPassThatHasNotActed(t *testing.T) {
+	e := newEnv(t)
+	var block atomic.Bool
+	block.Store(true)
+	entered := make(chan struct{}, 1)
+	ended := make(chan error, 1)
+	slow := &hooks.Hook{
+		Name: "slow",
+		Values: hooks.ValuesFunc(func(ctx context.Context, obj hooks.Object) (map[string]any, error) {
+			if obj.Resource.GetNamespace() != e.ns || !block.Load() {
+				return nil, nil
+			}
+			select {
+			case entered <- struct{}{}:
+			default:
+			}
+			<-ctx.Done()
+			select {
+			case ended <- context.Cause(ctx):
+			default:
+			}
+			return nil, ctx.Err()
+		}),
+	}
+	// The pass timeout is 31 minutes: a pass left to run out would hold
+	// the stop far beyond this test's wait for it.
+	w := webappWatch(t, func(w *watches.Watch) { w.Hooks = []string{"slow"}; w.Timeout = 30 * time.Minute })
+	withHook := func(o *operator.Options) { o.Hooks = []*hooks.Hook{slow} }
+	stop := startOperator(t, cluster.Config, []watches.Watch{w}, withHook)
+	e.create("waits", map[string]any{"message": "v1"}, nil, nil)
+	select {
+	case <-entered:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the pass never asked the hook for its values")
+	}
+	stopped := make(chan struct{})
+	go func() { stop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the manager did not stop within 2 minutes while a pass waited on a read")
+	}
+	select {
+	case cause := <-ended:
+		if cause == nil || !strings.Contains(cause.Error(), "manager is stopping") {
+			t.Errorf("the pass ended on %v, want the manager's stop", cause)
+		}
+	default:
+		t.Error("the hook's wait did not end with the stop")
+	}
+	if h := e.history("waits"); len(h) != 0 {
+		t.Errorf("a pass ended by the stop left %d revisions", len(h))
+	}
+	if evs := e.events("waits"); len(evs) != 0 {
+		t.Errorf("a pass ended by the stop recorded events: %q", evs)
+	}
+
+	block.Store(false)
+	startOperator(t, cluster.Config, []watches.Watch{w}, withHook)
+	e.waitCondition("waits", v1alpha1.ConditionReady, metav1.ConditionTrue, "")
+	if cm, err := e.configMap("waits-config"); err != nil || cm.Data["message"] != "v1" {
+		t.Errorf("configmap after the next manager: %v %v", cm, err)
 	}
 }

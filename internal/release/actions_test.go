@@ -188,7 +188,7 @@ func TestRollbackAction(t *testing.T) {
 		if o.State != StateFailedUpgrade || e.choose(p, d, o) != actRollback {
 			t.Fatalf("a failed upgrade: %s, chose %s", o.State, e.choose(p, d, o))
 		}
-		if _, err := (rollbackStep{}).run(e.r, p, d, o); err != nil {
+		if _, err := (rollbackStep{}).run(context.Background(), e.r, p, d, o); err != nil {
 			t.Fatal(err)
 		}
 		h := e.history()
@@ -211,7 +211,7 @@ func TestRollbackAction(t *testing.T) {
 		e, d := failedUpgrade(t)
 		e.objects.updateErr = errChart
 		p, o := e.pass(), e.observe(d)
-		res, err := (rollbackStep{}).run(e.r, p, d, o)
+		res, err := (rollbackStep{}).run(context.Background(), e.r, p, d, o)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -261,7 +261,7 @@ func TestCleanupAction(t *testing.T) {
 	if a := e.choose(p, d, o); a != actCleanup {
 		t.Fatalf("a failed install after its back-off: chose %s", a)
 	}
-	if _, err := (cleanupStep{}).run(e.r, p, d, o); err != nil {
+	if _, err := (cleanupStep{}).run(context.Background(), e.r, p, d, o); err != nil {
 		t.Fatal(err)
 	}
 	if got := e.statuses(); got != "" {

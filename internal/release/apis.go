@@ -81,7 +81,7 @@ func (r reporter) deprecatedAPIs(p *pass, rel *helm.Release) {
 	msg := fmt.Sprintf("revision %d of the release uses API versions that Kubernetes removes (this cluster is Kubernetes %s): %s", rel.Revision, minor, strings.Join(due, "; "))
 	setCondition(p.status, p.obj, v1alpha1.ConditionDeprecatedAPIs, metav1.ConditionTrue, reason, msg)
 	if prev == nil || prev.Message != msg {
-		r.Recorder.Event(p.obj, corev1.EventTypeWarning, reason, msg)
+		r.event(p, corev1.EventTypeWarning, reason, msg)
 	}
 }
 

@@ -271,14 +271,14 @@ func (r healthGate) followWorkloads(ctx context.Context, p *pass, d *desired, re
 			msg = fmt.Sprintf("not available: %s and %d more", strings.Join(names[:10], "; "), len(names)-10)
 		}
 		if prev == nil || prev.Status != metav1.ConditionFalse {
-			r.Recorder.Event(p.obj, corev1.EventTypeWarning, "WorkloadsUnavailable", msg)
+			r.event(p, corev1.EventTypeWarning, "WorkloadsUnavailable", msg)
 		}
 		setCondition(p.status, p.obj, v1alpha1.ConditionWorkloadsAvailable, metav1.ConditionFalse, "WorkloadsUnavailable", msg)
 		r.setUnavailable(p.key, true)
 		r.mem.with(p.key, func(m *memo) { m.unavailable = true })
 	case prev != nil && prev.Status == metav1.ConditionFalse:
 		msg := "every workload of the release is available again"
-		r.Recorder.Event(p.obj, corev1.EventTypeNormal, "WorkloadsAvailable", msg)
+		r.event(p, corev1.EventTypeNormal, "WorkloadsAvailable", msg)
 		setCondition(p.status, p.obj, v1alpha1.ConditionWorkloadsAvailable, metav1.ConditionTrue, "WorkloadsAvailable", msg)
 		r.setUnavailable(p.key, false)
 	}

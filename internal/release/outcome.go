@@ -1,6 +1,7 @@
 package release
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -105,7 +106,7 @@ func (r reporter) failed(p *pass, d *desired, action, reason string, err error, 
 	setCondition(p.status, p.obj, v1alpha1.ConditionReleased, metav1.ConditionFalse, reason, msg)
 	setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionTrue, reason, msg)
 	r.recordHistory(p, d.digest, action, rel, false, msg)
-	r.Recorder.Event(p.obj, corev1.EventTypeWarning, reason, msg)
+	r.event(p, corev1.EventTypeWarning, reason, msg)
 	p.log.Info("Helm action failed", "action", action, "reason", reason, "error", oneLine(err.Error()))
 	if rel != nil {
 		r.setReleaseInfo(p, rel)
@@ -131,7 +132,7 @@ func (r reporter) brokenOff(p *pass, action string, err error, rel *helm.Release
 	wait := transientDelay(n)
 	msg := fmt.Sprintf("%s broken off by an API error (%d in a row); trying again in %s: %s", action, n, wait.Round(100*time.Millisecond), oneLine(err.Error()))
 	setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionTrue, "APIError", msg)
-	r.Recorder.Event(p.obj, corev1.EventTypeWarning, "APIError", msg)
+	r.event(p, corev1.EventTypeWarning, "APIError", msg)
 	p.log.Info("Helm action broken off by an API error", "action", action, "inARow", n, "error", oneLine(err.Error()))
 	if rel != nil && rel.Revision > 0 {
 		r.setReleaseInfo(p, rel)
@@ -158,7 +159,7 @@ func (r reporter) succeeded(p *pass, d *desired, action, reason, msg string, rel
 	setCondition(p.status, p.obj, v1alpha1.ConditionReleased, metav1.ConditionTrue, reason, msg)
 	setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionFalse, reason, msg)
 	r.recordHistory(p, d.digest, action, rel, true, msg)
-	r.Recorder.Event(p.obj, corev1.EventTypeNormal, reason, msg)
+	r.event(p, corev1.EventTypeNormal, reason, msg)
 	p.log.Info("Helm action succeeded", "action", action, "revision", revisionOfRelease(rel))
 	if rel != nil {
 		r.setReleaseInfo(p, rel)
@@ -172,7 +173,7 @@ func (r reporter) stall(p *pass, reason, msg string) {
 	setCondition(p.status, p.obj, v1alpha1.ConditionStalled, metav1.ConditionTrue, reason, msg)
 	setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionFalse, reason, msg)
 	if prev == nil || prev.Status != metav1.ConditionTrue || prev.Message != msg {
-		r.Recorder.Event(p.obj, corev1.EventTypeWarning, reason, msg)
+		r.event(p, corev1.EventTypeWarning, reason, msg)
 		p.log.Info("Stalled", "reason", reason, "message", msg)
 	}
 }
@@ -213,8 +214,14 @@ func revisionOfRelease(rel *helm.Release) int {
 	return rel.Revision
 }
 
-// timed runs one Helm action and records its duration.
-func timed[T any](action string, f func() (T, error)) (T, error) {
+// timed runs one Helm action and records its duration. From here on the
+// pass runs to its end (commit); a manager that stopped first keeps the
+// action from beginning.
+func timed[T any](ctx context.Context, action string, f func() (T, error)) (T, error) {
+	if err := commit(ctx); err != nil {
+		var zero T
+		return zero, err
+	}
 	start := time.Now()
 	v, err := f()
 	result := "success"

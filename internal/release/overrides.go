@@ -89,6 +89,6 @@ func (r *Reconciler) readSecret(ctx context.Context, key types.NamespacedName) (
 func (r *Reconciler) holdOverrides(p *pass, d *desired, err error) {
 	msg := "overrideValues of watches.yaml cannot be read, nothing is changed until they can: " + oneLine(err.Error())
 	setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionTrue, "OverrideSecretUnavailable", msg)
-	r.Recorder.Event(p.obj, corev1.EventTypeWarning, "OverrideSecretUnavailable", msg)
+	r.event(p, corev1.EventTypeWarning, "OverrideSecretUnavailable", msg)
 	d.held, d.retryAfter = true, r.mem.retryAfter(p.key, "OverrideSecret")
 }

@@ -49,6 +49,9 @@ type pass struct {
 	// reserved: the cache path took an upgrade slot for this pass before
 	// its fresh read; given back at the end unless an upgrade began.
 	reserved bool
+	// stopped: the pass ended because its manager stopped before it
+	// acted (endedByStop); nil outside a pass's context.
+	stopped func() bool
 }
 
 func (r *Reconciler) newPass(key types.NamespacedName, obj *unstructured.Unstructured) *pass {

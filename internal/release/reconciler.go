@@ -111,11 +111,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	if err := ctx.Err(); err != nil {
 		return ctrl.Result{}, err // shutting down: start nothing new
 	}
-	// A pass, once started, runs to its end: a shutdown (SIGTERM) does not
-	// cut a Helm action off half-way, which would leave a failed revision
-	// for the next leader to roll back. The action's own timeout bounds the
-	// pass, and the manager's graceful shutdown waits longer than that.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), PassTimeout(r.Watch))
+	// A pass that has begun a Helm action runs to its end: a shutdown
+	// (SIGTERM) does not cut the action off half-way, which would leave a
+	// failed revision for the next leader to roll back. The action's own
+	// timeout bounds the pass, and the manager's graceful shutdown waits
+	// longer than that. Before its action, a shutdown ends the pass.
+	ctx, cancel := passContext(ctx, PassTimeout(r.Watch))
 	defer cancel()
 	obj := &unstructured.Unstructured{}
 	obj.SetGroupVersionKind(r.Watch.GVK)
@@ -139,6 +140,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	// looked up once.
 	ctx = hooks.WithPassMemo(ctx)
 	p := r.newPass(req.NamespacedName, obj)
+	p.stopped = func() bool { return endedByStop(ctx) }
 	defer func() { res, retErr = r.finish(ctx, p, start, res, retErr) }()
 
 	if obj.GetDeletionTimestamp() != nil {
@@ -248,6 +250,11 @@ func (r *Reconciler) run(ctx context.Context, p *pass, d *desired, o Observation
 func (r *Reconciler) finish(ctx context.Context, p *pass, start time.Time, res ctrl.Result, err error) (ctrl.Result, error) {
 	if p.reserved {
 		r.slots.end(p.key) // reserved for an upgrade the full pass did not begin
+	}
+	if endedByStop(ctx) {
+		// Nothing was begun that the next pass does not redo; what it
+		// would write now could not be written on a cancelled context.
+		return ctrl.Result{}, nil
 	}
 	result := "success"
 	switch {

@@ -214,7 +214,7 @@ func (r chartVersions) waitRollout(p *pass, h rolloutHold) ctrl.Result {
 	setCondition(p.status, p.obj, v1alpha1.ConditionReconciling, metav1.ConditionFalse, h.reason, "nothing in progress: "+h.msg)
 	if h.reason == reasonHalted || h.reason == reasonInvalidWindow {
 		if prev == nil || prev.Reason != h.reason || prev.Message != h.msg {
-			r.Recorder.Event(p.obj, corev1.EventTypeWarning, h.reason, h.msg)
+			r.event(p, corev1.EventTypeWarning, h.reason, h.msg)
 		}
 	}
 	r.setWaiting(p.key, h.reason)

@@ -251,7 +251,7 @@ func (r reporter) hookRefused(p *pass, h *hooks.Hook, err error) {
 	prev := apimeta.FindStatusCondition(p.status.Conditions, typ)
 	setCondition(p.status, p.obj, typ, metav1.ConditionFalse, reason, msg+": the release is left as it is")
 	if prev == nil || prev.Status != metav1.ConditionFalse || prev.Reason != reason || !strings.HasPrefix(prev.Message, msg) {
-		r.Recorder.Event(p.obj, corev1.EventTypeWarning, reason, msg)
+		r.event(p, corev1.EventTypeWarning, reason, msg)
 		p.log.Info("Hook refused the resource", "hook", h.Name, "reason", reason, "message", msg)
 	}
 }

@@ -268,7 +268,7 @@ func (r storageGrowth) growVolumes(ctx context.Context, p *pass, d *desired, o O
 	}
 	if len(grown) > 0 {
 		msg := fmt.Sprintf("expanding PersistentVolumeClaim(s) %s to %s", strings.Join(grown, ", "), describeGrowth(plan))
-		r.Recorder.Event(p.obj, corev1.EventTypeNormal, "StorageGrowing", msg)
+		r.event(p, corev1.EventTypeNormal, "StorageGrowing", msg)
 		p.log.Info("Storage growing", "claims", grown)
 	}
 	setCondition(p.status, p.obj, v1alpha1.ConditionStorageResizing, metav1.ConditionTrue, "Growing", "growing "+describeGrowth(plan))
@@ -351,7 +351,7 @@ func (r storageGrowth) replaceStatefulSet(ctx context.Context, p *pass, dyn dyna
 			return false, fmt.Errorf("deleting StatefulSet %s to re-create it on volumeClaimTemplates %v: %w", rp.statefulSet, rp.to, err)
 		}
 		msg := fmt.Sprintf("StatefulSet %s deleted with its pods, to be re-created on volumeClaimTemplates %v; the claims of %v are kept", rp.statefulSet, rp.to, rp.from)
-		r.Recorder.Event(p.obj, corev1.EventTypeNormal, "VolumesReplaced", msg)
+		r.event(p, corev1.EventTypeNormal, "VolumesReplaced", msg)
 		p.log.Info("Volumes replaced", "statefulSet", rp.statefulSet, "from", rp.from, "to", rp.to)
 	}
 	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, orphanTimeout, true, func(ctx context.Context) (bool, error) {
@@ -436,7 +436,7 @@ func (r storageGrowth) orphanStatefulSet(ctx context.Context, p *pass, dyn dynam
 		if err != nil && !apierrors.IsNotFound(err) {
 			return false, fmt.Errorf("deleting StatefulSet %s (its pods kept) to re-create it with larger volumes: %w", name, err)
 		}
-		r.Recorder.Event(p.obj, corev1.EventTypeNormal, "StorageGrowing", fmt.Sprintf("StatefulSet %s deleted with its pods kept, to be re-created with the larger volumeClaimTemplates", name))
+		r.event(p, corev1.EventTypeNormal, "StorageGrowing", fmt.Sprintf("StatefulSet %s deleted with its pods kept, to be re-created with the larger volumeClaimTemplates", name))
 	}
 	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, orphanTimeout, true, func(ctx context.Context) (bool, error) {
 		_, err := res.Get(ctx, name, metav1.GetOptions{})
@@ -517,7 +517,7 @@ func (r storageGrowth) followStorage(ctx context.Context, p *pass, res ctrl.Resu
 		msg += ": " + strings.Join(done, ", ")
 	}
 	setCondition(p.status, p.obj, v1alpha1.ConditionStorageResizing, metav1.ConditionFalse, "Resized", msg)
-	r.Recorder.Event(p.obj, corev1.EventTypeNormal, "StorageResized", msg)
+	r.event(p, corev1.EventTypeNormal, "StorageResized", msg)
 	return res
 }
 

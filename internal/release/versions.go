@@ -171,7 +171,7 @@ func (r chartVersions) upgradeBlockedCondition(p *pass, reason, msg string) {
 	prev := apimeta.FindStatusCondition(p.orig.Conditions, v1alpha1.ConditionUpgradeBlocked)
 	setCondition(p.status, p.obj, v1alpha1.ConditionUpgradeBlocked, metav1.ConditionTrue, reason, msg)
 	if prev == nil || prev.Status != metav1.ConditionTrue || prev.Message != msg {
-		r.Recorder.Event(p.obj, corev1.EventTypeWarning, reason, msg)
+		r.event(p, corev1.EventTypeWarning, reason, msg)
 	}
 }
 
@@ -185,7 +185,7 @@ func (r chartVersions) sourceCondition(p *pass, verr error) {
 		prev := apimeta.FindStatusCondition(p.orig.Conditions, v1alpha1.ConditionSourceAvailable)
 		setCondition(p.status, p.obj, v1alpha1.ConditionSourceAvailable, metav1.ConditionFalse, "SourceUnreachable", msg)
 		if prev == nil || prev.Status != metav1.ConditionFalse {
-			r.Recorder.Event(p.obj, corev1.EventTypeWarning, "SourceUnreachable", msg)
+			r.event(p, corev1.EventTypeWarning, "SourceUnreachable", msg)
 		}
 		return
 	}

@@ -107,6 +107,7 @@ func num(f float64) string {
 // Pod is what the tracker reads of one pod.
 type Pod struct {
 	UID      types.UID
+	Created  time.Time
 	Restarts int32
 	Ready    bool
 }
@@ -147,9 +148,9 @@ func NewTracker(s Settings, now time.Time) *Tracker {
 
 // Observe records the release's pods as they are at now: what changed
 // since the last observation counts at now. A pod seen the first time
-// counts nothing (its restarts before are not known to be recent), and a
-// pod gone is forgotten (its unready time up to its last observation
-// counts). While the release acts (acting: an install, upgrade or
+// counts its restarts only when it was created within the latest window
+// (all of them are recent then; an older pod's may not be), and a pod
+// gone is forgotten (its unready time up to its last observation counts). While the release acts (acting: an install, upgrade or
 // rollback replaces its pods), nothing counts: the pods are followed
 // only, and time unready counts from the end of the action.
 func (t *Tracker) Observe(now time.Time, pods []Pod, acting bool) {
@@ -159,6 +160,9 @@ func (t *Tracker) Observe(now time.Time, pods []Pod, acting bool) {
 		st, known := t.pods[p.UID]
 		if !known {
 			st = &podState{restarts: p.Restarts, ready: p.Ready}
+			if p.Created.After(now.Add(-t.s.Window)) {
+				st.restarts = 0
+			}
 			t.pods[p.UID] = st
 		}
 		if d := p.Restarts - st.restarts; d > 0 && !acting {

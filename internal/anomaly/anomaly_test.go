@@ -158,3 +158,14 @@ func TestHistoryWindows(t *testing.T) {
 		t.Errorf("after an hour: %d windows", v[0].Windows)
 	}
 }
+
+// A pod first seen young counts the restarts it already has; one first
+// seen old does not (they may be from long ago).
+func TestFirstSightOfAPod(t *testing.T) {
+	now := t0.Add(time.Hour)
+	tr := NewTracker(Settings{}, t0)
+	tr.Observe(now, []Pod{{UID: "young", Created: now.Add(-30 * time.Second), Restarts: 4, Ready: true}, {UID: "old", Created: now.Add(-10 * time.Minute), Restarts: 7, Ready: true}}, false)
+	if v := verdict(t, tr.Evaluate(now), Restarts); v.Count != 4 || !v.Anomalous {
+		t.Errorf("first sight of a young pod with 4 restarts and an old one with 7: %+v", v)
+	}
+}

@@ -33,7 +33,9 @@ import (
 	"github.com/chartpilot/chartpilot/hooks/monitoring"
 	"github.com/chartpilot/chartpilot/hooks/tenancy"
 	"github.com/chartpilot/chartpilot/internal/admission"
+	"github.com/chartpilot/chartpilot/internal/anomaly"
 	"github.com/chartpilot/chartpilot/internal/api/v1alpha1"
+	"github.com/chartpilot/chartpilot/internal/controller/anomalies"
 	"github.com/chartpilot/chartpilot/internal/controller/backup"
 	"github.com/chartpilot/chartpilot/internal/controller/storage"
 	"github.com/chartpilot/chartpilot/internal/controller/tenant"
@@ -173,7 +175,40 @@ func New(o Options) (manager.Manager, error) {
 	if err := addBackupStores(o, mgr, &backup.Identity{Config: o.Config, Of: identity}); err != nil {
 		return nil, err
 	}
+	if err := addAnomalyDetectors(o, mgr, scheme); err != nil {
+		return nil, err
+	}
 	return mgr, nil
+}
+
+// addAnomalyDetectors scores the releases of each watch that asks for it
+// (anomalies), from one cache of the pods of Helm releases.
+func addAnomalyDetectors(o Options, mgr manager.Manager, scheme *runtime.Scheme) error {
+	var pods cache.Cache
+	for _, w := range o.Watches {
+		if w.Anomalies == nil {
+			continue
+		}
+		if pods == nil {
+			c, err := anomalies.NewPodCache(mgr.GetConfig(), scheme)
+			if err != nil {
+				return err
+			}
+			if err := mgr.Add(c); err != nil {
+				return err
+			}
+			pods = c
+		}
+		d := &anomalies.Detector{
+			GVK: w.GVK, Settings: anomaly.Settings{Window: w.Anomalies.Window, History: w.Anomalies.History},
+			Client: mgr.GetClient(), Pods: pods, Recorder: mgr.GetEventRecorderFor("chartpilot-anomalies"),
+			SeveralInProcess: o.SeveralInProcess,
+		}
+		if err := d.SetupWithManager(mgr); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // defaults fills what the caller left unset.

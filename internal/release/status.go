@@ -227,7 +227,7 @@ func blockingHookCondition(st *v1alpha1.ReleaseStatus) *metav1.Condition {
 		case v1alpha1.ConditionReady, v1alpha1.ConditionReleased, v1alpha1.ConditionReconciling, v1alpha1.ConditionStalled, v1alpha1.ConditionDrifted,
 			v1alpha1.ConditionUpgradeBlocked, v1alpha1.ConditionSourceAvailable, v1alpha1.ConditionWorkloadsAvailable,
 			v1alpha1.ConditionMonitoringReady, v1alpha1.ConditionLastBackupSucceeded, v1alpha1.ConditionStorageResizing,
-			v1alpha1.ConditionStorageAutoExpand, v1alpha1.ConditionDeprecatedAPIs:
+			v1alpha1.ConditionStorageAutoExpand, v1alpha1.ConditionDeprecatedAPIs, v1alpha1.ConditionAnomalous:
 			continue // reported, never blocking
 		}
 		if c.Status == metav1.ConditionFalse {

@@ -36,6 +36,8 @@ const (
 	DefaultTimeout                 = 5 * time.Minute
 	DefaultHealthTimeout           = 10 * time.Minute
 	DefaultMaxConcurrentUpgrades   = 5
+	DefaultAnomalyWindow           = 2 * time.Minute
+	DefaultAnomalyHistory          = time.Hour
 	DefaultCanarySoak              = 5 * time.Minute
 	DefaultChartInterval           = 5 * time.Minute
 )
@@ -62,6 +64,20 @@ type entry struct {
 	Monitoring              *Monitoring           `json:"monitoring,omitempty"`
 	Backup                  *Backup               `json:"backup,omitempty"`
 	Storage                 *storageEntry         `json:"storage,omitempty"`
+	Anomalies               *anomaliesEntry       `json:"anomalies,omitempty"`
+}
+
+// anomaliesEntry is `anomalies`: whether the kind's releases are scored
+// against their own history, and over what spans.
+type anomaliesEntry struct {
+	Window  string `json:"window,omitempty"`
+	History string `json:"history,omitempty"`
+}
+
+// Anomalies is how a kind's releases are scored for anomalies (package
+// anomaly): the span of one count and how far back the normal reaches.
+type Anomalies struct {
+	Window, History time.Duration
 }
 
 // storageEntry is `storage`: where a passthrough kind's values set the
@@ -248,6 +264,9 @@ type Watch struct {
 	// chartpilot.dev/auto-expand) raises; nil: the kind's volumes do not
 	// grow by themselves.
 	StorageSizeValue []string
+	// Anomalies, when set, reports the Anomalous condition on the kind's
+	// resources (nil: not at all).
+	Anomalies *Anomalies
 	// AllowClusterScoped lists the cluster-scoped kinds ("ClusterRole",
 	// "PriorityClass.scheduling.k8s.io") a release of this kind may contain;
 	// any other object outside the resource's namespace is refused.
@@ -283,7 +302,7 @@ func Parse(data []byte, baseDir string, lookupEnv func(string) (string, bool)) (
 	var entries []entry
 	if len(bytes.TrimSpace(data)) > 0 {
 		if err := yaml.UnmarshalStrict(data, &entries); err != nil {
-			return nil, fmt.Errorf("not a list of watch entries: %s: fix the YAML (fields: group, version, kind, chart, overrideValues, hooks, reconcilePeriod, maxConcurrentReconciles, watchDependentResources, selector, maxHistory, timeout, healthTimeout, maxConcurrentUpgrades, canarySoak, serviceAccountName, allowClusterScoped)", cleanYAMLError(err))
+			return nil, fmt.Errorf("not a list of watch entries: %s: fix the YAML (fields: group, version, kind, chart, overrideValues, hooks, reconcilePeriod, maxConcurrentReconciles, watchDependentResources, selector, maxHistory, timeout, healthTimeout, maxConcurrentUpgrades, canarySoak, serviceAccountName, allowClusterScoped, monitoring, backup, storage, anomalies)", cleanYAMLError(err))
 		}
 	}
 	seen := map[schema.GroupKind]int{}
@@ -391,6 +410,26 @@ func validate(e entry, baseDir string, lookupEnv func(string) (string, bool)) (W
 			}
 		}
 		w.StorageSizeValue = path
+	}
+	if a := e.Anomalies; a != nil {
+		w.Anomalies = &Anomalies{Window: DefaultAnomalyWindow, History: DefaultAnomalyHistory}
+		for _, d := range []struct {
+			field, value string
+			min          time.Duration
+			out          *time.Duration
+		}{{"anomalies.window", a.Window, 30 * time.Second, &w.Anomalies.Window}, {"anomalies.history", a.History, 0, &w.Anomalies.History}} {
+			if d.value == "" {
+				continue
+			}
+			v, err := time.ParseDuration(d.value)
+			if err != nil || v < d.min {
+				return w, fmt.Errorf("field %s: %q is not a duration of at least %s, e.g. 2m", d.field, d.value, shortDuration(d.min))
+			}
+			*d.out = v
+		}
+		if n := w.Anomalies.History / w.Anomalies.Window; n < 5 || n > 1000 {
+			return w, fmt.Errorf("field anomalies.history: %s is %d windows of %s: give 5 to 1000 windows (the normal is their median), e.g. history: 1h with window: 2m", w.Anomalies.History, n, w.Anomalies.Window)
+		}
 	}
 	if b := e.Backup; b != nil {
 		if b.Image == "" || len(b.Command) == 0 {

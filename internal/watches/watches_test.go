@@ -124,6 +124,8 @@ func TestParseErrorsNameEntryAndField(t *testing.T) {
 		"monitoring without hook": {base + "  monitoring: {values: {metrics: {enabled: true}}}\n", []string{"field monitoring", "add monitoring to hooks"}},
 		"monitoring no values":    {base + "  hooks: [monitoring]\n  monitoring: {prometheusOperatorValues: {a: 1}}\n", []string{"field monitoring.values"}},
 		"bad timeout":             {base + "  timeout: soon\n", []string{"field timeout"}},
+		"short anomaly window":    {base + "  anomalies: {window: 5s}\n", []string{"field anomalies.window", "at least 30s"}},
+		"few anomaly windows":     {base + "  anomalies: {window: 10m, history: 20m}\n", []string{"field anomalies.history", "2 windows", "5 to 1000"}},
 		"wrong type":              {base + "  maxHistory: many\n", []string{"fix the YAML"}},
 		"url as path":             {"- group: chartpilot.dev\n  version: v1\n  kind: Redis\n  chart: https://charts.example.com/redis\n", []string{"field chart", "is a URL", "{repo:"}},
 		"remote no repo":          {"- group: chartpilot.dev\n  version: v1\n  kind: Redis\n  chart: {name: redis}\n", []string{"field chart.repo: required"}},
@@ -257,4 +259,21 @@ func FuzzParse(f *testing.F) {
 // restoreBlock is a backup block with a restore whose claim line is claim.
 func restoreBlock(claim string) string {
 	return "  backup:\n    image: redis\n    command: [redis-cli]\n    restore:\n      command: [sh]\n      " + claim + "\n      mountPath: /data\n      size: 1Gi\n"
+}
+
+// anomalies: {} scores with the defaults; its spans can be set.
+func TestParseAnomalies(t *testing.T) {
+	base := "- group: chartpilot.dev\n  version: v1\n  kind: Redis\n  chart: testdata/chart\n"
+	ws, err := Parse([]byte(base), ".", os.LookupEnv)
+	if err != nil || ws[0].Anomalies != nil {
+		t.Fatalf("without anomalies: %+v %v", ws, err)
+	}
+	ws, err = Parse([]byte(base+"  anomalies: {}\n"), ".", os.LookupEnv)
+	if err != nil || ws[0].Anomalies == nil || *ws[0].Anomalies != (Anomalies{Window: DefaultAnomalyWindow, History: DefaultAnomalyHistory}) {
+		t.Fatalf("anomalies: {}: %+v %v", ws[0].Anomalies, err)
+	}
+	ws, err = Parse([]byte(base+"  anomalies: {window: 1m, history: 30m}\n"), ".", os.LookupEnv)
+	if err != nil || *ws[0].Anomalies != (Anomalies{Window: time.Minute, History: 30 * time.Minute}) {
+		t.Fatalf("anomalies with spans: %+v %v", ws[0].Anomalies, err)
+	}
 }

@@ -56,6 +56,11 @@ const (
 	// deprecates, or that the next minor removes (the message names each
 	// kind, the minor that removes it and its replacement); absent otherwise.
 	ConditionDeprecatedAPIs = "DeprecatedAPIs"
+	// ConditionAnomalous is True while the release's pods restart, change
+	// readiness or stay unready far more than in the release's own recent
+	// history (the message names the signal and its figures); False within
+	// that normal; absent when the watch does not ask for it.
+	ConditionAnomalous = "Anomalous"
 )
 
 // StorageAutoExpand grows a resource's volumes before they fill up: when the

@@ -402,34 +402,8 @@ func validate(e entry, baseDir string, lookupEnv func(string) (string, bool)) (W
 		}
 		w.Monitoring = m
 	}
-	if st := e.Storage; st != nil {
-		path := strings.Split(st.SizeValue, ".")
-		for _, seg := range path {
-			if seg == "" {
-				return w, fmt.Errorf("field storage.sizeValue: %q is not a values path: write the dotted path of the size value, e.g. persistence.size", st.SizeValue)
-			}
-		}
-		w.StorageSizeValue = path
-	}
-	if a := e.Anomalies; a != nil {
-		w.Anomalies = &Anomalies{Window: DefaultAnomalyWindow, History: DefaultAnomalyHistory}
-		for _, d := range []struct {
-			field, value string
-			min          time.Duration
-			out          *time.Duration
-		}{{"anomalies.window", a.Window, 30 * time.Second, &w.Anomalies.Window}, {"anomalies.history", a.History, 0, &w.Anomalies.History}} {
-			if d.value == "" {
-				continue
-			}
-			v, err := time.ParseDuration(d.value)
-			if err != nil || v < d.min {
-				return w, fmt.Errorf("field %s: %q is not a duration of at least %s, e.g. 2m", d.field, d.value, shortDuration(d.min))
-			}
-			*d.out = v
-		}
-		if n := w.Anomalies.History / w.Anomalies.Window; n < 5 || n > 1000 {
-			return w, fmt.Errorf("field anomalies.history: %s is %d windows of %s: give 5 to 1000 windows (the normal is their median), e.g. history: 1h with window: 2m", w.Anomalies.History, n, w.Anomalies.Window)
-		}
+	if err := readFollowers(e, &w); err != nil {
+		return w, err
 	}
 	if b := e.Backup; b != nil {
 		if b.Image == "" || len(b.Command) == 0 {
@@ -646,6 +620,50 @@ func checkRestore(r *BackupRestore) error {
 	}
 	if r.EnabledValue != "" && slices.Contains(strings.Split(r.EnabledValue, "."), "") {
 		return fmt.Errorf("field backup.restore.enabledValue %q is not a values path, e.g. persistence.enabled", r.EnabledValue)
+	}
+	return nil
+}
+
+// parseAnomalies reads `anomalies`, filling in the defaults.
+func parseAnomalies(a anomaliesEntry) (*Anomalies, error) {
+	out := &Anomalies{Window: DefaultAnomalyWindow, History: DefaultAnomalyHistory}
+	for _, d := range []struct {
+		field, value string
+		min          time.Duration
+		out          *time.Duration
+	}{{"anomalies.window", a.Window, 30 * time.Second, &out.Window}, {"anomalies.history", a.History, 0, &out.History}} {
+		if d.value == "" {
+			continue
+		}
+		v, err := time.ParseDuration(d.value)
+		if err != nil || v < d.min {
+			return nil, fmt.Errorf("field %s: %q is not a duration of at least %s, e.g. 2m", d.field, d.value, shortDuration(d.min))
+		}
+		*d.out = v
+	}
+	if n := out.History / out.Window; n < 5 || n > 1000 {
+		return nil, fmt.Errorf("field anomalies.history: %s is %d windows of %s: give 5 to 1000 windows (the normal is their median), e.g. history: 1h with window: 2m", out.History, n, out.Window)
+	}
+	return out, nil
+}
+
+// readFollowers reads what follows a kind's releases once they run:
+// `storage` (automatic growth) and `anomalies`.
+func readFollowers(e entry, w *Watch) error {
+	if st := e.Storage; st != nil {
+		path := strings.Split(st.SizeValue, ".")
+		for _, seg := range path {
+			if seg == "" {
+				return fmt.Errorf("field storage.sizeValue: %q is not a values path: write the dotted path of the size value, e.g. persistence.size", st.SizeValue)
+			}
+		}
+		w.StorageSizeValue = path
+	}
+	if a := e.Anomalies; a != nil {
+		var err error
+		if w.Anomalies, err = parseAnomalies(*a); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -163,7 +163,8 @@ func New(o Options) (manager.Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	admitted, identity, err := addReconcilers(o, mgr, scheme, sources, holder)
+	reconcilers := map[schema.GroupVersionKind]*release.Reconciler{}
+	admitted, identity, err := addReconcilers(o, mgr, scheme, sources, holder, reconcilers)
 	if err != nil {
 		return nil, err
 	}
@@ -175,7 +176,7 @@ func New(o Options) (manager.Manager, error) {
 	if err := addBackupStores(o, mgr, &backup.Identity{Config: o.Config, Of: identity}); err != nil {
 		return nil, err
 	}
-	if err := addAnomalyDetectors(o, mgr, scheme); err != nil {
+	if err := addAnomalyDetectors(o, mgr, scheme, reconcilers); err != nil {
 		return nil, err
 	}
 	return mgr, nil
@@ -183,7 +184,7 @@ func New(o Options) (manager.Manager, error) {
 
 // addAnomalyDetectors scores the releases of each watch that asks for it
 // (anomalies), from one cache of the pods of Helm releases.
-func addAnomalyDetectors(o Options, mgr manager.Manager, scheme *runtime.Scheme) error {
+func addAnomalyDetectors(o Options, mgr manager.Manager, scheme *runtime.Scheme, reconcilers map[schema.GroupVersionKind]*release.Reconciler) error {
 	var pods cache.Cache
 	for _, w := range o.Watches {
 		if w.Anomalies == nil {
@@ -200,7 +201,7 @@ func addAnomalyDetectors(o Options, mgr manager.Manager, scheme *runtime.Scheme)
 			pods = c
 		}
 		d := &anomalies.Detector{
-			GVK: w.GVK, Settings: anomaly.Settings{Window: w.Anomalies.Window, History: w.Anomalies.History},
+			GVK: w.GVK, Settings: anomaly.Settings{Window: w.Anomalies.Window, History: w.Anomalies.History}, Acting: reconcilers[w.GVK].Acting,
 			Client: mgr.GetClient(), Pods: pods, Recorder: mgr.GetEventRecorderFor("chartpilot-anomalies"),
 			SeveralInProcess: o.SeveralInProcess,
 		}
@@ -334,7 +335,7 @@ func openSources(o Options, mgr manager.Manager) ([]source.Source, error) {
 // addReconcilers adds one release reconciler per watch with the hooks it
 // selects, and the Tenant status controller when a watch uses tenancy. It
 // returns what admission needs of each kind.
-func addReconcilers(o Options, mgr manager.Manager, scheme *runtime.Scheme, sources []source.Source, holder release.Holder) (map[schema.GroupVersionKind]admission.Kind, func(context.Context, *unstructured.Unstructured) (string, error), error) {
+func addReconcilers(o Options, mgr manager.Manager, scheme *runtime.Scheme, sources []source.Source, holder release.Holder, out map[schema.GroupVersionKind]*release.Reconciler) (map[schema.GroupVersionKind]admission.Kind, func(context.Context, *unstructured.Unstructured) (string, error), error) {
 	shared, err := release.NewShared(mgr)
 	if err != nil {
 		return nil, nil, err
@@ -387,6 +388,7 @@ func addReconcilers(o Options, mgr manager.Manager, scheme *runtime.Scheme, sour
 		if err := r.SetupWithManager(mgr, shared); err != nil {
 			return nil, nil, err
 		}
+		out[w.GVK] = r
 		gvks = append(gvks, w.GVK)
 		admitted[w.GVK] = admission.Kind{Kind: o.Kinds[w.GVK], Hooks: hs, Chart: newestOf(w, sources[i])}
 		if err := addAutoExpander(o, mgr, w, hs, newestOf(w, sources[i])); err != nil {

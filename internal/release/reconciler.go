@@ -157,6 +157,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	return reporter{r}.kindStatus(ctx, p, res)
 }
 
+// Acting reports whether this process is acting on key's release: it
+// holds an upgrade slot, its health gate waits on the new revision's
+// workloads, or the status of a settling action is not yet written.
+// The status alone does not say so (it is written once an action has
+// settled): other controllers of the same resources ask here.
+func (r *Reconciler) Acting(key types.NamespacedName) bool {
+	r.initOnce.Do(wiring{r}.init)
+	m := r.mem.get(key)
+	return m.awaiting || m.owed != nil || r.slots.holds(key)
+}
+
 // PassTimeout bounds one pass of a watch's resources: its Helm action
 // (watch timeout) and the reads and writes around it.
 func PassTimeout(w watches.Watch) time.Duration {

@@ -126,3 +126,10 @@ func (s *slots) report() {
 		s.inUse(len(s.held))
 	}
 }
+
+// holds reports whether key holds a slot (it is upgrading).
+func (s *slots) holds(key types.NamespacedName) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.held[key]
+}

@@ -269,6 +269,19 @@ func TestOperatorAsInstalled(t *testing.T) {
 // returns the PID.
 func killContainer(t *testing.T, uid, prog string) int {
 	t.Helper()
+	found := containerProcess(uid, prog)
+	if found == 0 {
+		t.Fatalf("no process %s of pod %s on this machine", prog, uid)
+	}
+	if err := syscall.Kill(found, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	return found
+}
+
+// containerProcess is the pid of the first process prog of the pod with
+// uid on this machine (0: none).
+func containerProcess(uid, prog string) int {
 	procs, _ := filepath.Glob("/proc/[0-9]*/cgroup")
 	want := strings.ReplaceAll(uid, "-", "_")
 	found := 0
@@ -285,12 +298,6 @@ func killContainer(t *testing.T, uid, prog string) int {
 		if found == 0 || pid < found {
 			found = pid // a server's own children (PostgreSQL's) come after it
 		}
-	}
-	if found == 0 {
-		t.Fatalf("no process %s of pod %s on this machine", prog, uid)
-	}
-	if err := syscall.Kill(found, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
 	}
 	return found
 }

@@ -55,12 +55,17 @@ func debianImage(t *testing.T, name string) (repo, tag string) {
 
 // startOperator runs the operator in this process with the repository's
 // watches.yaml until the test ends.
-func startOperator(t *testing.T) {
+func startOperator(t *testing.T, mutate ...func(*watches.Watch)) {
 	t.Helper()
 	cluster.Skip(t)
 	ws, err := watches.Load(filepath.Join("..", "..", "watches.yaml"))
 	if err != nil {
 		t.Fatal(err)
+	}
+	for i := range ws {
+		for _, m := range mutate {
+			m(&ws[i])
+		}
 	}
 	mgr, err := operator.New(operator.Options{Config: cluster.Config, Watches: ws, MetricsAddr: "0", ProbeAddr: "0", SeveralInProcess: true})
 	if err != nil {

@@ -96,7 +96,11 @@ type Detector struct {
 	Client   client.Client
 	Pods     cache.Cache
 	Recorder record.EventRecorder
-	Now      func() time.Time
+	// Acting reports whether the release reconciler of this process acts
+	// on a resource's release (its status says so only once the action
+	// settled); nil: the status alone decides.
+	Acting func(types.NamespacedName) bool
+	Now    func() time.Time
 	// SeveralInProcess names the controller per instance (tests).
 	SeveralInProcess bool
 
@@ -176,7 +180,7 @@ func (d *Detector) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result
 		}
 	}
 	now := d.now()
-	acting := acting(obj)
+	acting := acting(obj) || d.Acting != nil && d.Acting(req.NamespacedName)
 	d.mu.Lock()
 	t, ok := d.trackers[req.NamespacedName]
 	if !ok {

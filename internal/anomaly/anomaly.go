@@ -166,16 +166,16 @@ func (t *Tracker) Observe(now time.Time, pods []Pod, acting bool) {
 			t.pods[p.UID] = st
 		}
 		if d := p.Restarts - st.restarts; d > 0 && !acting {
-			t.counts[Restarts] = append(t.counts[Restarts], point{now, float64(d)})
+			t.count(Restarts, now, float64(d))
 		}
 		st.restarts = p.Restarts
 		if known && p.Ready != st.ready && !acting {
-			t.counts[ReadinessChanges] = append(t.counts[ReadinessChanges], point{now, 1})
+			t.count(ReadinessChanges, now, 1)
 		}
 		switch {
 		case p.Ready && !st.unreadySince.IsZero():
 			if !acting {
-				t.spans = append(t.spans, span{st.unreadySince, now})
+				t.addSpan(st.unreadySince, now)
 			}
 			st.unreadySince = time.Time{}
 		case !p.Ready && (st.unreadySince.IsZero() || acting):
@@ -187,12 +187,36 @@ func (t *Tracker) Observe(now time.Time, pods []Pod, acting bool) {
 	for uid, st := range t.pods {
 		if !present[uid] {
 			if !st.ready && !st.unreadySince.IsZero() {
-				t.spans = append(t.spans, span{st.unreadySince, st.seen})
+				t.addSpan(st.unreadySince, st.seen)
 			}
 			delete(t.pods, uid)
 		}
 	}
 	t.prune(now)
+}
+
+// count adds n of sig at now; what falls within a second of the last
+// point joins it, so that a pod that changes many times a second costs
+// one point a second, not one per change.
+func (t *Tracker) count(sig Signal, now time.Time, n float64) {
+	ps := t.counts[sig]
+	if l := len(ps) - 1; l >= 0 && now.Sub(ps[l].at) < time.Second {
+		ps[l].n += n
+		return
+	}
+	t.counts[sig] = append(ps, point{now, n})
+}
+
+// addSpan remembers a pod unready from from to to. Spans of the release
+// that follow each other within a second are kept as one (the seconds
+// of both, summed): a pod whose readiness flaps many times a second costs
+// one span, not one per flap.
+func (t *Tracker) addSpan(from, to time.Time) {
+	if l := len(t.spans) - 1; l >= 0 && from.Sub(t.spans[l].to) < time.Second && !from.Before(t.spans[l].to) {
+		t.spans[l].to = t.spans[l].to.Add(to.Sub(from))
+		return
+	}
+	t.spans = append(t.spans, span{from, to})
 }
 
 // prune forgets what lies before the history.
@@ -241,12 +265,9 @@ func (t *Tracker) Evaluate(now time.Time) []Verdict {
 	}
 	out := make([]Verdict, 0, len(Signals))
 	for _, sig := range Signals {
-		hist := make([]float64, n)
-		for i := range n {
-			to := now.Add(-time.Duration(i+1) * t.s.Window)
-			hist[i] = t.amount(sig, to.Add(-t.s.Window), to)
-		}
-		v := Verdict{Signal: sig, Count: t.amount(sig, now.Add(-t.s.Window), now), Windows: n}
+		windows := t.windows(sig, now, n+1) // the latest, then the history's
+		hist := windows[1:]
+		v := Verdict{Signal: sig, Count: windows[0], Windows: n}
 		if n > 0 {
 			v.Median = median(hist)
 			dev := make([]float64, n)
@@ -262,27 +283,47 @@ func (t *Tracker) Evaluate(now time.Time) []Verdict {
 	return out
 }
 
-// amount is sig's amount in (from, to].
-func (t *Tracker) amount(sig Signal, from, to time.Time) float64 {
-	if sig == UnreadySeconds {
-		total := 0.0
-		for _, s := range t.spans {
-			total += overlap(s.from, s.to, from, to)
-		}
-		for _, st := range t.pods {
-			if !st.ready && !st.unreadySince.IsZero() {
-				total += overlap(st.unreadySince, to, from, to)
+// windows is sig's amount in each of the k windows ending at now, the
+// latest first: window i is (now-(i+1)w, now-iw]. One pass over what is
+// remembered, however many windows.
+func (t *Tracker) windows(sig Signal, now time.Time, k int) []float64 {
+	w := t.s.Window
+	out := make([]float64, k)
+	if sig != UnreadySeconds {
+		for _, p := range t.counts[sig] {
+			if d := now.Sub(p.at); d >= 0 {
+				if i := int(d / w); i < k {
+					out[i] += p.n
+				}
 			}
 		}
-		return math.Round(total)
+		return out
 	}
-	total := 0.0
-	for _, p := range t.counts[sig] {
-		if p.at.After(from) && !p.at.After(to) {
-			total += p.n
+	add := func(from, to time.Time) {
+		if to.After(now) {
+			to = now
+		}
+		for i := int(now.Sub(to) / w); i < k; i++ {
+			wto := now.Add(-time.Duration(i) * w)
+			o := overlap(from, to, wto.Add(-w), wto)
+			if o == 0 && !from.Before(wto.Add(-w)) {
+				break
+			}
+			out[i] += o
 		}
 	}
-	return total
+	for _, s := range t.spans {
+		add(s.from, s.to)
+	}
+	for _, st := range t.pods {
+		if !st.ready && !st.unreadySince.IsZero() {
+			add(st.unreadySince, now)
+		}
+	}
+	for i := range out {
+		out[i] = math.Round(out[i])
+	}
+	return out
 }
 
 // overlap is the seconds [a1,a2] and [b1,b2] share.

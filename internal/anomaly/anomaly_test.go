@@ -169,3 +169,27 @@ func TestFirstSightOfAPod(t *testing.T) {
 		t.Errorf("first sight of a young pod with 4 restarts and an old one with 7: %+v", v)
 	}
 }
+
+// A pod whose readiness flaps many times a second costs a point and a
+// span a second, and every flap still counts.
+func TestFlappingPodStaysSmall(t *testing.T) {
+	tr := NewTracker(Settings{}, t0)
+	now := t0.Add(time.Hour)
+	p := Pod{UID: "a", Ready: true}
+	tr.Observe(now, []Pod{p}, false)
+	for range 1000 { // 1000 changes, 10 ms apart
+		now = now.Add(10 * time.Millisecond)
+		p.Ready = !p.Ready
+		tr.Observe(now, []Pod{p}, false)
+	}
+	if n, m := len(tr.counts[ReadinessChanges]), len(tr.spans); n > 11 || m > 11 {
+		t.Errorf("10 s of flapping kept %d points and %d spans", n, m)
+	}
+	vs := tr.Evaluate(now)
+	if v := verdict(t, vs, ReadinessChanges); v.Count != 1000 || !v.Anomalous {
+		t.Errorf("readiness changes: %+v", v)
+	}
+	if v := verdict(t, vs, UnreadySeconds); v.Count != 5 {
+		t.Errorf("unready seconds: %+v", v)
+	}
+}

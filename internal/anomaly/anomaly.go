@@ -148,9 +148,11 @@ func NewTracker(s Settings, now time.Time) *Tracker {
 
 // Observe records the release's pods as they are at now: what changed
 // since the last observation counts at now. A pod seen the first time
-// counts its restarts only when it was created within the latest window
-// (all of them are recent then; an older pod's may not be), and a pod
-// gone is forgotten (its unready time up to its last observation counts). While the release acts (acting: an install, upgrade or
+// counts its restarts, and its time unready from now, only when it was
+// created within the latest window (all of them are recent then; an older
+// pod's may not be), and a pod gone is forgotten (its unready time up to
+// its last observation counts). A pod that has finished (Succeeded or
+// Failed: a Job's, an evicted one) is for the caller to leave out. While the release acts (acting: an install, upgrade or
 // rollback replaces its pods), nothing counts: the pods are followed
 // only, and time unready counts from the end of the action.
 func (t *Tracker) Observe(now time.Time, pods []Pod, acting bool) {
@@ -158,9 +160,10 @@ func (t *Tracker) Observe(now time.Time, pods []Pod, acting bool) {
 	for _, p := range pods {
 		present[p.UID] = true
 		st, known := t.pods[p.UID]
+		young := p.Created.After(now.Add(-t.s.Window))
 		if !known {
 			st = &podState{restarts: p.Restarts, ready: p.Ready}
-			if p.Created.After(now.Add(-t.s.Window)) {
+			if young {
 				st.restarts = 0
 			}
 			t.pods[p.UID] = st
@@ -178,7 +181,12 @@ func (t *Tracker) Observe(now time.Time, pods []Pod, acting bool) {
 				t.addSpan(st.unreadySince, now)
 			}
 			st.unreadySince = time.Time{}
-		case !p.Ready && (st.unreadySince.IsZero() || acting):
+		case !p.Ready && acting:
+			st.unreadySince = now
+		case !p.Ready && st.unreadySince.IsZero() && (known || young):
+			// Unready since now: an older pod first seen unready (after a
+			// restart of this process) is unready since a time unknown,
+			// and counts only once it has been ready again.
 			st.unreadySince = now
 		}
 		st.ready = p.Ready
@@ -207,14 +215,22 @@ func (t *Tracker) count(sig Signal, now time.Time, n float64) {
 	t.counts[sig] = append(ps, point{now, n})
 }
 
-// addSpan remembers a pod unready from from to to. Spans of the release
-// that follow each other within a second are kept as one (the seconds
-// of both, summed): a pod whose readiness flaps many times a second costs
-// one span, not one per flap.
+// maxSpans bounds the unready spans a tracker keeps: many pods whose
+// readiness flaps at once (spans that overlap cannot be joined) cost at
+// most this many, the oldest half dropped when it is reached.
+const maxSpans = 4096
+
+// addSpan remembers a pod unready from from to to. A span that begins
+// less than a second after the last one ends joins it, the seconds of both
+// summed: a pod whose readiness flaps many times a second costs one span a
+// second, not one per flap, and every second still counts.
 func (t *Tracker) addSpan(from, to time.Time) {
-	if l := len(t.spans) - 1; l >= 0 && from.Sub(t.spans[l].to) < time.Second && !from.Before(t.spans[l].to) {
+	if l := len(t.spans) - 1; l >= 0 && !from.Before(t.spans[l].to) && from.Sub(t.spans[l].to) < time.Second {
 		t.spans[l].to = t.spans[l].to.Add(to.Sub(from))
 		return
+	}
+	if len(t.spans) >= maxSpans {
+		t.spans = append(t.spans[:0], t.spans[maxSpans/2:]...)
 	}
 	t.spans = append(t.spans, span{from, to})
 }

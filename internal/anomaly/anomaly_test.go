@@ -193,3 +193,41 @@ func TestFlappingPodStaysSmall(t *testing.T) {
 		t.Errorf("unready seconds: %+v", v)
 	}
 }
+
+// Spans that overlap (many pods flapping at once) are bounded too.
+func TestOverlappingSpansAreBounded(t *testing.T) {
+	tr := NewTracker(Settings{}, t0)
+	now := t0.Add(time.Hour)
+	pods := []Pod{{UID: "a", Ready: true}, {UID: "b", Ready: true}}
+	tr.Observe(now, pods, false)
+	for i := range 3 * maxSpans {
+		now = now.Add(100 * time.Millisecond)
+		pods[i%2].Ready = !pods[i%2].Ready
+		tr.Observe(now, pods, false)
+	}
+	if n := len(tr.spans); n > maxSpans {
+		t.Errorf("%d spans kept, bound %d", n, maxSpans)
+	}
+}
+
+// A pod first seen unready long after it was created (this process
+// restarted) counts no unready time until it has been ready again.
+func TestOldPodFirstSeenUnready(t *testing.T) {
+	now := t0.Add(time.Hour)
+	tr := NewTracker(Settings{}, now)
+	p := Pod{UID: "a", Created: t0, Ready: false}
+	tr.Observe(now, []Pod{p}, false)
+	now = now.Add(time.Minute)
+	tr.Observe(now, []Pod{p}, false)
+	if v := verdict(t, tr.Evaluate(now), UnreadySeconds); v.Count != 0 {
+		t.Errorf("an old pod first seen unready: %+v", v)
+	}
+	p.Ready = true
+	tr.Observe(now, []Pod{p}, false)
+	p.Ready = false
+	tr.Observe(now, []Pod{p}, false)
+	now = now.Add(30 * time.Second)
+	if v := verdict(t, tr.Evaluate(now), UnreadySeconds); v.Count != 30 {
+		t.Errorf("the same pod unready again for 30 s: %+v", v)
+	}
+}

@@ -49,6 +49,9 @@ func (r *Reconciler) untrustedRecords(ctx context.Context, p *pass, d *desired, 
 		reporter{r}.stall(p, "UntrustedReleaseRecord", fmt.Sprintf("%s: nothing was done from it; set annotation %s: \"true\" to re-install from the chart and values (the objects are kept)", why, v1alpha1.AnnotationAdopt))
 		return ctrl.Result{}, nil
 	}
+	if err := commit(ctx); err != nil {
+		return ctrl.Result{}, err
+	}
 	if err := r.Helm.As(d.identity).DeleteRecords(p.key.Namespace, p.key.Name); err != nil {
 		return ctrl.Result{}, err
 	}

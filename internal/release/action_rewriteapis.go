@@ -33,6 +33,9 @@ var _ = registerStep(actRewriteAPIs, rewriteAPIsStep{})
 
 func (rewriteAPIsStep) full(ctx context.Context, r *Reconciler, f *fullPass) (ctrl.Result, bool, error) {
 	plan := f.c.apiRewrite
+	if err := commit(ctx); err != nil {
+		return ctrl.Result{}, false, err
+	}
 	rel, err := r.Helm.As(f.d.identity).Rewrite(f.p.key.Namespace, f.p.key.Name, f.o.Latest.Revision, plan.from, plan.manifest, plan.description)
 	if err != nil {
 		msg := "rewriting the stored manifest's API versions: " + oneLine(err.Error())
@@ -290,6 +293,9 @@ func (r *Reconciler) rewriteForUninstall(ctx context.Context, p *pass, identity 
 	}
 	if plan == nil {
 		return nil
+	}
+	if err := commit(ctx); err != nil {
+		return err
 	}
 	if _, err := r.Helm.As(identity).Rewrite(p.key.Namespace, p.key.Name, latest.Revision, plan.from, plan.manifest, plan.description); err != nil {
 		return err

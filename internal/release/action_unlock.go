@@ -19,6 +19,9 @@ type unlockStep struct{}
 var _ = registerStep(actUnlock, unlockStep{})
 
 func (s unlockStep) full(ctx context.Context, r *Reconciler, f *fullPass) (ctrl.Result, bool, error) {
+	if err := commit(ctx); err != nil {
+		return ctrl.Result{}, false, err
+	}
 	res, err := s.run(r, f.p, f.d, f.o)
 	return res, false, err
 }

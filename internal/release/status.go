@@ -75,14 +75,48 @@ func mergedStatus(base *unstructured.Unstructured, raw, extras map[string]any) m
 			merged[k] = v
 		}
 	}
+	keepForeignConditions(merged, base)
 	return merged
+}
+
+// conditionsOwnedElsewhere are the condition types other controllers of
+// the same resources write (automatic growth, anomalies). A write of this
+// reconciler carries them as base (the object it patches) has them, never
+// as the status it started from (an owed one, or one read before them) had
+// them.
+var conditionsOwnedElsewhere = map[string]bool{v1alpha1.ConditionStorageAutoExpand: true, v1alpha1.ConditionAnomalous: true}
+
+func keepForeignConditions(merged map[string]any, base *unstructured.Unstructured) {
+	foreign := func(c any) bool {
+		m, _ := c.(map[string]any)
+		t, _ := m["type"].(string)
+		return conditionsOwnedElsewhere[t]
+	}
+	var out []any
+	own, _ := merged["conditions"].([]any)
+	for _, c := range own {
+		if !foreign(c) {
+			out = append(out, c)
+		}
+	}
+	theirs, _, _ := unstructured.NestedSlice(base.Object, "status", "conditions")
+	for _, c := range theirs {
+		if foreign(c) {
+			out = append(out, c)
+		}
+	}
+	if out != nil || own != nil {
+		merged["conditions"] = out
+	}
 }
 
 // writeStatus patches the status subresource when, and only when, it
 // changed, with optimistic locking: a status computed from a stale read is
 // refused by the API server instead of undoing a newer write. This
-// reconciler is the only writer of the status, so on a conflict it applies
-// its status once more on top of a fresh read.
+// reconciler writes every field of the status but the conditions other
+// controllers own (conditionsOwnedElsewhere, always taken from the object
+// patched), so on a conflict it applies its status once more on top of a
+// fresh read.
 func (r reporter) writeStatus(ctx context.Context, p *pass) error {
 	redactStatus(p.status)
 	if !statusChanged(p) {

@@ -19,6 +19,7 @@ type passGuard struct {
 	// detach unregisters the cancellation on the manager's stop; true
 	// when it was still registered (the manager had not stopped).
 	detach    func() bool
+	cancel    context.CancelCauseFunc
 	committed bool
 }
 
@@ -34,7 +35,7 @@ type passGuardKey struct{}
 func passContext(mgr context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
 	bounded, cancelBounded := context.WithTimeout(context.WithoutCancel(mgr), timeout)
 	ctx, cancel := context.WithCancelCause(bounded)
-	g := &passGuard{detach: context.AfterFunc(mgr, func() { cancel(errStopping) })}
+	g := &passGuard{detach: context.AfterFunc(mgr, func() { cancel(errStopping) }), cancel: cancel}
 	return context.WithValue(ctx, passGuardKey{}, g), func() {
 		g.detach()
 		cancel(nil)
@@ -42,15 +43,24 @@ func passContext(mgr context.Context, timeout time.Duration) (context.Context, c
 	}
 }
 
-// commit is called just before a Helm action: from here on the manager's
-// stop no longer cancels the pass. It fails with errStopping when the
-// manager stopped first; the action is then not begun.
+// commit is called just before a Helm action, or a write the pass must
+// follow through (a StatefulSet deleted to grow its volumes, release
+// records deleted or rewritten): from here on the manager's stop no
+// longer cancels the pass. It fails with errStopping when the manager
+// stopped first; the action is then not begun.
 func commit(ctx context.Context) error {
 	g, ok := ctx.Value(passGuardKey{}).(*passGuard)
 	if !ok {
 		return nil // not a pass's context (tests calling a step directly)
 	}
-	g.once.Do(func() { g.committed = g.detach() })
+	g.once.Do(func() {
+		if g.committed = g.detach(); !g.committed {
+			// The stop's cancellation may still be on its way (AfterFunc
+			// runs it in a goroutine of its own): the pass ends by the
+			// stop now, whatever the order.
+			g.cancel(errStopping)
+		}
+	})
 	if !g.committed {
 		return errStopping
 	}

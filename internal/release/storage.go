@@ -205,6 +205,11 @@ func (r storageGrowth) growVolumes(ctx context.Context, p *pass, d *desired, o O
 	if len(plan) == 0 && len(replace) == 0 {
 		return ctrl.Result{}, false, nil
 	}
+	// From here the pass writes what it must follow through (a StatefulSet
+	// deleted, claims grown): a stop no longer ends it.
+	if err := commit(ctx); err != nil {
+		return ctrl.Result{}, true, err
+	}
 	dyn, err := r.dynamicAs(d.identity)
 	if err != nil {
 		return ctrl.Result{}, true, err

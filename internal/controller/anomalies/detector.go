@@ -6,6 +6,7 @@ package anomalies
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -74,16 +75,19 @@ func trimPod(o any) (any, error) {
 		Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion, CreationTimestamp: p.CreationTimestamp,
 		Labels: map[string]string{InstanceLabel: p.Labels[InstanceLabel]}, DeletionTimestamp: p.DeletionTimestamp,
 	}}
+	out.Status.Phase = p.Status.Phase
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodReady {
 			out.Status.Conditions = []corev1.PodCondition{{Type: c.Type, Status: c.Status}}
 		}
 	}
+	var restarts int32
 	for _, list := range [][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses} {
 		for _, cs := range list {
-			out.Status.ContainerStatuses = append(out.Status.ContainerStatuses, corev1.ContainerStatus{Name: cs.Name, RestartCount: cs.RestartCount})
+			restarts += cs.RestartCount
 		}
 	}
+	out.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "all", RestartCount: restarts}}
 	return out, nil
 }
 
@@ -105,7 +109,14 @@ type Detector struct {
 	SeveralInProcess bool
 
 	mu       sync.Mutex
-	trackers map[types.NamespacedName]*anomaly.Tracker
+	trackers map[types.NamespacedName]*tracker
+}
+
+// tracker is one release's anomaly.Tracker with its own lock: one
+// release's look never waits on another's.
+type tracker struct {
+	mu sync.Mutex
+	t  *anomaly.Tracker
 }
 
 // SetupWithManager runs the detector: woken by its resources' changes
@@ -113,14 +124,14 @@ type Detector struct {
 // lies in the latest window, every quarter window.
 func (d *Detector) SetupWithManager(mgr ctrl.Manager) error {
 	d.Settings = d.Settings.WithDefaults()
-	d.trackers = map[types.NamespacedName]*anomaly.Tracker{}
+	d.trackers = map[types.NamespacedName]*tracker{}
 	obj := &unstructured.Unstructured{}
 	obj.SetGroupVersionKind(d.GVK)
 	toRelease := handler.TypedEnqueueRequestsFromMapFunc(func(_ context.Context, p *corev1.Pod) []reconcile.Request {
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: p.Namespace, Name: p.Labels[InstanceLabel]}}}
 	})
 	return ctrl.NewControllerManagedBy(mgr).
-		Named("anomalies-" + strings.ToLower(d.GVK.Kind)).
+		Named("anomalies-" + strings.ToLower(d.GVK.Kind) + "." + d.GVK.Group).
 		For(obj).
 		WatchesRawSource(source.Kind(d.Pods, &corev1.Pod{}, toRelease, podChanged())).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 2, SkipNameValidation: &d.SeveralInProcess}).
@@ -175,8 +186,11 @@ func (d *Detector) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result
 	}
 	pods := make([]anomaly.Pod, 0, len(list.Items))
 	for i := range list.Items {
-		if list.Items[i].DeletionTimestamp == nil {
-			pods = append(pods, podOf(&list.Items[i]))
+		p := &list.Items[i]
+		// A pod being deleted, or finished (a Job's, an evicted one), is
+		// no longer one whose readiness says anything.
+		if p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			pods = append(pods, podOf(p))
 		}
 	}
 	now := d.now()
@@ -184,13 +198,15 @@ func (d *Detector) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result
 	d.mu.Lock()
 	t, ok := d.trackers[req.NamespacedName]
 	if !ok {
-		t = anomaly.NewTracker(d.Settings, now)
+		t = &tracker{t: anomaly.NewTracker(d.Settings, now)}
 		d.trackers[req.NamespacedName] = t
 	}
-	t.Observe(now, pods, acting)
-	verdicts := t.Evaluate(now)
-	active := t.Active(now)
 	d.mu.Unlock()
+	t.mu.Lock()
+	t.t.Observe(now, pods, acting)
+	verdicts := t.t.Evaluate(now)
+	active := t.t.Active(now)
+	t.mu.Unlock()
 
 	for _, v := range verdicts {
 		scoreGauge.WithLabelValues(d.GVK.Kind, req.Namespace, req.Name, string(v.Signal)).Set(v.Score)
@@ -223,6 +239,11 @@ func acting(obj *unstructured.Unstructured) bool {
 // change.
 func (d *Detector) report(ctx context.Context, obj *unstructured.Unstructured, worst anomaly.Verdict, anomalous bool) error {
 	st := v1alpha1.ReadReleaseStatus(obj)
+	if raw, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions"); len(raw) != len(st.Conditions) {
+		// A status this cannot read is not written over: its conditions
+		// would be lost with it.
+		return fmt.Errorf("reading the conditions of %s: they do not decode; the Anomalous condition is left as it is", obj.GetName())
+	}
 	var prev *metav1.Condition
 	if c := apimeta.FindStatusCondition(st.Conditions, v1alpha1.ConditionAnomalous); c != nil {
 		cp := *c // st.Conditions is changed below

@@ -185,23 +185,10 @@ func listClaims(ctx context.Context, dyn dynamic.Interface, namespace string) ([
 // that the upgrade can re-create it. held ends the pass: a refusal (a
 // Stalled condition, nothing changed) or a StatefulSet still being deleted.
 func (r storageGrowth) growVolumes(ctx context.Context, p *pass, d *desired, o Observation, opts helm.ActionOptions) (ctrl.Result, bool, error) {
-	base := o.LastGood
-	if base == nil {
-		base = o.Latest
-	}
-	if base == nil || !strings.Contains(base.Manifest, "volumeClaimTemplates") {
-		return ctrl.Result{}, false, nil
-	}
-	next, err := r.Helm.As(d.identity).RenderUpgrade(ctx, d.chart, opts)
-	if err != nil {
-		return ctrl.Result{}, false, nil // the upgrade itself reports it
-	}
-	plan, refusal := planGrowth(base.Manifest, next)
-	if refusal != nil {
-		reporter{r.Reconciler}.stall(p, refusal.reason, refusal.Error())
+	plan, replace, stalled := r.planVolumes(ctx, p, d, o, opts)
+	if stalled {
 		return ctrl.Result{}, true, nil
 	}
-	replace := planReplace(base.Manifest, next)
 	if len(plan) == 0 && len(replace) == 0 {
 		return ctrl.Result{}, false, nil
 	}
@@ -319,6 +306,29 @@ func planReplace(deployed, next string) []replacement {
 		}
 	}
 	return out
+}
+
+// planVolumes is what the upgrade to d does to the volumes of the last
+// good revision's StatefulSets: claims to grow, StatefulSets to replace
+// (new claim templates). stalled: the growth is refused (reported).
+func (r storageGrowth) planVolumes(ctx context.Context, p *pass, d *desired, o Observation, opts helm.ActionOptions) ([]volumeGrowth, []replacement, bool) {
+	base := o.LastGood
+	if base == nil {
+		base = o.Latest
+	}
+	if base == nil || !strings.Contains(base.Manifest, "volumeClaimTemplates") {
+		return nil, nil, false
+	}
+	next, err := r.Helm.As(d.identity).RenderUpgrade(ctx, d.chart, opts)
+	if err != nil {
+		return nil, nil, false // the upgrade itself reports it
+	}
+	plan, refusal := planGrowth(base.Manifest, next)
+	if refusal != nil {
+		reporter{r.Reconciler}.stall(p, refusal.reason, refusal.Error())
+		return nil, nil, true
+	}
+	return plan, planReplace(base.Manifest, next), false
 }
 
 // replaceStatefulSet deletes a StatefulSet whose claim templates the
